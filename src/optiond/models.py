@@ -1,0 +1,384 @@
+"""The pricing schema: contract, market, method and result, in batch (column) form.
+
+A batch is a set of equal-length NumPy columns, not a list of objects, so kernels take
+arrays in and give arrays out. Every front end (CLI, daemon, Excel functions, panel) builds
+the same :class:`Batch` and :class:`Method`, and validation happens once, here, when a batch
+is constructed.
+
+Units throughout: ``expiry`` in years (ACT/365 from the quote date), ``rate``,
+``dividend_yield`` and ``volatility`` as annualised decimals (0.05 = 5 %), continuously
+compounded.
+
+Row-level validation (:func:`validate_columns`) returns every bad row with its reason, so a
+batch front end can mark those rows and still price the rest; :meth:`Batch.from_columns`
+raises :class:`InvalidInputError` on the first one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+PUT, CALL = 0, 1
+EUROPEAN, AMERICAN = 0, 1
+KIND_CODES = {"put": PUT, "p": PUT, "call": CALL, "c": CALL}
+STYLE_CODES = {"european": EUROPEAN, "e": EUROPEAN, "eu": EUROPEAN, "american": AMERICAN, "a": AMERICAN, "us": AMERICAN}
+KIND_NAMES = ("put", "call")
+STYLE_NAMES = ("european", "american")
+
+MAX_VOLATILITY = 10.0
+MAX_STEPS = 10_000_000
+METHODS = ("binomial", "black-scholes")
+PRECISIONS = ("fp64", "fp32")
+DEVICES = ("auto", "cpu", "gpu")
+
+#: Columns of a pricing batch, in the order the CLI reads and writes them.
+CONTRACT_FIELDS = ("kind", "style", "strike", "expiry")
+MARKET_FIELDS = ("spot", "rate", "dividend_yield", "volatility")
+GREEK_FIELDS = ("delta", "gamma", "theta", "vega", "rho")
+RESULT_FIELDS = ("price",) + GREEK_FIELDS + ("status", "error", "device")
+
+
+class InvalidInputError(ValueError):
+    """A value failed validation. ``field``, ``row`` (None for a scalar) and ``value`` say which."""
+
+    def __init__(self, field: str, row: int | None, value: Any, reason: str, others: int = 0):
+        self.field, self.row, self.value, self.reason = field, row, value, reason
+        where = field if row is None else f"{field}[row {row}]"
+        msg = f"{where} = {value!r}: {reason}"
+        if others:
+            msg += f" (and {others} more invalid row{'s' if others > 1 else ''})"
+        super().__init__(msg)
+
+
+@dataclass(frozen=True)
+class RowError:
+    """One invalid row: its index, the offending field and value, and a short reason."""
+
+    row: int
+    field: str
+    value: Any
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return f"{self.field}={self.value!r}: {self.reason}"
+
+
+def _codes(values: Any, table: Mapping[str, int], name: str, n: int) -> tuple[np.ndarray, list[RowError]]:
+    """Map kind/style labels (strings, or already-integer codes) to int8 codes; -1 when unknown."""
+    arr = np.asarray(values)
+    if arr.ndim == 0:
+        arr = np.full(n, arr.item(), dtype=arr.dtype)
+    out = np.full(arr.shape[0], -1, dtype=np.int8)
+    errors: list[RowError] = []
+    valid_codes = set(table.values())
+    if arr.dtype.kind in "iub":
+        ok = np.isin(arr, list(valid_codes))
+        out[ok] = arr[ok]
+        for i in np.flatnonzero(~ok):
+            errors.append(RowError(int(i), name, arr[i].item(), f"unknown {name}"))
+        return out, errors
+    for i, v in enumerate(arr.tolist()):
+        code = table.get(str(v).strip().lower()) if v is not None else None
+        if code is None:
+            errors.append(RowError(i, name, v, f"unknown {name}; expected one of {sorted(set(k for k in table if len(k) > 2))}"))
+        else:
+            out[i] = code
+    return out, errors
+
+
+def _float_column(values: Any, name: str, n: int) -> tuple[np.ndarray, list[RowError]]:
+    arr = np.asarray(values)
+    if arr.ndim == 0:
+        arr = np.full(n, arr.item() if arr.dtype.kind != "O" else arr.item())
+    if arr.dtype.kind in "fiub":
+        out = arr.astype(np.float64, copy=False)
+        return out, []
+    # strings / objects: convert element-wise so one bad cell marks one row
+    out = np.empty(arr.shape[0], dtype=np.float64)
+    errors = []
+    for i, v in enumerate(arr.tolist()):
+        try:
+            out[i] = float(v)
+        except (TypeError, ValueError):
+            out[i] = np.nan
+            errors.append(RowError(i, name, v, "not a number"))
+    return out, errors
+
+
+def _column_length(columns: Mapping[str, Any]) -> int:
+    n = None
+    for name, v in columns.items():
+        a = np.asarray(v)
+        if a.ndim > 1:
+            raise InvalidInputError(name, None, f"array of shape {a.shape}", "columns must be one-dimensional")
+        if a.ndim == 1:
+            if n is None:
+                n = a.shape[0]
+            elif a.shape[0] != n:
+                raise InvalidInputError(name, None, f"length {a.shape[0]}", f"column lengths differ (expected {n})")
+    return 1 if n is None else n
+
+
+def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], list[RowError]]:
+    """Coerce and check the eight contract/market columns of a batch.
+
+    Args:
+        columns: mapping with keys ``kind, style, spot, strike, expiry, rate, dividend_yield,
+            volatility``; each a scalar or a 1-D sequence of length n (scalars broadcast).
+            ``kind`` is ``"put"``/``"call"`` (or 0/1), ``style`` ``"european"``/``"american"``
+            (or 0/1). ``style`` defaults to american, ``dividend_yield`` to 0.
+
+    Returns:
+        ``(arrays, errors)``: the coerced columns (float64, kind/style as int8 codes, -1 where
+        unknown) and one :class:`RowError` per invalid row (the first problem found in it).
+
+    Raises:
+        InvalidInputError: a missing column, a 2-D column or columns of different lengths
+            (problems of the whole batch, not of one row).
+    """
+    columns = dict(columns)
+    columns.setdefault("style", "american")
+    columns.setdefault("dividend_yield", 0.0)
+    for name in CONTRACT_FIELDS + MARKET_FIELDS:
+        if name not in columns:
+            raise InvalidInputError(name, None, None, "missing column")
+    n = _column_length({k: columns[k] for k in CONTRACT_FIELDS + MARKET_FIELDS})
+    errors: list[RowError] = []
+    out: dict[str, np.ndarray] = {}
+    out["kind"], e = _codes(columns["kind"], KIND_CODES, "kind", n)
+    errors += e
+    out["style"], e = _codes(columns["style"], STYLE_CODES, "style", n)
+    errors += e
+    for name in ("spot", "strike", "expiry", "rate", "dividend_yield", "volatility"):
+        out[name], e = _float_column(columns[name], name, n)
+        errors += e
+        col = out[name]
+        bad = ~np.isfinite(col)
+        if bad.any():
+            already = {err.row for err in e}
+            errors += [RowError(int(i), name, float(col[i]), "not a finite number") for i in np.flatnonzero(bad) if int(i) not in already]
+            col = np.where(bad, 1.0, col)  # so the range checks below only report new problems
+        if name in ("spot", "strike", "expiry", "volatility"):
+            errors += [RowError(int(i), name, float(col[i]), "must be > 0") for i in np.flatnonzero(col <= 0)]
+        if name == "volatility":
+            errors += [RowError(int(i), name, float(col[i]), f"must be <= {MAX_VOLATILITY:g}") for i in np.flatnonzero(col > MAX_VOLATILITY)]
+    # keep the first problem per row, in row order
+    first: dict[int, RowError] = {}
+    for err in errors:
+        first.setdefault(err.row, err)
+    return out, [first[r] for r in sorted(first)]
+
+
+def validate_steps(steps: Any, n: int) -> tuple[np.ndarray, list[RowError]]:
+    """Coerce a per-option number of CRR steps (scalar or length-n) to int64 and check 1 <= steps <= 1e7."""
+    arr = np.asarray(steps)
+    if arr.ndim == 0:
+        arr = np.full(n, arr.item())
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise InvalidInputError("steps", None, f"shape {arr.shape}", f"expected a scalar or {n} values")
+    errors: list[RowError] = []
+    vals, e = _float_column(arr, "steps", n)
+    errors += e
+    for i in np.flatnonzero(np.isfinite(vals) & ~np.isin(np.arange(n), [x.row for x in e])):
+        v = vals[i]
+        if v != np.floor(v):
+            errors.append(RowError(int(i), "steps", arr[i].item(), "must be a whole number"))
+        elif v < 1 or v > MAX_STEPS:
+            errors.append(RowError(int(i), "steps", int(v), f"must be between 1 and {MAX_STEPS:.0e}"))
+    errors += [RowError(int(i), "steps", arr[i].item(), "not a finite number") for i in np.flatnonzero(~np.isfinite(vals)) if int(i) not in {x.row for x in e}]
+    out = np.where(np.isfinite(vals) & (vals >= 1) & (vals <= MAX_STEPS), vals, 1).astype(np.int64)
+    return out, sorted(errors, key=lambda x: x.row)
+
+
+@dataclass(frozen=True)
+class Contracts:
+    """What is priced. Arrays of shape (n,): ``kind`` int8 (0 put, 1 call), ``style`` int8
+    (0 european, 1 american), ``strike`` (currency units) and ``expiry`` (years), float64."""
+
+    kind: np.ndarray
+    style: np.ndarray
+    strike: np.ndarray
+    expiry: np.ndarray
+
+
+@dataclass(frozen=True)
+class Market:
+    """The Black–Scholes model inputs, arrays of shape (n,), float64: ``spot`` (currency
+    units), ``rate``, ``dividend_yield`` and ``volatility`` (annualised decimals, continuous)."""
+
+    spot: np.ndarray
+    rate: np.ndarray
+    dividend_yield: np.ndarray
+    volatility: np.ndarray
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A validated batch of n contracts with their market inputs. Build with :meth:`from_columns`."""
+
+    contracts: Contracts
+    market: Market
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, Any] | None = None, **kw: Any) -> "Batch":
+        """Validate and build a batch from columns (see :func:`validate_columns`).
+
+        Raises:
+            InvalidInputError: naming the field, the row and the value of the first invalid
+                row, and how many other rows are invalid.
+        """
+        cols = dict(columns or {}, **kw)
+        arrays, errors = validate_columns(cols)
+        if errors:
+            e = errors[0]
+            raise InvalidInputError(e.field, e.row, e.value, e.reason, others=len(errors) - 1)
+        return cls._from_valid(arrays)
+
+    @classmethod
+    def _from_valid(cls, a: Mapping[str, np.ndarray]) -> "Batch":
+        c = Contracts(*(np.ascontiguousarray(a[k]) for k in CONTRACT_FIELDS))
+        m = Market(*(np.ascontiguousarray(a[k]) for k in MARKET_FIELDS))
+        return cls(c, m)
+
+    def __len__(self) -> int:
+        return int(self.contracts.strike.shape[0])
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        # batch.spot, batch.kind ... read through to the contract / market columns
+        for part in ("contracts", "market"):
+            obj = object.__getattribute__(self, part)
+            if name in obj.__dataclass_fields__:
+                return getattr(obj, name)
+        raise AttributeError(name)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The eight columns as a dict of arrays (kind/style as int8 codes)."""
+        return {f.name: getattr(self.contracts, f.name) for f in fields(Contracts)} | {
+            f.name: getattr(self.market, f.name) for f in fields(Market)
+        }
+
+    def take(self, idx: np.ndarray | Sequence[int]) -> "Batch":
+        """The sub-batch of rows ``idx`` (already valid, so not re-checked)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        return Batch._from_valid({k: v[idx] for k, v in self.columns().items()})
+
+    def replace(self, **cols: np.ndarray) -> "Batch":
+        """A copy with some columns replaced (e.g. a bumped volatility); the new batch is validated."""
+        return Batch.from_columns(self.columns() | cols)
+
+
+@dataclass(frozen=True)
+class Method:
+    """How to price.
+
+    Attributes:
+        name: ``"binomial"`` (CRR tree, Cox, Ross & Rubinstein 1979) or ``"black-scholes"``
+            (closed form, European only).
+        steps: CRR time steps, a scalar or one per option (1 ... 1e7).
+        precision: ``"fp64"`` (default) or ``"fp32"`` (GPU only, N <= 1e4).
+        device: ``"auto"``, ``"cpu"`` or ``"gpu"``.
+        greeks: compute delta, gamma, theta, vega and rho as well as the price.
+    """
+
+    name: str = "binomial"
+    steps: Any = 1000
+    precision: str = "fp64"
+    device: str = "auto"
+    greeks: bool = True
+
+    def __post_init__(self) -> None:
+        name = str(self.name).strip().lower().replace("_", "-")
+        if name in ("bs", "bsm", "blackscholes"):
+            name = "black-scholes"
+        if name in ("crr", "bopm", "tree"):
+            name = "binomial"
+        if name not in METHODS:
+            raise InvalidInputError("method", None, self.name, f"unknown method; expected one of {list(METHODS)}")
+        object.__setattr__(self, "name", name)
+        if self.precision not in PRECISIONS:
+            raise InvalidInputError("precision", None, self.precision, f"expected one of {list(PRECISIONS)}")
+        if self.device not in DEVICES:
+            raise InvalidInputError("device", None, self.device, f"expected one of {list(DEVICES)}")
+        if np.ndim(self.steps) == 0:
+            s, errs = validate_steps(self.steps, 1)
+            if errs:
+                raise InvalidInputError("steps", None, errs[0].value, errs[0].reason)
+            object.__setattr__(self, "steps", int(s[0]))
+
+    def steps_for(self, n: int) -> np.ndarray:
+        """Per-option steps as an int64 array of length n.
+
+        Raises:
+            InvalidInputError: a step count out of range or of the wrong length.
+        """
+        s, errs = validate_steps(self.steps, n)
+        if errs:
+            e = errs[0]
+            raise InvalidInputError("steps", e.row, e.value, e.reason, others=len(errs) - 1)
+        return s
+
+
+def _nan(n: int) -> np.ndarray:
+    return np.full(n, np.nan)
+
+
+@dataclass
+class Result:
+    """Prices and Greeks for a batch, arrays of shape (n,).
+
+    ``price`` in currency units; ``delta`` (dV/dS), ``gamma`` (d2V/dS2), ``theta`` (dV/dt per
+    year of calendar time, so usually negative), ``vega`` (dV/dvolatility, per 1.00 of
+    volatility) and ``rho`` (dV/drate, per 1.00 of rate). NaN where not computed or where the
+    row failed. ``status`` is ``"ok"`` or ``"error"`` per row with ``error`` the reason;
+    ``device`` names what priced it (``"cpu"``, ``"gpu:0 ..."``) and ``via`` whether it ran
+    ``"in-process"`` or on the ``"daemon"``.
+    """
+
+    price: np.ndarray
+    delta: np.ndarray
+    gamma: np.ndarray
+    theta: np.ndarray
+    vega: np.ndarray
+    rho: np.ndarray
+    status: np.ndarray
+    error: np.ndarray
+    device: str = "cpu"
+    via: str = "in-process"
+    elapsed_s: float = 0.0
+    diagnostics: dict = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, n: int, device: str = "cpu") -> "Result":
+        return cls(*(_nan(n) for _ in range(6)), status=np.full(n, "ok", dtype=object), error=np.full(n, "", dtype=object), device=device)
+
+    def __len__(self) -> int:
+        return int(self.price.shape[0])
+
+    @property
+    def ok(self) -> np.ndarray:
+        return self.status == "ok"
+
+    def mark_error(self, rows: Sequence[int] | np.ndarray, messages: Sequence[str] | str) -> None:
+        rows = np.asarray(rows, dtype=np.int64)
+        if isinstance(messages, str):
+            messages = [messages] * len(rows)
+        for r, m in zip(rows.tolist(), messages):
+            self.status[r] = "error"
+            self.error[r] = m
+            for name in ("price",) + GREEK_FIELDS:
+                getattr(self, name)[r] = np.nan
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """price, the Greeks, status, error and device as columns of length n."""
+        out = {k: getattr(self, k) for k in ("price",) + GREEK_FIELDS + ("status", "error")}
+        out["device"] = np.full(len(self), self.device, dtype=object)
+        return out
+
+    def scatter(self, into: "Result", rows: np.ndarray) -> None:
+        """Write this result's rows into ``into`` at positions ``rows``."""
+        for k in ("price",) + GREEK_FIELDS + ("status", "error"):
+            getattr(into, k)[rows] = getattr(self, k)
