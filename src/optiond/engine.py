@@ -14,6 +14,7 @@ the same whoever asks. The CPU kernels are the reference; the GPU backend plugs 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Mapping
 
@@ -147,7 +148,7 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
         for name in np.unique(names[valid]):
             sel = np.flatnonzero(names[valid] == name)
             sub = batch.take(sel)
-            m = Method(name=name, steps=steps[valid][sel], precision=method.precision, device=method.device, greeks=method.greeks)
+            m = dataclasses.replace(method, name=name, steps=steps[valid][sel])
             part = price(sub, m)
             part.scatter(res, valid[sel])
             res.device = part.device
@@ -176,7 +177,8 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None) -> tupl
     prices = np.broadcast_to(np.asarray(prices, dtype=np.float64), (n,))
     if method.name == "binomial":
         vol, code = binomial_cpu.crr_implied_vol(prices, batch.kind, batch.style, batch.spot, batch.strike, batch.expiry,
-                                                 batch.rate, batch.dividend_yield, method.steps_for(n))
+                                                 batch.rate, batch.dividend_yield, method.steps_for(n),
+                                                 xtol=method.iv_tolerance)
         return vol, np.asarray(IV_STATUS_NAMES, dtype=object)[code]
     vol, code = black_scholes.bs_implied_vol(prices, batch.kind, batch.spot, batch.strike, batch.expiry, batch.rate, batch.dividend_yield)
     status = np.asarray(IV_STATUS_NAMES, dtype=object)[code]
@@ -214,7 +216,6 @@ def implied_vol_table(prices: Any, columns: Mapping[str, Any], method: Method | 
     valid = np.array([i for i in range(n) if i not in bad], dtype=np.int64)
     if valid.size:
         batch = Batch._from_valid({k: v[valid] for k, v in arrays.items()})
-        m = method if steps is None else Method(name=method.name, steps=steps[valid], precision=method.precision,
-                                                device=method.device, greeks=method.greeks)
+        m = method if steps is None else dataclasses.replace(method, steps=steps[valid])
         vol[valid], status[valid] = implied_vol(prices[valid], batch, m)
     return vol, status

@@ -183,13 +183,14 @@ def validate_steps(steps: Any, n: int) -> tuple[np.ndarray, list[RowError]]:
     errors: list[RowError] = []
     vals, e = _float_column(arr, "steps", n)
     errors += e
+    item = lambda x: x.item() if hasattr(x, "item") else x  # noqa: E731
     for i in np.flatnonzero(np.isfinite(vals) & ~np.isin(np.arange(n), [x.row for x in e])):
         v = vals[i]
         if v != np.floor(v):
-            errors.append(RowError(int(i), "steps", arr[i].item(), "must be a whole number"))
+            errors.append(RowError(int(i), "steps", item(arr[i]), "must be a whole number"))
         elif v < 1 or v > MAX_STEPS:
             errors.append(RowError(int(i), "steps", int(v), f"must be between 1 and {MAX_STEPS:.0e}"))
-    errors += [RowError(int(i), "steps", arr[i].item(), "not a finite number") for i in np.flatnonzero(~np.isfinite(vals)) if int(i) not in {x.row for x in e}]
+    errors += [RowError(int(i), "steps", item(arr[i]), "not a finite number") for i in np.flatnonzero(~np.isfinite(vals)) if int(i) not in {x.row for x in e}]
     out = np.where(np.isfinite(vals) & (vals >= 1) & (vals <= MAX_STEPS), vals, 1).astype(np.int64)
     return out, sorted(errors, key=lambda x: x.row)
 
@@ -282,6 +283,7 @@ class Method:
         precision: ``"fp64"`` (default) or ``"fp32"`` (GPU only, N <= 1e4).
         device: ``"auto"``, ``"cpu"`` or ``"gpu"``.
         greeks: compute delta, gamma, theta, vega and rho as well as the price.
+        iv_tolerance: absolute tolerance on the volatility when solving implied volatilities.
     """
 
     name: str = "binomial"
@@ -289,6 +291,7 @@ class Method:
     precision: str = "fp64"
     device: str = "auto"
     greeks: bool = True
+    iv_tolerance: float = 1e-12
 
     def __post_init__(self) -> None:
         name = str(self.name).strip().lower().replace("_", "-")
@@ -303,6 +306,8 @@ class Method:
             raise InvalidInputError("precision", None, self.precision, f"expected one of {list(PRECISIONS)}")
         if self.device not in DEVICES:
             raise InvalidInputError("device", None, self.device, f"expected one of {list(DEVICES)}")
+        if not (isinstance(self.iv_tolerance, (int, float)) and 0 < float(self.iv_tolerance) <= 0.01):
+            raise InvalidInputError("iv_tolerance", None, self.iv_tolerance, "expected a number in (0, 0.01]")
         if np.ndim(self.steps) == 0:
             s, errs = validate_steps(self.steps, 1)
             if errs:

@@ -1,0 +1,85 @@
+"""CPU CRR binomial: ours (numba) against QuantLib's BinomialVanillaEngine("crr"), one run.
+
+Prints JSON: one American put at N = 1e3 and 1e4 on one core (ns per node, ratio to
+QuantLib), and 10,000 American puts x N = 1000 on all cores.
+
+    python bench/binomial_cpu.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import numba
+import numpy as np
+
+from optiond.kernels import binomial_cpu as bc
+
+
+def nodes(N: int) -> int:
+    return (N + 1) * (N + 2) // 2
+
+
+def best_of(fn, repeats: int) -> float:
+    fn()  # warm-up (JIT compile, caches)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def quantlib_put(N: int, repeats: int):
+    import QuantLib as ql
+
+    today = ql.Date(2, 1, 2026)
+    ql.Settings.instance().evaluationDate = today
+    dc = ql.Actual365Fixed()
+    spot = ql.SimpleQuote(100.0)
+    proc = ql.BlackScholesMertonProcess(
+        ql.QuoteHandle(spot), ql.YieldTermStructureHandle(ql.FlatForward(today, 0.0, dc)),
+        ql.YieldTermStructureHandle(ql.FlatForward(today, 0.05, dc)),
+        ql.BlackVolTermStructureHandle(ql.BlackConstantVol(today, ql.NullCalendar(), 0.2, dc)))
+    opt = ql.VanillaOption(ql.PlainVanillaPayoff(ql.Option.Put, 100.0), ql.AmericanExercise(today, today + 365))
+    opt.setPricingEngine(ql.BinomialVanillaEngine(proc, "crr", N))
+    state = {"i": 0}
+
+    def run():
+        state["i"] += 1
+        spot.setValue(100.0 + 1e-9 * (state["i"] % 2))  # forces a fresh calculation
+        return opt.NPV()
+
+    return best_of(run, repeats), ql.__version__
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    out = {"bench": "binomial_cpu", "date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
+           "cpus": os.cpu_count(), "numba_threads": numba.get_num_threads(), "single_option": []}
+    for N in (1000, 10_000):
+        ours = best_of(lambda: bc.crr_batch(0, 1, 100.0, 100.0, 1.0, 0.05, 0.0, 0.2, N, greeks=False, parallel=False), args.repeats)
+        ql_t, ql_version = quantlib_put(N, max(2, args.repeats // 2) if N > 5000 else args.repeats)
+        out["quantlib"] = ql_version
+        out["single_option"].append({
+            "N": N, "ours_s": ours, "ours_ns_per_node": ours / nodes(N) * 1e9,
+            "quantlib_s": ql_t, "quantlib_ns_per_node": ql_t / nodes(N) * 1e9, "speedup_vs_quantlib": ql_t / ours})
+    n, N = 10_000, 1000
+    rng = np.random.default_rng(0)
+    K = rng.uniform(80.0, 120.0, n)
+    batch = best_of(lambda: bc.crr_batch(0, 1, 100.0, K, 1.0, 0.05, 0.0, 0.25, N, greeks=False, parallel=True), 3)
+    out["batch"] = {"options": n, "N": N, "seconds": batch, "ns_per_node_per_core": batch * numba.get_num_threads() / (n * nodes(N)) * 1e9,
+                    "nodes_per_s": n * nodes(N) / batch}
+    greeks = best_of(lambda: bc.crr_batch(0, 1, 100.0, K, 1.0, 0.05, 0.0, 0.25, N, greeks=True, parallel=True), 2)
+    out["batch_with_greeks_s"] = greeks
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

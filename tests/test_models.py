@@ -1,0 +1,72 @@
+"""Schema validation: every invalid value is named by field, row and value."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from optiond import engine
+from optiond.models import Batch, InvalidInputError, Method, validate_columns
+
+GOOD = dict(kind=["put", "call", "put"], style=["american", "european", "american"], spot=100.0,
+            strike=[90.0, 100.0, 110.0], expiry=1.0, rate=0.05, dividend_yield=0.01, volatility=0.25)
+
+
+@pytest.mark.parametrize("field,value,reason", [
+    ("spot", 0.0, "> 0"), ("spot", -5.0, "> 0"), ("strike", 0.0, "> 0"), ("expiry", -1.0, "> 0"),
+    ("volatility", 0.0, "> 0"), ("volatility", 10.5, "<= 10"), ("rate", math.nan, "finite"),
+    ("dividend_yield", math.inf, "finite"), ("strike", math.nan, "finite"), ("kind", "straddle", "unknown kind"),
+    ("style", "bermudan", "unknown style"), ("spot", "abc", "not a number"),
+])
+def test_invalid_value_names_field_row_and_value(field, value, reason):
+    cols = dict(GOOD)
+    col = np.array(np.broadcast_to(np.asarray(cols[field], dtype=object), (3,)), dtype=object)
+    col[1] = value
+    cols[field] = col
+    with pytest.raises(InvalidInputError) as ei:
+        Batch.from_columns(cols)
+    e = ei.value
+    assert isinstance(e, ValueError)
+    assert (e.field, e.row) == (field, 1)
+    assert reason in str(e) and "row 1" in str(e)
+
+
+@pytest.mark.parametrize("steps,reason", [(0, "between"), (10_000_001, "between"), (2.5, "whole"), (math.nan, "finite")])
+def test_invalid_steps(steps, reason):
+    with pytest.raises(InvalidInputError, match=reason):
+        Method(steps=steps)
+
+
+@pytest.mark.parametrize("steps,reason", [(0, "between"), (10_000_001, "between"), (2.5, "whole"), ("many", "not a number")])
+def test_invalid_steps_in_a_table_mark_the_row(steps, reason):
+    # (a blank / NaN cell in a table means "the method's default", so it is not an error there)
+    res = engine.price_table(dict(GOOD, steps=np.array([100, steps, 100], dtype=object)))
+    assert res.status.tolist() == ["ok", "error", "ok"] and reason in res.error[1]
+
+
+def test_unknown_method_and_whole_table_errors():
+    with pytest.raises(InvalidInputError, match="unknown method"):
+        Method(name="monte-carlo-ish")
+    with pytest.raises(InvalidInputError, match="missing column"):
+        Batch.from_columns({k: v for k, v in GOOD.items() if k != "strike"})
+    with pytest.raises(InvalidInputError, match="lengths differ"):
+        Batch.from_columns(dict(GOOD, spot=[1.0, 2.0]))
+
+
+def test_one_bad_row_is_marked_and_the_rest_priced():
+    cols = dict(GOOD, spot=[100.0, -1.0, 100.0])
+    arrays, errors = validate_columns(cols)
+    assert [(e.row, e.field) for e in errors] == [(1, "spot")]
+    res = engine.price_table(cols, Method(steps=200))
+    assert res.status.tolist() == ["ok", "error", "ok"]
+    assert np.isnan(res.price[1]) and "spot" in res.error[1]
+    good = engine.price(Batch.from_columns(dict(GOOD, spot=100.0)).take([0, 2]), Method(steps=200))
+    np.testing.assert_array_equal(res.price[[0, 2]], good.price)
+
+
+def test_scalars_broadcast_and_codes_accepted():
+    b = Batch.from_columns(kind=[0, 1], style=1, spot=100, strike=100, expiry=0.5, rate=0.0, volatility=0.2)
+    assert len(b) == 2 and b.kind.tolist() == [0, 1] and b.style.tolist() == [1, 1]
+    assert b.dividend_yield.tolist() == [0.0, 0.0]
