@@ -201,3 +201,29 @@ def test_convergence_n_vs_2n(p):
     # Cauchy: successive refinements agree ever more closely (O(1/N) with oscillation)
     assert abs(v[2] - v[3]) <= 2.5e-3 * scale
     assert abs(v[2] - v[3]) <= abs(v[0] - v[1]) + 1e-3 * scale
+
+
+@pytest.mark.parametrize("N", [1, 2, 3])
+def test_tree_greeks_on_the_shortest_trees(N):
+    # exact hand values of the CRR tree Greeks (Hull §21.1) from the exact recurrence's levels
+    S, K, T, r, q, s = 100.0, 100.0, 0.5, 0.05, 0.01, 0.3
+    out = crr(0, 1, S, K, T, r, q, s, N, greeks=True)[:, 0]
+    dt = T / N
+    u = math.exp(s * math.sqrt(dt))
+    d = 1 / u
+
+    def node(t, j):  # value at level t, node j: a tree of N - t steps from that node's spot and time
+        St = S * u ** j * d ** (t - j)
+        if t == N:
+            return max(K - St, 0.0)
+        return max(exact_crr(False, True, St, K, T - t * dt, r, q, s, N - t),  # same dt, so the same u, d, p
+                   K - St)
+
+    delta = (node(1, 1) - node(1, 0)) / (S * u - S * d)
+    assert out[1] == pytest.approx(delta, rel=1e-12)
+    if N >= 2:
+        g = ((node(2, 2) - node(2, 1)) / (S * u * u - S) - (node(2, 1) - node(2, 0)) / (S - S * d * d)) / (0.5 * (S * u * u - S * d * d))
+        assert out[2] == pytest.approx(g, rel=1e-10)
+        assert out[3] == pytest.approx((node(2, 1) - out[0]) / (2 * dt), rel=1e-10)
+    else:
+        assert np.isnan(out[2]) and np.isnan(out[3])

@@ -82,6 +82,13 @@ def crr_tree(is_call, american, S, K, T, r, q, sigma, N, V, X, levels):
         V[j] = max(x, 0.0)
     for k in range(6):
         levels[k] = np.nan
+    if N == 2:  # the leaves are level 2
+        levels[3] = V[0]
+        levels[4] = V[1]
+        levels[5] = V[2]
+    elif N == 1:  # the leaves are level 1
+        levels[1] = V[0]
+        levels[2] = V[1]
     for t in range(N - 1, -1, -1):
         if american:
             if (N - t) % REANCHOR == 0:
