@@ -1,0 +1,322 @@
+"""Adaptive MLMC (Giles 2008/2015, Milstein GBM): accuracy against closed forms and an
+independent Monte Carlo reference, variance decay, determinism, the Philox generator, the
+report, and (marked ``gpu``) agreement of the GPU sampler with the CPU."""
+
+from __future__ import annotations
+
+import io
+import math
+from contextlib import redirect_stdout
+
+import numba
+import numpy as np
+import pytest
+
+from optiond.kernels import mlmc_cpu
+from optiond.kernels.black_scholes import bs_price_greeks
+from optiond.kernels.mlmc import (
+    MLMCResult,
+    chunk_layout,
+    mlmc_price,
+    mlmc_price_batch,
+    mlmc_test,
+)
+from optiond.kernels.philox import KAT_VECTORS, philox_block, philox_normals, seed_key
+from optiond.models import InvalidInputError
+
+# Giles' GBM test case (Giles 2008 §6; mcqmc06.m)
+S0, K, T, R, SIG = 100.0, 100.0, 1.0, 0.05, 0.2
+EPS = 0.01
+SEEDS = range(1, 21)
+
+
+def bs(kind, q=0.0, spot=S0, strike=K, expiry=T, rate=R, vol=SIG):
+    return float(bs_price_greeks(np.array([kind]), spot, strike, expiry, rate, q, vol)["price"][0])
+
+
+def digital_closed_form(payout, q=0.0):
+    d2 = (math.log(S0 / K) + (R - q - 0.5 * SIG * SIG) * T) / (SIG * math.sqrt(T))
+    return payout * math.exp(-R * T) * 0.5 * math.erfc(-d2 / math.sqrt(2.0))
+
+
+# ----------------------------------------------------------------------------- Philox
+
+
+@pytest.mark.parametrize("rounds, counter, key, expected", KAT_VECTORS)
+def test_philox_known_answers(rounds, counter, key, expected):
+    assert philox_block(counter, key, rounds) == expected
+
+
+def test_philox_normals_are_standard_normal():
+    z = philox_normals(2024, 3, 10**10, 50_000, 4).ravel()
+    n = z.size
+    assert abs(z.mean()) < 5 / math.sqrt(n)
+    assert abs(z.var() - 1) < 5 * math.sqrt(2 / n)
+    assert abs((z ** 4).mean() - 3) < 5 * math.sqrt(96 / n)
+    # counters, not state: a sub-range reproduces exactly
+    assert np.array_equal(philox_normals(2024, 3, 10**10 + 777, 5, 4), philox_normals(2024, 3, 10**10, 800, 4)[777:782])
+
+
+def test_seed_key_range():
+    assert seed_key(2**64 - 1) == (0xFFFFFFFF, 0xFFFFFFFF)
+    with pytest.raises(ValueError):
+        seed_key(-1)
+
+
+# ----------------------------------------------------------------------------- accuracy
+
+
+def test_european_call_and_put_within_2eps_of_black_scholes():
+    for kind, payoff in ((1, "call"), (0, "put")):
+        exact = bs(kind)
+        errs = [mlmc_price(payoff, S0, K, T, R, 0.0, SIG, EPS, seed=s).price - exact for s in SEEDS]
+        ok = sum(abs(e) <= 2 * EPS for e in errs)
+        assert ok >= 18, (payoff, exact, errs)
+
+
+def test_digital_call_within_2eps_of_closed_form():
+    # Giles' digital (mcqmc06 option 4) pays K * 1{S_T > K}: eps = 0.01 on a price of ~53
+    exact = digital_closed_form(100.0)
+    errs = [mlmc_price("digital_call", S0, K, T, R, 0.0, SIG, EPS, seed=s, payout=100.0).price - exact for s in SEEDS]
+    assert sum(abs(e) <= 2 * EPS for e in errs) >= 18, (exact, errs)
+    # unit cash-or-nothing at the same relative accuracy, and the put side by parity
+    res = mlmc_price("digital_call", S0, K, T, R, 0.0, SIG, 1e-4, seed=7)
+    assert abs(res.price - digital_closed_form(1.0)) <= 3e-4
+    put = mlmc_price("digital_put", S0, K, T, R, 0.0, SIG, 1e-4, seed=8)
+    assert abs(put.price - (math.exp(-R * T) - digital_closed_form(1.0))) <= 3e-4
+
+
+def asian_reference(n_paths=200_000, n_steps=256, seed=20240607, q=0.0):
+    """Independent plain Monte Carlo for the arithmetic-average (trapezoidal, continuous-limit)
+    Asian call: exact GBM on a 256-step grid (NumPy PCG64 normals), with the geometric average
+    under the same weights as a control variate (closed form). Returns (price, std_error)."""
+    rng = np.random.default_rng(seed)
+    h = T / n_steps
+    t = np.linspace(0.0, T, n_steps + 1)
+    w = np.full(n_steps + 1, h / T)
+    w[0] = w[-1] = 0.5 * h / T
+    mu = R - q - 0.5 * SIG * SIG
+    m_g = math.log(S0) + mu * float(w @ t)
+    v_g = SIG * SIG * float(w @ np.minimum.outer(t, t) @ w)
+    d1 = (m_g - math.log(K) + v_g) / math.sqrt(v_g)
+    d2 = d1 - math.sqrt(v_g)
+    ncdf = lambda x: 0.5 * math.erfc(-x / math.sqrt(2.0))  # noqa: E731
+    geo_exact = math.exp(-R * T) * (math.exp(m_g + 0.5 * v_g) * ncdf(d1) - K * ncdf(d2))
+    xs, gs = [], []
+    for start in range(0, n_paths, 20_000):
+        m = min(20_000, n_paths - start)
+        logs = np.empty((m, n_steps + 1))
+        logs[:, 0] = math.log(S0)
+        np.cumsum(rng.standard_normal((m, n_steps)) * (SIG * math.sqrt(h)) + mu * h, axis=1, out=logs[:, 1:])
+        logs[:, 1:] += math.log(S0)
+        a = np.exp(logs) @ w
+        g = np.exp(logs @ w)
+        xs.append(math.exp(-R * T) * np.maximum(a - K, 0.0))
+        gs.append(math.exp(-R * T) * np.maximum(g - K, 0.0))
+    x, g = np.concatenate(xs), np.concatenate(gs)
+    c = np.cov(x, g)
+    b = c[0, 1] / c[1, 1]
+    y = x - b * (g - geo_exact)
+    return float(y.mean()), float(y.std(ddof=1) / math.sqrt(len(y)))
+
+
+def test_asian_call_against_plain_monte_carlo_reference():
+    ref, se = asian_reference()
+    assert se < 2e-3
+    errs = [mlmc_price("asian_call", S0, K, T, R, 0.0, SIG, EPS, seed=s).price - ref for s in SEEDS]
+    assert sum(abs(e) <= 2 * EPS + 2 * se for e in errs) >= 18, (ref, se, errs)
+
+
+def test_dividend_yield_call_put():
+    q = 0.03
+    for kind, payoff in ((1, "call"), (0, "put")):
+        exact = bs(kind, q=q)
+        errs = [mlmc_price(payoff, S0, K, T, R, q, SIG, 0.02, seed=s).price - exact for s in range(5)]
+        assert sum(abs(e) <= 0.04 for e in errs) >= 4, (payoff, exact, errs)
+
+
+def test_result_fields_and_convergence():
+    res = mlmc_price("call", S0, K, T, R, 0.0, SIG, EPS, seed=3)
+    assert isinstance(res, MLMCResult)
+    L = res.levels
+    for arr in (res.n_samples, res.mean, res.variance, res.cost, res.mean_fine, res.var_fine, res.kurtosis, res.consistency, res.seconds):
+        assert arr.shape == (L,)
+    assert res.converged and not res.warnings
+    assert res.mse <= EPS ** 2 and res.std_error ** 2 + res.bias ** 2 == pytest.approx(res.mse)
+    assert res.price == pytest.approx(float(res.mean.sum()), rel=1e-12)
+    # Giles' sample-count rule holds at the end: N_l >= 2 eps^-2 sqrt(V_l/C_l) Σ sqrt(V C) (up to 1%)
+    ns = 2 / EPS ** 2 * np.sqrt(res.variance / res.cost) * np.sum(np.sqrt(res.variance * res.cost))
+    assert np.all(res.n_samples >= 0.99 * np.floor(ns))
+    assert 0.6 < res.alpha < 1.5 and 1.5 < res.beta < 2.5 and res.gamma == pytest.approx(1.0)
+    assert res.fine_steps == sum(int(n) << l for l, n in enumerate(res.n_samples))
+    d = res.as_dict()
+    assert d["price"] == res.price and d["n_samples"] == res.n_samples.tolist()
+
+
+def test_beta_of_the_call_is_two():
+    rep = mlmc_test("call", S0, K, T, R, 0.0, SIG, n=20_000, levels=8, eps_list=(), seed=11)
+    assert abs(rep.beta - 2.0) <= 0.3, rep.variance
+    assert abs(rep.alpha - 1.0) <= 0.3
+    assert rep.consistency.max() < 1.0
+
+
+def test_lmax_warning():
+    res = mlmc_price("call", S0, K, T, R, 0.0, SIG, 0.05, seed=1, l_min=1, l_max=2, n0=500)
+    assert not res.converged
+    assert res.levels == 3
+    assert any("weak convergence" in w for w in res.warnings)
+
+
+# ----------------------------------------------------------------------------- determinism
+
+
+def test_fixed_seed_reproduces_and_seed_matters():
+    a = mlmc_price("asian_call", S0, K, T, R, 0.0, SIG, 0.02, seed=42)
+    b = mlmc_price("asian_call", S0, K, T, R, 0.0, SIG, 0.02, seed=42)
+    c = mlmc_price("asian_call", S0, K, T, R, 0.0, SIG, 0.02, seed=43)
+    assert a.price == b.price and np.array_equal(a.sums, b.sums) and np.array_equal(a.n_samples, b.n_samples)
+    assert a.price != c.price
+
+
+def test_independent_of_thread_count():
+    prev = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = mlmc_price("call", S0, K, T, R, 0.0, SIG, 0.02, seed=5)
+        numba.set_num_threads(max(2, prev))
+        many = mlmc_price("call", S0, K, T, R, 0.0, SIG, 0.02, seed=5)
+    finally:
+        numba.set_num_threads(prev)
+    assert one.price == many.price and np.array_equal(one.sums, many.sums)
+
+
+def test_samples_depend_only_on_counters():
+    # units of a level are bit-identical however the range is split across calls (ranks)
+    key = seed_key(9)
+    args = (S0, K, T, R, SIG, math.exp(-R * T), 1.0)
+    for level in (0, 3, 6):
+        u = mlmc_cpu.unit_size(level)
+        whole = mlmc_cpu.run_level(mlmc_cpu.CALL, level, 0, 40 * u, u, key, *args)
+        parts = np.concatenate([mlmc_cpu.run_level(mlmc_cpu.CALL, level, a, 10 * u, u, key, *args) for a in range(0, 40 * u, 10 * u)])
+        assert np.array_equal(whole, parts)
+
+
+def test_chunk_layout():
+    for level in (0, 5, 9, 14):
+        for count in (1, 7, 256, 1000, 123_457, 10**9):
+            size, n = chunk_layout(level, count)
+            assert size % mlmc_cpu.unit_size(level) == 0 and 1 <= n <= 128 and (n - 1) * size < count <= n * size
+
+
+# ----------------------------------------------------------------------------- API, report
+
+
+def test_validation_errors():
+    with pytest.raises(InvalidInputError):
+        mlmc_price("barrier", S0, K, T, R, 0.0, SIG, EPS)
+    with pytest.raises(InvalidInputError):
+        mlmc_price("call", -1.0, K, T, R, 0.0, SIG, EPS)
+    with pytest.raises(InvalidInputError):
+        mlmc_price("call", S0, K, T, R, 0.0, 0.0, EPS)
+    with pytest.raises(InvalidInputError):
+        mlmc_price("call", S0, K, T, R, 0.0, SIG, 0.0)
+    with pytest.raises(InvalidInputError):
+        mlmc_price("call", S0, K, T, R, 0.0, SIG, EPS, device="tpu")
+
+
+def test_batch_helper():
+    out = mlmc_price_batch("call", S0, [90.0, 100.0, -5.0], T, R, 0.0, SIG, 0.05, seed=1)
+    assert np.isnan(out["price"][2]) and "strike" in out["error"][2]
+    exact = bs_price_greeks(np.array([1, 1]), S0, np.array([90.0, 100.0]), T, R, 0.0, SIG)["price"]
+    assert np.all(np.abs(out["price"][:2] - exact) < 0.2)
+    assert out["levels"][0] >= 3 and out["converged"][:2].all()
+
+
+def test_mlmc_test_command_prints_giles_report():
+    from optiond.commands import mlmc as cmd
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cmd.register(parser.add_subparsers())
+    args = parser.parse_args(["mlmc-test", "-N", "2000", "-L", "4", "--eps", "0.1", "0.05", "--seed", "1"])
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert args.func(args) == 0
+    text = buf.getvalue()
+    for needle in ("ave(Pf-Pc)", "var(Pf-Pc)", "kurtosis", "check", "alpha =", "beta  =", "gamma =", "mlmc_cost", "std_cost", "savings"):
+        assert needle in text
+    assert len([ln for ln in text.splitlines() if ln.startswith(("1.000e-01", "5.000e-02"))]) == 2
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+def _gpu():
+    try:
+        from optiond.kernels import mlmc_gpu
+    except ImportError:
+        return None
+    return mlmc_gpu if mlmc_gpu.gpu_available() else None
+
+
+gpu = pytest.mark.skipif(_gpu() is None, reason="needs CuPy and an NVIDIA GPU")
+
+
+def _assert_sums_close(gpu_sums, cpu_sums, n, tol=1e-12):
+    """Sums agree to rounding. P_l sums relatively; for d = P_l - P_{l-1} (which cancels), a
+    per-sample error of tol * rms(P_l) bounds the error of Σd^p by p tol rms(P_l) Σ|d|^(p-1)."""
+    g, c = np.asarray(gpu_sums, float), np.asarray(cpu_sums, float)
+    np.testing.assert_allclose(g[4:], c[4:], rtol=tol)
+    rms_f = math.sqrt(c[5] / n)
+    m2, m4 = c[1] / n, c[3] / n
+    bounds = (1.0, 2.0 * math.sqrt(m2), 3.0 * m2, 4.0 * math.sqrt(m2 * m4))
+    for p in range(4):
+        assert abs(g[p] - c[p]) / n <= tol * rms_f * bounds[p] + 1e-300, (p, g[p], c[p])
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_philox_known_answers():
+    m = _gpu()
+    out = m.philox_kat_gpu([v[1] for v in KAT_VECTORS if v[0] == 10], [v[2] for v in KAT_VECTORS if v[0] == 10])
+    assert [tuple(int(x) for x in row) for row in out] == [v[3] for v in KAT_VECTORS if v[0] == 10]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("payoff", sorted(mlmc_cpu.PAYOFF_CODES))
+def test_gpu_level_sums_equal_cpu_to_rounding(payoff):
+    """Same seed and counters: sample-parallel levels (0-7) do the same operations in the same
+    order as the CPU (fmad off), team levels (8-12) the same factors in another association
+    order; differences are last-bit (libm vs CUDA math, summation trees)."""
+    m = _gpu()
+    code = mlmc_cpu.PAYOFF_CODES[payoff]
+    key = seed_key(77)
+    args = (S0, K, T, R - 0.01, SIG, math.exp(-R * T), 1.0)
+    s = m.GPUSampler(code, S0, K, T, R, 0.01, SIG, key)
+    for level, n in ((0, 100_000), (1, 50_000), (4, 20_000), (7, 4_000), (8, 1_000), (11, 64), (12, 16)):
+        cs, _ = chunk_layout(level, n)
+        g = s.run([(level, 1000, n, cs)])
+        c = mlmc_cpu.run_level(code, level, 1000, n, cs, key, *args)
+        _assert_sums_close(g.sum(0), c.sum(0), n)
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_adaptive_equals_cpu_and_is_deterministic():
+    for payoff in ("call", "digital_call", "asian_call"):
+        c = mlmc_price(payoff, S0, K, T, R, 0.0, SIG, 0.005, seed=3)
+        g1 = mlmc_price(payoff, S0, K, T, R, 0.0, SIG, 0.005, seed=3, device="gpu")
+        g2 = mlmc_price(payoff, S0, K, T, R, 0.0, SIG, 0.005, seed=3, device="gpu")
+        assert g1.price == g2.price and np.array_equal(g1.sums, g2.sums)
+        assert np.array_equal(g1.n_samples, c.n_samples)
+        assert g1.price == pytest.approx(c.price, rel=1e-12, abs=1e-12)
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_fast_variant_agrees_statistically():
+    exact = bs(1)
+    errs = [mlmc_price("call", S0, K, T, R, 0.0, SIG, EPS, seed=s, device="gpu", gpu_options={"fast": True}).price - exact
+            for s in SEEDS]
+    assert sum(abs(e) <= 2 * EPS for e in errs) >= 18, errs
