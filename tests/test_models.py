@@ -70,3 +70,22 @@ def test_scalars_broadcast_and_codes_accepted():
     b = Batch.from_columns(kind=[0, 1], style=1, spot=100, strike=100, expiry=0.5, rate=0.0, volatility=0.2)
     assert len(b) == 2 and b.kind.tolist() == [0, 1] and b.style.tolist() == [1, 1]
     assert b.dividend_yield.tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("method", [Method(steps=150), Method(steps=3, greeks=True), Method(name="black-scholes")])
+def test_single_contract_fast_path_equals_the_batch_path(method):
+    one = dict(kind="call", style="european" if method.name == "black-scholes" else "american", spot=101.0,
+               strike=97.0, expiry=0.7, rate=0.03, dividend_yield=0.02, volatility=0.31)
+    fast = engine.price_table(one, method)
+    batch = engine.price_table({k: [v, v] for k, v in one.items()}, method)
+    for f in ("price", "delta", "gamma", "theta", "vega", "rho"):
+        assert getattr(fast, f)[0] == getattr(batch, f)[0] or (np.isnan(getattr(fast, f)[0]) and np.isnan(getattr(batch, f)[0]))
+
+
+@pytest.mark.parametrize("bad,reason", [(dict(spot=-1.0), "spot"), (dict(volatility=12.0), "<= 10"), (dict(kind="strangle"), "kind"),
+                                        (dict(steps=0), "steps"), (dict(expiry=5.0, rate=0.1, volatility=0.05, steps=1), "CRR probability")])
+def test_single_contract_errors_match_the_batch_path(bad, reason):
+    one = dict(dict(kind="put", style="american", spot=100.0, strike=100.0, expiry=1.0, rate=0.05, volatility=0.2), **bad)
+    fast = engine.price_table(one, Method(steps=100))
+    batch = engine.price_table({k: [v] for k, v in one.items()}, Method(steps=100))
+    assert fast.status[0] == batch.status[0] == "error" and fast.error[0] == batch.error[0] and reason in fast.error[0]

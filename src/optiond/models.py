@@ -16,6 +16,7 @@ raises :class:`InvalidInputError` on the first one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
@@ -70,6 +71,10 @@ class RowError:
 def _codes(values: Any, table: Mapping[str, int], name: str, n: int) -> tuple[np.ndarray, list[RowError]]:
     """Map kind/style labels (strings, or already-integer codes) to int8 codes; -1 when unknown."""
     arr = np.asarray(values)
+    if arr.ndim == 0 and arr.dtype.kind in "USO":  # one label for every row: look it up once
+        code = table.get(str(arr.item()).strip().lower()) if arr.item() is not None else None
+        if code is not None:
+            return np.full(n, code, dtype=np.int8), []
     if arr.ndim == 0:
         arr = np.full(n, arr.item(), dtype=arr.dtype)
     out = np.full(arr.shape[0], -1, dtype=np.int8)
@@ -157,20 +162,48 @@ def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
         out[name], e = _float_column(columns[name], name, n)
         errors += e
         col = out[name]
-        bad = ~np.isfinite(col)
-        if bad.any():
-            already = {err.row for err in e}
-            errors += [RowError(int(i), name, float(col[i]), "not a finite number") for i in np.flatnonzero(bad) if int(i) not in already]
-            col = np.where(bad, 1.0, col)  # so the range checks below only report new problems
-        if name in ("spot", "strike", "expiry", "volatility"):
-            errors += [RowError(int(i), name, float(col[i]), "must be > 0") for i in np.flatnonzero(col <= 0)]
-        if name == "volatility":
-            errors += [RowError(int(i), name, float(col[i]), f"must be <= {MAX_VOLATILITY:g}") for i in np.flatnonzero(col > MAX_VOLATILITY)]
+        positive = name in ("spot", "strike", "expiry", "volatility")
+        with np.errstate(invalid="ignore"):
+            fine = np.isfinite(col) if not positive else (col > 0) & (col <= (MAX_VOLATILITY if name == "volatility" else np.inf))
+        if fine.all():  # the common case: one vectorised pass, no per-row work
+            continue
+        already = {err.row for err in e}
+        for i in np.flatnonzero(~fine).tolist():
+            v = float(col[i])
+            if i in already:
+                continue
+            if not np.isfinite(v):
+                errors.append(RowError(i, name, v, "not a finite number"))
+            elif v <= 0:
+                errors.append(RowError(i, name, v, "must be > 0"))
+            else:
+                errors.append(RowError(i, name, v, f"must be <= {MAX_VOLATILITY:g}"))
     # keep the first problem per row, in row order
     first: dict[int, RowError] = {}
     for err in errors:
         first.setdefault(err.row, err)
     return out, [first[r] for r in sorted(first)]
+
+
+def scalar_row(columns: Mapping[str, Any]) -> tuple | None:
+    """The one-contract fast path: ``(kind, style, spot, strike, expiry, rate, dividend_yield,
+    volatility)`` as Python values when every column is a scalar that certainly passes
+    :func:`validate_columns`; None otherwise (then the general path reports any error, so the
+    rules and messages live in one place)."""
+    try:
+        k, st = columns["kind"], columns.get("style", "american")
+        kind = KIND_CODES.get(k.strip().lower()) if isinstance(k, str) else (int(k) if k in (0, 1) else None)
+        style = STYLE_CODES.get(st.strip().lower()) if isinstance(st, str) else (int(st) if st in (0, 1) else None)
+        vals = [float(columns[f]) for f in ("spot", "strike", "expiry", "rate")] + [
+            float(columns.get("dividend_yield", 0.0)), float(columns["volatility"])]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if kind is None or style is None or not all(math.isfinite(v) for v in vals):
+        return None
+    S, K, T, r, q, sigma = vals
+    if S <= 0 or K <= 0 or T <= 0 or sigma <= 0 or sigma > MAX_VOLATILITY:
+        return None
+    return kind, style, S, K, T, r, q, sigma
 
 
 def validate_steps(steps: Any, n: int) -> tuple[np.ndarray, list[RowError]]:
@@ -180,6 +213,8 @@ def validate_steps(steps: Any, n: int) -> tuple[np.ndarray, list[RowError]]:
         arr = np.full(n, arr.item())
     if arr.ndim != 1 or arr.shape[0] != n:
         raise InvalidInputError("steps", None, f"shape {arr.shape}", f"expected a scalar or {n} values")
+    if arr.dtype.kind in "iu" and arr.shape[0] and int(arr.min()) >= 1 and int(arr.max()) <= MAX_STEPS:
+        return arr.astype(np.int64, copy=False), []
     errors: list[RowError] = []
     vals, e = _float_column(arr, "steps", n)
     errors += e

@@ -156,6 +156,22 @@ def _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, lv, base, whi
     return (up - dn) / width
 
 
+@nb.njit(cache=True, nogil=True)
+def crr_one(is_call, american, S, K, T, r, q, sigma, N, greeks):
+    """One option (scalars) -> (price, delta, gamma, theta, vega, rho): the batch loop's body,
+    without array set-up, for single-contract requests. Assumes p in [0, 1]."""
+    V = np.empty(N + 1)
+    X = np.empty(N + 1)
+    lv = np.empty(6)
+    price = crr_tree(is_call, american, S, K, T, r, q, sigma, N, V, X, lv)
+    if not greeks:
+        return price, np.nan, np.nan, np.nan, np.nan, np.nan
+    delta, gamma, theta = _tree_greeks(S, T, sigma, N, lv)
+    vega = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, lv, price, 0, VEGA_BUMP)
+    rho = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, lv, price, 1, RHO_BUMP)
+    return price, delta, gamma, theta, vega, rho
+
+
 def _batch_impl(kind, style, S, K, T, r, q, sigma, steps, greeks):
     n = S.shape[0]
     out = np.full((6, n), np.nan)
@@ -206,7 +222,8 @@ def probability_message(p: float) -> str:
             "yield and volatility (need sigma*sqrt(dt) > |r-q|*dt); raise steps")
 
 
-def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps, greeks=True, parallel=None):
+def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps, greeks=True, parallel=None,
+              check=True):
     """Price arrays of options on CRR trees, in parallel over options (numba ``prange``).
 
     Args:
@@ -216,6 +233,7 @@ def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
         steps: CRR time steps per option, int array shape (n,) or a scalar (1 ... 1e7).
         greeks: also return the tree Greeks (vega and rho cost four more trees).
         parallel: force the threaded (True) or serial (False) loop; default by problem size.
+        check: verify p in [0, 1] (callers that already did, e.g. the engine, pass False).
 
     Returns:
         float64 array of shape (6, n): rows price, delta, gamma, theta, vega, rho (NaN rows
@@ -226,8 +244,8 @@ def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
     """
     kind, style, S, K, T, r, q, s, N = as_columns((kind, np.int8), (style, np.int8), spot, strike, expiry, rate,
                                                   dividend_yield, volatility, (steps, np.int64))
-    bad = probability_errors(T, r, q, s, N)
-    if bad.size:
+    bad = probability_errors(T, r, q, s, N) if check else ()
+    if len(bad):
         i = int(bad[0])
         p = float(probabilities(T[i], r[i], q[i], s[i], N[i]))
         raise CRRProbabilityError(f"option {i}: {probability_message(p)}")

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# optiond installer for Linux and macOS.
+#
+#   installer/install.sh [--prefix DIR] [--gpu | --no-gpu] [--no-service] [--unit-dir DIR]
+#                        [--bin-dir DIR] [--source PATH_OR_SPEC] [--uninstall]
+#
+# Creates a virtual environment under PREFIX (default ~/.local/share/optiond), installs optiond
+# into it (with the GPU extra when nvidia-smi answers), links the `optiond` command into
+# BIN_DIR (default ~/.local/bin), writes the daemon's systemd user unit (Type=notify, watchdog,
+# restart on failure) and enables it where a systemd user manager runs, then runs
+# `optiond status`. Everything it adds is listed in PREFIX/install-manifest.txt, which
+# --uninstall reads to remove exactly that.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+prefix="${XDG_DATA_HOME:-$HOME/.local/share}/optiond"
+bin_dir="$HOME/.local/bin"
+unit_dir="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
+source_spec="$(dirname "$here")"
+gpu=auto
+service=1
+uninstall=0
+python=${PYTHON:-python3}
+
+die() { echo "install.sh: $*" >&2; exit 1; }
+say() { echo "==> $*"; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix) prefix=$2; shift 2 ;;
+    --bin-dir) bin_dir=$2; shift 2 ;;
+    --unit-dir) unit_dir=$2; shift 2 ;;
+    --source) source_spec=$2; shift 2 ;;
+    --gpu) gpu=yes; shift ;;
+    --no-gpu) gpu=no; shift ;;
+    --no-service) service=0; shift ;;
+    --uninstall) uninstall=1; shift ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option $1 (see --help)" ;;
+  esac
+done
+
+manifest="$prefix/install-manifest.txt"
+unit_name=optiond.service
+
+if [ "$uninstall" = 1 ]; then
+  [ -f "$manifest" ] || die "nothing to uninstall: no $manifest"
+  if command -v systemctl >/dev/null 2>&1 && grep -q "^unit " "$manifest" && systemctl --user show-environment >/dev/null 2>&1; then
+    systemctl --user disable --now "$unit_name" >/dev/null 2>&1 || true
+  fi
+  # remove files and links first, then the directories (deepest first)
+  while read -r what path; do
+    case "$what" in
+      file|link|unit) rm -f "$path" ;;
+    esac
+  done < "$manifest"
+  grep "^dir " "$manifest" | awk '{print $2}' | sort -r | while read -r d; do rm -rf "$d"; done
+  if command -v systemctl >/dev/null 2>&1 && systemctl --user show-environment >/dev/null 2>&1; then
+    systemctl --user daemon-reload || true
+  fi
+  rm -f "$manifest"
+  rmdir "$prefix" 2>/dev/null || true
+  say "optiond removed from $prefix"
+  exit 0
+fi
+
+command -v "$python" >/dev/null 2>&1 || die "$python not found: install Python >= 3.10"
+"$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
+  || die "Python >= 3.10 needed, found $("$python" -V 2>&1)"
+
+mkdir -p "$prefix"
+: > "$manifest.new"
+record() { echo "$1 $2" >> "$manifest.new"; }
+[ -d "$prefix/venv" ] || record dir "$prefix/venv"
+
+say "virtual environment: $prefix/venv"
+"$python" -m venv "$prefix/venv"
+pip="$prefix/venv/bin/python -m pip"
+$pip install -q --upgrade pip
+
+extra=""
+if [ "$gpu" = yes ] || { [ "$gpu" = auto ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
+  extra="[gpu]"
+  say "NVIDIA GPU found: installing the GPU extra (CuPy)"
+fi
+if [ -d "$source_spec" ]; then
+  $pip install -q "$source_spec$extra"
+else
+  $pip install -q "$source_spec$extra"
+fi
+
+mkdir -p "$bin_dir"
+ln -sf "$prefix/venv/bin/optiond" "$bin_dir/optiond"
+record link "$bin_dir/optiond"
+
+if [ "$service" = 1 ]; then
+  mkdir -p "$unit_dir"
+  unit="$unit_dir/$unit_name"
+  "$prefix/venv/bin/optiond" service unit --exec "$prefix/venv/bin/optiond" > "$unit"
+  record unit "$unit"
+  if command -v systemctl >/dev/null 2>&1 && systemctl --user show-environment >/dev/null 2>&1; then
+    systemctl --user daemon-reload
+    systemctl --user enable --now "$unit_name"
+    say "systemd user service $unit_name enabled and started"
+  else
+    say "no systemd user manager here: unit written to $unit (start the daemon with 'optiond serve --detach')"
+  fi
+fi
+record dir "$prefix/venv"
+sort -u "$manifest.new" > "$manifest"
+rm -f "$manifest.new"
+
+say "installed: $("$prefix/venv/bin/optiond" --version)"
+"$prefix/venv/bin/optiond" status || say "the daemon is not running yet"
+exit 0

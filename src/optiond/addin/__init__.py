@@ -1,0 +1,30 @@
+"""optiond in Excel: the worksheet functions (xlwings user-defined functions).
+
+* :mod:`optiond.addin.table`: the one table of functions, arguments, descriptions and
+  defaults, which builds the xlwings decorators, the documentation and the VBA modules
+  (``python -m optiond.addin.table --write-vba`` regenerates ``addin/vba/``);
+* :mod:`optiond.addin.functions`: the functions themselves (``BOPM_PUT``, ``BOPM_CALL``,
+  ``BS_PUT``, ``BS_CALL``, ``BOPM_IV``, ``BOPM_GREEKS``), their request cache
+  (:func:`clear_cache`; ``OPTIOND_CACHE=0`` turns it off) and their registration with the
+  ``formulas`` package (:func:`register_formulas`).
+
+xlwings' ``UDF_MODULES`` setting names ``optiond.addin.functions``. The names below are
+imported on first use, so importing this package stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {name: "functions" for name in ("BOPM_CALL", "BOPM_GREEKS", "BOPM_IV", "BOPM_PUT", "BS_CALL", "BS_PUT",
+                                           "WORKSHEET_FUNCTIONS", "cache_info", "clear_cache", "register_formulas")}
+_EXPORTS["FUNCTIONS"] = "table"
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""Sub-command modules of the optiond CLI (each exposes register(subparsers))."""

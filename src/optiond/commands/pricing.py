@@ -1,0 +1,142 @@
+"""``optiond price`` (a portfolio CSV) and ``optiond chain`` (a listed option chain)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .. import chain as chain_job
+from ..models import CONTRACT_FIELDS, MARKET_FIELDS, InvalidInputError, Method, Result
+
+PORTFOLIO_COLUMNS = CONTRACT_FIELDS + MARKET_FIELDS + ("method", "steps")
+
+
+class ClientPricer:
+    """The daemon client behind the chain job's pricer interface (with or without fall-back)."""
+
+    def __init__(self, fallback: bool):
+        from ..daemon.client import get_client  # the daemon is optional for in-process runs
+
+        self.client = get_client()
+        self.fallback = fallback
+        self.via = "daemon"
+
+    def price_table(self, columns: Mapping[str, Any], method: Method | None = None) -> Result:
+        return self.client.price_table(columns, method, fallback=self.fallback)
+
+    def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None):
+        return self.client.implied_vol(prices, columns, method, fallback=self.fallback)
+
+
+def make_pricer(args: argparse.Namespace):
+    """In-process with --no-daemon; the daemon only with --daemon-only; else daemon with fall-back."""
+    if args.no_daemon:
+        return chain_job.LocalPricer()
+    return ClientPricer(fallback=not args.daemon_only)
+
+
+def _add_pricer_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--no-daemon", action="store_true", help="price in this process; do not contact a daemon")
+    g.add_argument("--daemon-only", action="store_true", help="fail if no daemon answers (no in-process fall-back)")
+
+
+def _progress(total: int, desc: str):
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=desc, unit="contract", file=sys.stderr, disable=None)
+    state = {"n": 0}
+
+    def update(done: int) -> None:
+        bar.update(done - state["n"])
+        state["n"] = done
+
+    return bar, update
+
+
+def cmd_price(args: argparse.Namespace) -> int:
+    try:
+        df = pd.read_csv(args.file)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        print(f"optiond price: cannot read {args.file}: {e}", file=sys.stderr)
+        return 2
+    missing = [c for c in ("kind", "spot", "strike", "expiry", "rate", "volatility") if c not in df.columns]
+    if missing:
+        print(f"optiond price: {args.file}: missing columns {missing}; expected {list(PORTFOLIO_COLUMNS)}", file=sys.stderr)
+        return 2
+    cols = {c: df[c].to_numpy() for c in PORTFOLIO_COLUMNS if c in df.columns}
+    try:
+        pricer = make_pricer(args)
+        res = pricer.price_table(cols, Method(steps=args.steps, greeks=not args.no_greeks))
+    except InvalidInputError as e:
+        print(f"optiond price: {e}", file=sys.stderr)
+        return 2
+    out = df.copy()
+    for k, v in res.columns().items():
+        out[k] = v
+    out.to_csv(args.output or sys.stdout, index=False)
+    ok = int(np.sum(res.ok))
+    print(f"priced {ok}/{len(res)} rows ({len(res) - ok} errors) in {res.elapsed_s:.3f} s on {res.device} ({res.via})",
+          file=sys.stderr)
+    return 0 if ok == len(res) or args.allow_errors else 1
+
+
+def cmd_chain(args: argparse.Namespace) -> int:
+    try:
+        df = chain_job.read_chain(args.file)
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        print(f"optiond chain: {e}", file=sys.stderr)
+        return 2
+    pricer = make_pricer(args)
+    bar, update = _progress(len(df), df["underlying"].iloc[0] if len(df) else "chain")
+    try:
+        out, summary = chain_job.price_chain(df, pricer, rate=args.rate, dividend_yield=args.dividend_yield,
+                                             steps=args.steps, progress=update)
+    finally:
+        bar.close()
+    if args.output:
+        out.to_csv(args.output, index=False)
+    if args.json:
+        print(json.dumps({"contracts": summary.contracts, "by_status": summary.by_status, "elapsed_s": summary.elapsed_s,
+                          "contracts_per_s": summary.contracts_per_s, "device": summary.device, "via": summary.via}))
+    else:
+        print("\n".join(summary.lines()))
+        if args.output:
+            print(f"wrote {args.output}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("price", help="price a portfolio CSV",
+                       description="Price every row of a portfolio CSV with columns "
+                                   f"{','.join(PORTFOLIO_COLUMNS)} (style, dividend_yield, method, steps optional) and "
+                                   "write it back with price,delta,gamma,theta,vega,rho,status,error,device appended. "
+                                   "A bad row gets status=error and a reason; the rest are priced.")
+    p.add_argument("file", help="portfolio CSV")
+    p.add_argument("-o", "--output", help="output CSV (default: standard output)")
+    p.add_argument("--steps", type=int, default=1000, help="CRR steps where the file has none (default 1000)")
+    p.add_argument("--no-greeks", action="store_true", help="prices only")
+    p.add_argument("--allow-errors", action="store_true", help="exit 0 even if some rows failed")
+    _add_pricer_flags(p)
+    p.set_defaults(func=cmd_price)
+
+    c = sub.add_parser("chain", help="implied vols, prices and Greeks for an option chain CSV",
+                       description="For every contract of a listed chain (columns of examples/data/*.csv): the mid, "
+                                   "the implied volatility (CRR tree for American, Black-Scholes for European), the "
+                                   "model price at that volatility, the Greeks and a status.")
+    c.add_argument("file", help="chain CSV")
+    c.add_argument("-o", "--output", help="output CSV")
+    c.add_argument("--rate", type=float, default=chain_job.DEFAULT_RATE,
+                   help=f"flat continuously compounded rate, annual decimal (default {chain_job.DEFAULT_RATE})")
+    c.add_argument("--dividend-yield", type=float, default=chain_job.DEFAULT_DIVIDEND_YIELD,
+                   help=f"continuous dividend yield, annual decimal (default {chain_job.DEFAULT_DIVIDEND_YIELD})")
+    c.add_argument("--steps", type=int, default=chain_job.DEFAULT_STEPS,
+                   help=f"CRR steps for American contracts (default {chain_job.DEFAULT_STEPS})")
+    c.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _add_pricer_flags(c)
+    c.set_defaults(func=cmd_chain)

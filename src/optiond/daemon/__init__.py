@@ -1,0 +1,1 @@
+"""Local ZeroMQ pricing service: protocol, server, client."""

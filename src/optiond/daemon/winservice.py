@@ -1,0 +1,47 @@
+"""The Windows service wrapper of the daemon (pywin32).
+
+``OptiondService`` runs ``optiond serve`` in a child process and stops it with ``optiond stop``
+when the service manager asks; installed and controlled by ``optiond service windows
+install|start|stop|remove`` (pywin32's ``HandleCommandLine``). Imported only on Windows.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import servicemanager  # type: ignore[import-not-found]
+import win32event  # type: ignore[import-not-found]
+import win32service  # type: ignore[import-not-found]
+import win32serviceutil  # type: ignore[import-not-found]
+
+
+class OptiondService(win32serviceutil.ServiceFramework):
+    _svc_name_ = "optiond"
+    _svc_display_name_ = "optiond option-pricing daemon"
+    _svc_description_ = "Local ZeroMQ pricing service for the optiond Excel functions (127.0.0.1 only)."
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.stop_event = win32event.CreateEvent(None, 0, 0, None)
+        self.proc: subprocess.Popen | None = None
+
+    def SvcStop(self):  # noqa: N802 (pywin32 API)
+        self.ReportServiceStatus(win32service.SERVICE_STOP_PENDING)
+        subprocess.run([sys.executable, "-m", "optiond.cli", "stop"], timeout=30, check=False)
+        win32event.SetEvent(self.stop_event)
+
+    def SvcDoRun(self):  # noqa: N802
+        servicemanager.LogInfoMsg("optiond: starting the daemon")
+        self.proc = subprocess.Popen([sys.executable, "-m", "optiond.cli", "serve"])
+        while win32event.WaitForSingleObject(self.stop_event, 5000) != win32event.WAIT_OBJECT_0:
+            if self.proc.poll() is not None:  # restart on failure
+                servicemanager.LogErrorMsg(f"optiond: daemon exited with {self.proc.returncode}; restarting")
+                self.proc = subprocess.Popen([sys.executable, "-m", "optiond.cli", "serve"])
+        if self.proc.poll() is None:
+            self.proc.terminate()
+
+
+def handle_command_line(argv: list[str]) -> int:
+    win32serviceutil.HandleCommandLine(OptiondService, argv=argv)
+    return 0

@@ -1,0 +1,111 @@
+"""Shared fixtures.
+
+``daemon`` (session scope): a real ``optiond serve`` subprocess listening on 127.0.0.1, its
+connection file in a temporary directory. While it runs, ``OPTIOND_CONNECTION_FILE`` points at
+that file in this process too, so ``optiond.daemon.client.get_client()`` and anything built on
+it (the Excel functions, the panel) talk to it. A test that wants "no daemon" sets
+``OPTIOND_CONNECTION_FILE`` to a missing path with ``monkeypatch.setenv``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+#: the daemon's command line; ``python -m optiond.daemon.commands serve`` is ``optiond serve``
+#: without the other command groups, so a broken sibling command cannot stop the daemon tests
+SERVE = [sys.executable, "-m", "optiond.daemon.commands", "serve"]
+START_TIMEOUT_S = 60.0
+
+
+@dataclass
+class DaemonProcess:
+    """A running daemon started by a test fixture."""
+
+    connection_file: Path
+    process: subprocess.Popen
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def client(self, **kw):
+        """A new :class:`optiond.daemon.client.Client` for this daemon (keyword args passed on)."""
+        from optiond.daemon.client import Client
+
+        return Client(self.connection_file, **kw)
+
+    def log(self) -> str:
+        """Everything the daemon wrote to stdout/stderr so far."""
+        return self.log_path.read_text(errors="replace")
+
+
+def start_daemon(directory: Path, *extra: str, env: dict | None = None) -> DaemonProcess:
+    """Start ``optiond serve`` (extra arguments ``extra``, extra environment ``env``) with its
+    connection file and log in ``directory``; return once it answers a ping (fails the test
+    with the daemon's log if it does not)."""
+    from optiond.daemon.client import Client, DaemonUnavailable
+
+    conn = directory / "daemon.json"
+    log_path = directory / "daemon.log"
+    full_env = {**os.environ, **(env or {}), "OPTIOND_CONNECTION_FILE": str(conn)}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([*SERVE, *extra], env=full_env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    handle = DaemonProcess(conn, proc, log_path)
+    client = Client(conn, timeout=1.0, retries=0)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"daemon exited with code {proc.returncode}:\n{handle.log()}")
+            if conn.exists():
+                try:
+                    if client.ping()["pid"] == proc.pid:
+                        return handle
+                except DaemonUnavailable:
+                    pass
+            time.sleep(0.05)
+        stop_daemon(handle)
+        pytest.fail(f"daemon did not answer within {START_TIMEOUT_S:g} s:\n{handle.log()}")
+    finally:
+        client.close()
+
+
+def stop_daemon(handle: DaemonProcess) -> None:
+    """Stop a daemon started by :func:`start_daemon`: a shutdown request, else terminate/kill."""
+    from optiond.daemon.client import DaemonUnavailable
+
+    if handle.process.poll() is None:
+        client = handle.client(timeout=2.0, retries=0)
+        try:
+            client.shutdown()
+        except DaemonUnavailable:
+            handle.process.terminate()
+        finally:
+            client.close()
+        try:
+            handle.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            handle.process.kill()
+            handle.process.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def daemon(tmp_path_factory):
+    """A real daemon subprocess for the whole session (see the module docstring)."""
+    handle = start_daemon(tmp_path_factory.mktemp("daemon"))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OPTIOND_CONNECTION_FILE", str(handle.connection_file))
+    try:
+        yield handle
+    finally:
+        mp.undo()
+        stop_daemon(handle)

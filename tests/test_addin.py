@@ -1,0 +1,473 @@
+"""The Excel worksheet functions called as plain Python, as they run off Windows.
+
+References are independent of the package: Black-Scholes-Merton written here with math.erf,
+and a plain NumPy CRR tree (European and American). The pricing client is replaced by a
+counting adapter over the engine, so "one range = one request" is checked by counting calls;
+the daemon-down test uses the real client with no daemon behind it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from optiond import engine
+from optiond.addin import functions as F
+from optiond.addin import table
+from optiond.daemon.client import Client
+
+LIMIT = 255
+
+
+# ---- independent references ----------------------------------------------------------------
+
+def _ncdf(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def _npdf(x: float) -> float:
+    return math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+def bs_ref(kind: str, S, K, T, r, sigma, q=0.0) -> dict:
+    """Black-Scholes-Merton price and Greeks (theta per year of calendar time, vega and rho
+    per 1.00)."""
+    sq = sigma * math.sqrt(T)
+    d1 = (math.log(S / K) + (r - q + 0.5 * sigma * sigma) * T) / sq
+    d2 = d1 - sq
+    dq, dr = math.exp(-q * T), math.exp(-r * T)
+    gamma = dq * _npdf(d1) / (S * sq)
+    vega = S * dq * _npdf(d1) * math.sqrt(T)
+    decay = -S * dq * _npdf(d1) * sigma / (2 * math.sqrt(T))
+    if kind == "call":
+        return dict(price=S * dq * _ncdf(d1) - K * dr * _ncdf(d2), delta=dq * _ncdf(d1), gamma=gamma,
+                    theta=decay - r * K * dr * _ncdf(d2) + q * S * dq * _ncdf(d1), vega=vega,
+                    rho=K * T * dr * _ncdf(d2))
+    return dict(price=K * dr * _ncdf(-d2) - S * dq * _ncdf(-d1), delta=-dq * _ncdf(-d1), gamma=gamma,
+                theta=decay + r * K * dr * _ncdf(-d2) - q * S * dq * _ncdf(-d1), vega=vega,
+                rho=-K * T * dr * _ncdf(-d2))
+
+
+def crr_ref(kind: str, S, K, T, r, sigma, N, q=0.0, american=False, levels=False):
+    """Cox-Ross-Rubinstein tree by plain backward induction over whole NumPy levels."""
+    dt = T / N
+    u = math.exp(sigma * math.sqrt(dt))
+    d = 1.0 / u
+    p = (math.exp((r - q) * dt) - d) / (u - d)
+    disc = math.exp(-r * dt)
+
+    def payoff(s):
+        return np.maximum(s - K, 0.0) if kind == "call" else np.maximum(K - s, 0.0)
+
+    V = payoff(S * u ** (2.0 * np.arange(N + 1) - N))
+    level1 = None
+    for t in range(N - 1, -1, -1):
+        V = disc * (p * V[1:] + (1.0 - p) * V[:-1])
+        if american:
+            V = np.maximum(V, payoff(S * u ** (2.0 * np.arange(t + 1) - t)))
+        if t == 1:
+            level1 = V.copy()
+    if levels:
+        return float(V[0]), (level1[1] - level1[0]) / (S * u - S * d)
+    return float(V[0])
+
+
+# ---- a counting client over the engine -----------------------------------------------------
+
+class CountingClient:
+    """The daemon client's API, in-process, counting requests and their sizes."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, int]] = []
+
+    @staticmethod
+    def _n(columns) -> int:
+        return max([np.size(v) for v in columns.values()] + [1])
+
+    def price_table(self, columns, method=None, *, fallback=True):
+        self.calls.append(("price_table", self._n(columns)))
+        res = engine.price_table(columns, method)
+        res.via = "in-process"
+        return res
+
+    def implied_vol(self, prices, columns, method=None, *, fallback=True):
+        self.calls.append(("implied_vol", np.size(prices)))
+        return engine.implied_vol_table(prices, columns, method)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(monkeypatch):
+    monkeypatch.delenv("OPTIOND_CACHE", raising=False)
+    monkeypatch.delenv("OPTIOND_FALLBACK", raising=False)
+    F.clear_cache()
+    yield
+    F.clear_cache()
+
+
+@pytest.fixture
+def client(monkeypatch) -> CountingClient:
+    c = CountingClient()
+    monkeypatch.setattr(F, "_client", lambda: c)
+    return c
+
+
+def is_error(x) -> bool:
+    return isinstance(x, str) and x.startswith("#optiond: ") and len(x) <= LIMIT
+
+
+def col(values) -> list[list]:
+    return [[v] for v in values]
+
+
+BASE = dict(S=100.0, K=105.0, T=0.75, r=0.04, sigma=0.3, q=0.01)
+
+
+# ---- scalars against the references ---------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["put", "call"])
+@pytest.mark.parametrize("S,K,T,r,sigma,q", [(100, 105, 0.75, 0.04, 0.3, 0.01), (50, 30, 2.0, 0.0, 0.5, 0.0),
+                                             (80, 120, 0.1, 0.08, 0.15, 0.03)])
+def test_bs_scalars_match_closed_form(client, kind, S, K, T, r, sigma, q):
+    f = F.BS_CALL if kind == "call" else F.BS_PUT
+    want = bs_ref(kind, S, K, T, r, sigma, q)["price"]
+    assert f(S, K, T, r, sigma, q) == pytest.approx(want, rel=1e-12, abs=1e-12)
+    if q == 0:
+        assert f(S, K, T, r, sigma) == pytest.approx(want, rel=1e-12, abs=1e-12)  # q defaults to 0
+
+
+@pytest.mark.parametrize("kind", ["put", "call"])
+@pytest.mark.parametrize("american", [False, True])
+@pytest.mark.parametrize("N", [1, 2, 7, 200])
+def test_bopm_scalars_match_numpy_crr(client, kind, american, N):
+    f = F.BOPM_CALL if kind == "call" else F.BOPM_PUT
+    b = BASE
+    got = f(b["S"], b["K"], b["T"], b["r"], b["sigma"], N, b["q"], american)
+    want = crr_ref(kind, b["S"], b["K"], b["T"], b["r"], b["sigma"], N, b["q"], american=american)
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_bopm_defaults_american_and_no_dividend(client):
+    b = BASE
+    got = F.BOPM_PUT(b["S"], b["K"], b["T"], b["r"], b["sigma"], 100)
+    assert got == pytest.approx(crr_ref("put", b["S"], b["K"], b["T"], b["r"], b["sigma"], 100, 0.0, True), rel=1e-12)
+    assert F.BOPM_PUT(b["S"], b["K"], b["T"], b["r"], b["sigma"], 100, 0, 0) == pytest.approx(
+        crr_ref("put", b["S"], b["K"], b["T"], b["r"], b["sigma"], 100, 0.0, False), rel=1e-12)
+    # TRUE / FALSE as text and as 1/0, kind labels in any case
+    assert F.BOPM_PUT(100, 100, 1, 0.05, 0.2, 50, None, "FALSE") == F.BOPM_PUT(100, 100, 1, 0.05, 0.2, 50, 0, False)
+    assert F.BOPM_CALL(100, 100, 1, 0.05, 0.2, 50, 0, 1) == F.BOPM_CALL(100, 100, 1, 0.05, 0.2, 50)
+
+
+def test_european_bopm_converges_to_bs(client):
+    b = BASE
+    got = F.BOPM_CALL(b["S"], b["K"], b["T"], b["r"], b["sigma"], 2000, b["q"], False)
+    assert got == pytest.approx(bs_ref("call", **b)["price"], abs=1e-2)
+
+
+# ---- ranges: shapes and ONE request ----------------------------------------------------------
+
+def test_column_of_strikes_is_one_request(client):
+    strikes = [80.0, 90.0, 100.0, 110.0, 120.0]
+    out = F.BOPM_PUT(100.0, col(strikes), 1.0, 0.05, 0.25, 150, 0.0, True)
+    assert client.calls == [("price_table", 5)]
+    assert [len(r) for r in out] == [1] * 5
+    for row, k in zip(out, strikes):
+        assert row[0] == pytest.approx(crr_ref("put", 100.0, k, 1.0, 0.05, 0.25, 150, american=True), rel=1e-12)
+
+
+def test_row_and_1d_and_2d_shapes(client):
+    strikes = [90.0, 100.0, 110.0]
+    row = F.BS_CALL(100.0, [strikes], 0.5, 0.03, 0.2)
+    assert len(row) == 1 and len(row[0]) == 3
+    assert F.BS_CALL(100.0, strikes, 0.5, 0.03, 0.2) == [[v] for v in row[0]]  # a Python list is a column
+    assert F.BS_CALL(100.0, np.array(strikes), 0.5, 0.03, 0.2) == [[v] for v in row[0]]
+    grid = [[90.0, 100.0], [110.0, 120.0], [95.0, 105.0]]
+    out = F.BS_PUT(100.0, grid, 0.5, 0.03, 0.2)
+    assert np.shape(out) == (3, 2)
+    for i in range(3):
+        for j in range(2):
+            assert out[i][j] == pytest.approx(bs_ref("put", 100.0, grid[i][j], 0.5, 0.03, 0.2)["price"], rel=1e-12)
+    # the row, the list and the array are the same canonical request: priced once, then cached
+    assert client.calls == [("price_table", 3), ("price_table", 6)]
+
+
+def test_row_times_column_broadcasts_to_a_grid_in_one_request(client):
+    strikes = [[90.0, 100.0, 110.0]]
+    vols = col([0.1, 0.2, 0.3, 0.4])
+    out = F.BOPM_CALL(100.0, strikes, 1.0, 0.05, vols, 60, 0.0, False)
+    assert client.calls == [("price_table", 12)]
+    assert np.shape(out) == (4, 3)
+    for i, (v,) in enumerate(vols):
+        for j, k in enumerate(strikes[0]):
+            assert out[i][j] == pytest.approx(crr_ref("call", 100.0, k, 1.0, 0.05, v, 60), rel=1e-12)
+
+
+def test_every_argument_may_be_a_range(client):
+    n = 4
+    S = col([90.0, 95.0, 100.0, 105.0])
+    T = col([0.25, 0.5, 1.0, 2.0])
+    N = col([10, 20, 30, 40])
+    am = col([True, False, True, False])
+    out = F.BOPM_PUT(S, 100.0, T, 0.02, col([0.2] * n), N, col([0.0, 0.01, 0.02, 0.03]), am)
+    assert client.calls == [("price_table", 4)]
+    for i in range(n):
+        want = crr_ref("put", S[i][0], 100.0, T[i][0], 0.02, 0.2, N[i][0], [0.0, 0.01, 0.02, 0.03][i], am[i][0])
+        assert out[i][0] == pytest.approx(want, rel=1e-12)
+
+
+def test_shapes_that_do_not_broadcast_give_one_message(client):
+    out = F.BS_PUT(100.0, col([90.0, 100.0, 110.0]), 1.0, 0.05, col([0.1, 0.2]))
+    assert is_error(out) and "shapes" in out
+    assert is_error(F.BS_PUT(100.0, [[90.0, 100.0], [110.0]], 1.0, 0.05, 0.2))  # ragged rows
+    assert client.calls == []
+
+
+# ---- bad input: a message in its own cell, the rest priced ---------------------------------
+
+def test_bad_strikes_mark_only_their_cells(client):
+    strikes = [100.0, -5.0, 0.0, float("nan"), "abc", None, True, "#N/A", "", 110.0]
+    out = [r[0] for r in F.BOPM_PUT(100.0, col(strikes), 1.0, 0.05, 0.2, 50, 0.0, True)]
+    # cells that are not numbers never travel; range checks are the schema's, in the same request
+    assert client.calls == [("price_table", 5)]
+    assert out[0] == pytest.approx(crr_ref("put", 100.0, 100.0, 1.0, 0.05, 0.2, 50, american=True), rel=1e-12)
+    assert out[-1] == pytest.approx(crr_ref("put", 100.0, 110.0, 1.0, 0.05, 0.2, 50, american=True), rel=1e-12)
+    assert all(is_error(x) for x in out[1:-1])
+    assert out[1] == "#optiond: K must be > 0, got -5"
+    assert out[2] == "#optiond: K must be > 0, got 0"
+    assert out[3] == "#optiond: K must be a finite number, got nan"
+    assert out[4] == '#optiond: K must be a number, got "abc"'
+    assert out[5] == out[8] == "#optiond: K is required (empty cell)"
+    assert out[6] == "#optiond: K must be a number, got TRUE"
+    assert out[7] == "#optiond: K is #N/A"
+
+
+@pytest.mark.parametrize("args,needle", [
+    ((-100, 100, 1, 0.05, 0.2, 50), "S must be > 0"),
+    ((100, 100, 0, 0.05, 0.2, 50), "T must be > 0"),
+    ((100, 100, -1, 0.05, 0.2, 50), "T must be > 0"),
+    ((100, 100, 1, float("nan"), 0.2, 50), "r must be a finite number"),
+    ((100, 100, 1, "five", 0.2, 50), "r must be a number"),
+    ((100, 100, 1, 0.05, 0, 50), "sigma must be > 0"),
+    ((100, 100, 1, 0.05, -0.2, 50), "sigma must be > 0"),
+    ((100, 100, 1, 0.05, 12, 50), "sigma must be <= 10"),
+    ((100, 100, 1, 0.05, float("inf"), 50), "sigma must be a finite number"),
+    ((100, 100, 1, 0.05, 0.2, 0), "N must be between 1 and"),
+    ((100, 100, 1, 0.05, 0.2, -3), "N must be between 1 and"),
+    ((100, 100, 1, 0.05, 0.2, 1e8), "N must be between 1 and"),
+    ((100, 100, 1, 0.05, 0.2, 2.5), "N must be a whole number"),
+    ((100, 100, 1, 0.05, 0.2, "many"), "N must be a number"),
+    ((100, 100, 1, 0.05, 0.2, None), "N is required"),
+    ((100, 100, 1, 0.05, 0.2, 50, float("nan")), "q must be a finite number"),
+    ((100, 100, 1, 0.05, 0.2, 50, 0, "maybe"), "american must be TRUE or FALSE"),
+    ((100, 100, 1, 0.05, 0.2, 50, 0, 2), "american must be TRUE or FALSE"),
+    ((100, 100, 1, 0.5, 0.01, 1), "CRR probability p="),  # p outside [0, 1]
+])
+def test_bad_scalar_inputs_give_short_text(client, args, needle):
+    out = F.BOPM_PUT(*args)
+    assert is_error(out), out
+    assert needle in out
+
+
+def test_p_outside_unit_interval_marks_its_cell_only(client):
+    out = F.BOPM_CALL(100.0, 100.0, 1.0, col([0.0, 0.5]), 0.01, 1, 0.0, True)
+    assert isinstance(out[0][0], float) and out[0][0] > 0
+    assert is_error(out[1][0]) and "outside [0,1]" in out[1][0] and "increase N" in out[1][0]
+
+
+def test_bad_kind_and_iv_price(client):
+    assert F.BOPM_IV(5.0, 100, 100, 1, 0.05, 0, "straddle") == '#optiond: kind must be "put" or "call", got "straddle"'
+    assert F.BOPM_IV(-1.0, 100, 100, 1, 0.05, 0, "put") == "#optiond: price must be > 0, got -1"
+    assert F.BOPM_IV(float("nan"), 100, 100, 1, 0.05) == "#optiond: price must be a finite number, got nan"
+    out = F.BOPM_IV(col([0.5, 10.0, 200.0]), 100, 100, 1, 0.05, 0, "put", col([50, 0, 50]))
+    assert out[0][0] == pytest.approx(0.0382645695, rel=1e-6)  # a low but valid volatility
+    assert out[1][0].startswith("#optiond: N must be between 1")
+    assert is_error(out[2][0]) and "above" in out[2][0]
+    assert client.calls == [("implied_vol", 2)]  # the row with a bad N is not sent
+
+
+def test_below_intrinsic_iv(client):
+    out = F.BOPM_IV(5.0, 100.0, 120.0, 0.5, 0.05, 0.0, "put", 100, True)  # intrinsic 20
+    assert is_error(out) and "intrinsic" in out
+
+
+def test_messages_stay_under_255_characters(client):
+    long_text = "x" * 1000
+    for out in (F.BOPM_PUT(long_text, 100, 1, 0.05, 0.2, 10), F.BOPM_IV(5.0, 100, 100, 1, 0.05, 0, long_text),
+                F.BOPM_PUT(100, 100, 1, 0.05, 0.2, 10, 0, long_text)):
+        assert is_error(out)
+    assert len(F.error_text("y" * 1000)) == LIMIT
+
+
+def test_empty_optional_cells_take_defaults(client):
+    out = F.BOPM_PUT(100.0, 100.0, 1.0, 0.05, 0.2, 80, col([None, 0.0, 0.02]), col([None, True, ""]))
+    assert out[0][0] == out[1][0] == pytest.approx(crr_ref("put", 100, 100, 1, 0.05, 0.2, 80, 0.0, True), rel=1e-12)
+    assert out[2][0] == pytest.approx(crr_ref("put", 100, 100, 1, 0.05, 0.2, 80, 0.02, True), rel=1e-12)
+
+
+def test_unexpected_failures_are_text_not_tracebacks(monkeypatch):
+    class Broken:
+        def price_table(self, *a, **k):
+            raise RuntimeError("boom\nTraceback (most recent call last): ...")
+
+    monkeypatch.setattr(F, "_client", lambda: Broken())
+    out = F.BOPM_PUT(100.0, col([90.0, "x"]), 1, 0.05, 0.2, 10)
+    assert out[0][0] == "#optiond: pricing failed: boom Traceback (most recent call last): ..."
+    assert out[1][0] == '#optiond: K must be a number, got "x"'  # its own error is kept
+    # a failed request is not cached: the next call asks again
+    good = CountingClient()
+    monkeypatch.setattr(F, "_client", lambda: good)
+    assert isinstance(F.BOPM_PUT(100.0, col([90.0, "x"]), 1, 0.05, 0.2, 10)[0][0], float)
+
+
+# ---- BOPM_GREEKS --------------------------------------------------------------------------
+
+def test_greeks_one_row_and_one_row_per_option(client):
+    out = F.BOPM_GREEKS(100.0, 100.0, 1.0, 0.05, 0.2, 60, 0.0, "put", False)
+    assert len(out) == 1 and len(out[0]) == 5
+    price, delta = crr_ref("put", 100.0, 100.0, 1.0, 0.05, 0.2, 60, levels=True)
+    assert out[0][0] == pytest.approx(delta, rel=1e-10)
+    strikes = [90.0, 100.0, "bad", 110.0]
+    rows = F.BOPM_GREEKS(100.0, col(strikes), 1.0, 0.05, 0.2, 60, 0.0, "call", True)
+    assert len(rows) == 4 and all(len(r) == 5 for r in rows)
+    assert all(is_error(x) for x in rows[2])
+    assert all(isinstance(x, float) for r in (rows[0], rows[1], rows[3]) for x in r)
+    assert client.calls[-1] == ("price_table", 3)
+
+
+@pytest.mark.parametrize("kind", ["put", "call"])
+def test_european_tree_greeks_near_closed_form(client, kind):
+    b = BASE
+    got = F.BOPM_GREEKS(b["S"], b["K"], b["T"], b["r"], b["sigma"], 2000, b["q"], kind, False)[0]
+    want = bs_ref(kind, **b)
+    # delta and gamma from the first levels; theta, vega and rho within 1 % (the bumped and
+    # level-2 estimates carry the tree's discretisation error)
+    for name, g, (rel, abs_) in zip(table.GREEK_COLUMNS, got, ((0, 2e-3), (0, 1e-3), (1e-2, 0), (1e-2, 0), (1e-2, 0))):
+        assert g == pytest.approx(want[name], rel=rel, abs=abs_), name
+
+
+# ---- BOPM_IV --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["put", "call"])
+@pytest.mark.parametrize("american", [True, False])
+def test_iv_round_trip(client, kind, american):
+    f = F.BOPM_CALL if kind == "call" else F.BOPM_PUT
+    vols = [0.15, 0.3, 0.6]
+    prices = [f(100.0, 95.0, 0.5, 0.03, v, 300, 0.01, american) for v in vols]
+    iv = F.BOPM_IV(col(prices), 100.0, 95.0, 0.5, 0.03, 0.01, kind, 300, american)
+    assert client.calls[-1] == ("implied_vol", 3)
+    for (got,), v in zip(iv, vols):
+        assert got == pytest.approx(v, abs=1e-8)
+    back = f(100.0, 95.0, 0.5, 0.03, col([r[0] for r in iv]), 300, 0.01, american)
+    for (p2,), p in zip(back, prices):
+        assert p2 == pytest.approx(p, rel=1e-8)
+
+
+def test_iv_defaults_call_american_1000_steps(client):
+    p = F.BOPM_CALL(100.0, 100.0, 1.0, 0.05, 0.25, 1000)
+    assert F.BOPM_IV(p, 100.0, 100.0, 1.0, 0.05) == pytest.approx(0.25, abs=1e-8)
+
+
+# ---- the cache and the daemon ------------------------------------------------------------
+
+def test_identical_calls_hit_the_cache(client, monkeypatch):
+    args = (100.0, col([90.0, 100.0]), 1.0, 0.05, 0.2, 40)
+    first = F.BOPM_PUT(*args)
+    assert F.BOPM_PUT(*args) == first
+    assert F.BOPM_PUT(100, 100, 1, 0.05, 0.2, 40) == F.BOPM_PUT(100, 100, 1, 0.05, 0.2, 40)
+    assert F.BOPM_PUT(100, col([90, 100]), 1, 0.05, 0.2, 40, 0, "american") == first  # same canonical request
+    assert len(client.calls) == 2
+    F.clear_cache()
+    F.BOPM_PUT(*args)
+    assert len(client.calls) == 3
+    monkeypatch.setenv("OPTIOND_CACHE", "0")
+    F.BOPM_PUT(*args)
+    F.BOPM_PUT(100, 100, 1, 0.05, 0.2, 40)
+    assert len(client.calls) == 5
+    assert F.cache_info()["enabled"] is False
+
+
+def test_cache_is_bounded():
+    c = F._Cache(max_entries=3, max_rows=10)
+    for i in range(5):
+        c.put(i, i, 2)
+    assert c.info()["entries"] == 3 and c.get(0) is None and c.get(4) == 4
+    c.put("big", 0, 9)
+    assert c.info()["rows"] <= 10
+    c.put("huge", 0, 11)
+    assert c.get("huge") is None
+
+
+def test_daemon_down_prices_in_process(monkeypatch, tmp_path):
+    real = Client(connection_file=tmp_path / "no-daemon.json", timeout=0.5, retries=0)
+    seen = []
+
+    class Spy:
+        def price_table(self, *a, **k):
+            res = real.price_table(*a, **k)
+            seen.append(res.via)
+            return res
+
+    monkeypatch.setattr(F, "_client", lambda: Spy())
+    out = F.BOPM_PUT(100.0, col([95.0, 105.0]), 1.0, 0.05, 0.2, 100, 0.0, False)
+    assert seen == ["in-process"]
+    for (got,), k in zip(out, (95.0, 105.0)):
+        assert got == pytest.approx(crr_ref("put", 100.0, k, 1.0, 0.05, 0.2, 100), rel=1e-12)
+    # with the fall-back off, a clear message instead
+    monkeypatch.setenv("OPTIOND_FALLBACK", "0")
+    monkeypatch.setattr(F, "_client", lambda: real)
+    out = F.BS_CALL(100.0, 100.0, 1.0, 0.05, 0.2)
+    assert is_error(out) and "no optiond daemon is running" in out and "optiond serve" in out
+    real.close()
+
+
+# ---- the function table, the decorators and the VBA ------------------------------------
+
+def test_table_drives_the_functions():
+    assert [f.name for f in table.FUNCTIONS] == ["BOPM_PUT", "BOPM_CALL", "BS_PUT", "BS_CALL", "BOPM_IV", "BOPM_GREEKS"]
+    for spec in table.FUNCTIONS:
+        f = F.WORKSHEET_FUNCTIONS[spec.name]
+        assert f.__doc__ == spec.description and len(spec.description) <= LIMIT
+        assert all(a.doc and len(a.doc) <= LIMIT and a.name != "caller" for a in spec.args)
+    assert table.BY_NAME["BOPM_PUT"].signature() == "BOPM_PUT(S, K, T, r, sigma, N, [q], [american])"
+    assert table.BY_NAME["BOPM_IV"].signature() == "BOPM_IV(price, S, K, T, r, [q], [kind], [N], [american])"
+    assert table.BY_NAME["BOPM_GREEKS"].signature() == "BOPM_GREEKS(S, K, T, r, sigma, N, [q], [kind], [american])"
+    assert "## `BS_CALL(S, K, T, r, sigma, [q])`" in table.reference()
+
+
+def test_decorate_rejects_a_signature_that_disagrees_with_the_table():
+    def BS_PUT(S, K, T, r, vol, q=None):
+        return None
+
+    def identity(*a, **k):
+        return lambda f: f
+
+    with pytest.raises(TypeError):
+        table.decorate(table.BY_NAME["BS_PUT"], BS_PUT, func=identity, arg=identity)
+
+
+def test_xlwings_metadata_from_the_table():
+    """xlwings' own decorators (as on Windows) carry the table's category and wizard texts."""
+    with table._xlwings_udfs() as udfs:
+        for spec in table.FUNCTIONS:
+            f = table._copy_function(F.WORKSHEET_FUNCTIONS[spec.name])
+            f = table.decorate(spec, f, func=udfs.xlfunc, arg=udfs.xlarg)
+            xf = f.__xlfunc__
+            assert xf["category"] == "optiond" and xf["ret"]["doc"] == spec.description
+            assert [a["doc"] for a in xf["args"]] == [a.doc for a in spec.args]
+            assert [("optional" in a) for a in xf["args"]] == [a.optional for a in spec.args]
+            assert all(a["options"] == {"ndim": 2, "err_to_str": True} for a in xf["args"])
+    import sys
+
+    assert "pythoncom" not in sys.modules or sys.platform == "win32"
+
+
+def test_vba_golden_files_are_current():
+    assert table.VBA_UDF_FILE.read_text(encoding="utf-8") == table.vba_udf_module(), \
+        "regenerate: python -m optiond.addin.table --write-vba"
+    assert table.VBA_REGISTER_FILE.read_text(encoding="utf-8") == table.vba_register_module()
+    vba = table.vba_udf_module()
+    for spec in table.FUNCTIONS:
+        assert f"Function {spec.name}(" in vba
+        assert f'XLPy.CallUDF("{table.UDF_MODULE}", "{spec.name}"' in vba
+    assert "Function BOPM_IV(price, S, K, T, r, Optional q, Optional kind, Optional N, Optional american)" in vba

@@ -1,0 +1,96 @@
+"""The main job on the real SPY chain, and the portfolio CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from optiond import chain
+from optiond.cli import main as cli_main
+
+DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
+SPY = DATA / "spy_chain_2026-02-13.csv"
+
+
+@pytest.fixture(scope="module")
+def spy_result():
+    df = chain.read_chain(str(SPY))
+    out, summary = chain.price_chain(df)
+    return df, out, summary
+
+
+def test_every_row_present_with_a_status(spy_result):
+    df, out, summary = spy_result
+    assert len(out) == len(df) == summary.contracts
+    pd.testing.assert_frame_equal(out[df.columns], df)  # input kept as is, in order
+    assert set(out["status"]).issubset(set(chain.STATUSES))
+    assert sum(summary.by_status.values()) == len(df)
+    # the statuses mean what they say
+    assert (out.loc[out.status == "no-bid", "bid"].fillna(0) <= 0).all()
+    assert (out.loc[out.status == "crossed", "bid"] > out.loc[out.status == "crossed", "ask"]).all()
+    below = out[out.status == "below-intrinsic"]
+    intrinsic = np.where(below.type == "call", below.underlying_price - below.strike, below.strike - below.underlying_price)
+    assert (below.mid < intrinsic + 1e-9).all()
+
+
+def test_implied_vols_for_two_sided_quotes(spy_result):
+    _, out, _ = spy_result
+    two_sided = out[(out.bid > 0) & (out.ask > 0) & (out.bid <= out.ask)]
+    assert (two_sided.status == "ok").mean() > 0.80
+    ok = out[out.status == "ok"]
+    assert ok.iv.between(1e-4, 10).all() and ok[["model_price", "delta", "gamma", "vega"]].notna().all().all()
+    # the model price at the implied vol reproduces the mid
+    np.testing.assert_allclose(ok.model_price, ok.mid, atol=1e-6)
+
+
+def test_liquid_near_the_money_ivs_agree_with_the_file(spy_result):
+    _, out, _ = spy_result
+    days = out.expiry_years * 365
+    liquid = out[(np.abs(out.strike / out.underlying_price - 1) < 0.05) & (days >= 14) & (days <= 120)
+                 & (out.status == "ok") & out.implied_vol.notna()]
+    assert len(liquid) > 200
+    assert float(np.median(np.abs(liquid.iv - liquid.implied_vol))) < 0.03
+
+
+def test_european_chain_uses_closed_form():
+    df = chain.read_chain(str(DATA / "spx_chain_2025-10-01.csv")).head(200)
+    out, _ = chain.price_chain(df, rate=0.04, dividend_yield=0.013)
+    ok = out[out.status == "ok"]
+    assert len(ok) > 100
+    np.testing.assert_allclose(ok.model_price, ok.mid, atol=1e-6)
+
+
+def test_price_cli_marks_bad_rows(tmp_path, capsys):
+    src = tmp_path / "book.csv"
+    pd.DataFrame(dict(kind=["put", "call", "put", "put"], style=["american", "european", "american", "american"],
+                      spot=[100, 100, -3, 100], strike=[100, 105, 100, 100], expiry=[1, 0.5, 1, 1],
+                      rate=[0.05] * 4, dividend_yield=[0.0] * 4, volatility=[0.2, 0.3, 0.2, 0.2],
+                      method=["binomial", "black-scholes", "binomial", "finite-volume"], steps=[500, "", 500, 500])
+                 ).to_csv(src, index=False)
+    dst = tmp_path / "out.csv"
+    rc = cli_main(["price", str(src), "-o", str(dst), "--no-daemon"])
+    assert rc == 1  # some rows failed
+    out = pd.read_csv(dst, keep_default_na=False)
+    assert out.status.tolist() == ["ok", "ok", "error", "error"]
+    assert "spot" in out.error[2] and "method" in out.error[3]
+    from optiond.kernels.binomial_cpu import crr_price
+    from optiond.kernels.black_scholes import bs_price_greeks
+    assert float(out.price[0]) == pytest.approx(crr_price("put", "american", 100, 100, 1, 0.05, 0.0, 0.2, 500), rel=1e-12)
+    assert float(out.price[1]) == pytest.approx(bs_price_greeks(1, 100, 105, 0.5, 0.05, 0.0, 0.3)["price"][0], rel=1e-12)
+
+
+def test_chain_cli_writes_output(tmp_path):
+    src = tmp_path / "aapl_small.csv"
+    chain.read_chain(str(DATA / "aapl_chain_2026-02-13.csv")).head(60).to_csv(src, index=False)
+    dst = tmp_path / "priced.csv"
+    proc = subprocess.run([sys.executable, "-m", "optiond.cli", "chain", str(src), "-o", str(dst), "--no-daemon",
+                           "--rate", "0.04", "--steps", "200"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "contracts: 60" in proc.stdout and "contracts/s" in proc.stdout
+    out = pd.read_csv(dst)
+    assert len(out) == 60 and out.status.notna().all()

@@ -1,0 +1,560 @@
+"""The daemon, its wire protocol and the client, against a real daemon subprocess (CPU only).
+
+Daemon-backed results are compared with :mod:`optiond.engine` in this process bit for bit:
+the daemon must give the same numbers whoever asks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+import optiond
+from optiond import engine
+from optiond.daemon import paths, protocol
+from optiond.daemon.client import Client, DaemonError, DaemonUnavailable, get_client
+from optiond.daemon.protocol import DELIM, AuthenticationError, ProtocolError, Session
+from optiond.models import InvalidInputError, Method
+
+from conftest import start_daemon, stop_daemon
+
+COMMANDS = [sys.executable, "-m", "optiond.daemon.commands"]
+RESULT_ARRAYS = ("price", "delta", "gamma", "theta", "vega", "rho")
+
+
+def table(n: int = 6) -> dict:
+    rng = np.random.default_rng(7)
+    return {
+        "kind": np.array(["put", "call"] * (n // 2), dtype=object),
+        "style": np.array(["american", "american", "european"] * (n // 3 + 1), dtype=object)[:n],
+        "spot": 100.0,
+        "strike": rng.uniform(80, 120, n),
+        "expiry": rng.uniform(0.1, 2.0, n),
+        "rate": 0.04,
+        "dividend_yield": np.linspace(0.0, 0.03, n),
+        "volatility": rng.uniform(0.1, 0.5, n),
+    }
+
+
+def assert_same_result(got, want) -> None:
+    for name in RESULT_ARRAYS:
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)  # NaN == NaN here
+    assert got.status.tolist() == want.status.tolist()
+    assert got.error.tolist() == want.error.tolist()
+    assert got.device == want.device
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*COMMANDS, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def client(daemon):
+    c = daemon.client(timeout=10.0)
+    yield c
+    c.close()
+
+
+# ---------------------------------------------------------------------------- basic operations
+
+
+def test_ping(client, daemon):
+    reply = client.ping()
+    assert reply["pid"] == daemon.pid
+    assert reply["version"] == optiond.__version__
+
+
+def test_status_counts_requests(client, daemon):
+    before = client.status()
+    client.ping()
+    client.price_table(table(2), Method(steps=20))
+    after = client.status()
+    assert after["pid"] == daemon.pid
+    assert after["devices"][0] == "cpu" and all(d.startswith("gpu") for d in after["devices"][1:])
+    assert after["uptime_s"] > 0
+    assert after["endpoint"] == paths.endpoint(paths.read_connection_file(daemon.connection_file))
+    assert after["by_op"]["price"] == before["by_op"].get("price", 0) + 1
+    assert after["by_op"]["ping"] == before["by_op"].get("ping", 0) + 1
+    assert after["requests_served"] >= before["requests_served"] + 3  # ping, price, status
+
+
+@pytest.mark.parametrize("method", [Method(steps=150), Method(steps=101, greeks=False),
+                                    Method(name="black-scholes"), None])
+def test_price_matches_in_process_bit_for_bit(client, method):
+    cols = table(12)
+    got = client.price_table(cols, method, fallback=False)
+    want = engine.price_table(cols, method)
+    assert got.via == "daemon" and want.via == "in-process"
+    assert_same_result(got, want)
+    assert got.price.flags.writeable and got.status.dtype == object
+
+
+def test_price_scalars_lists_and_row_columns(client):
+    cols = {"kind": "call", "style": "e", "spot": 100, "strike": [95, 100.5, 105], "expiry": 0.75,
+            "rate": np.float32(0.03), "dividend_yield": 0.0, "volatility": 0.25,
+            "method": ["binomial", "black-scholes", ""], "steps": [64, None, 200]}
+    got = client.price_table(cols, Method(steps=300), fallback=False)
+    assert_same_result(got, engine.price_table(cols, Method(steps=300)))
+    assert got.ok.all()
+
+
+def test_per_option_steps_array_in_method(client):
+    cols = table(6)
+    m = Method(steps=np.array([10, 20, 30, 40, 50, 60]))
+    assert_same_result(client.price_table(cols, m, fallback=False), engine.price_table(cols, m))
+
+
+def test_bad_rows_are_marked_not_raised(client):
+    cols = table(6)
+    cols["kind"] = np.array(["put", "straddle", "call", "put", "call", "put"], dtype=object)
+    cols["spot"] = np.array([100.0, 100.0, "abc", 100.0, 100.0, 100.0], dtype=object)
+    cols["volatility"] = np.array([0.2, 0.2, 0.2, -0.1, 0.2, np.nan])
+    got = client.price_table(cols, Method(steps=50), fallback=False)
+    assert got.status.tolist() == ["ok", "error", "error", "error", "ok", "error"]
+    assert "straddle" in got.error[1] and "spot" in got.error[2] and "volatility" in got.error[3]
+    assert np.isfinite(got.price[[0, 4]]).all() and np.isnan(got.price[[1, 2, 3, 5]]).all()
+    assert_same_result(got, engine.price_table(cols, Method(steps=50)))
+
+
+def test_whole_table_errors_raise_invalid_input_error(client):
+    cols = table(4)
+    del cols["strike"]
+    with pytest.raises(InvalidInputError) as remote:
+        client.price_table(cols, fallback=False)
+    with pytest.raises(InvalidInputError) as local:
+        engine.price_table(cols)
+    assert str(remote.value) == str(local.value)
+    assert remote.value.field == "strike"
+    cols = table(4) | {"strike": [90.0, 100.0]}  # lengths differ
+    with pytest.raises(InvalidInputError, match="lengths differ"):
+        client.price_table(cols, fallback=False)
+    with pytest.raises(InvalidInputError, match="one-dimensional"):
+        client.price_table(table(4) | {"strike": np.ones((2, 2))}, fallback=False)
+
+
+@pytest.mark.parametrize("method", [Method(steps=120), Method(steps=90, iv_tolerance=1e-5),
+                                    Method(name="black-scholes")])
+def test_implied_vol_matches_in_process(client, method):
+    cols = table(6)
+    cols["style"] = "european"
+    prices = engine.price_table(cols, method).price
+    prices[2] = 1e-9  # below intrinsic or no solution
+    cols["spot"] = np.array([100, 100, 100, 100, "x", 100], dtype=object)  # an invalid row
+    vol, status = client.implied_vol(prices, cols, method, fallback=False)
+    want_vol, want_status = engine.implied_vol_table(prices, cols, method)
+    np.testing.assert_array_equal(vol, want_vol)
+    assert status.tolist() == want_status.tolist()
+    assert status[0] == "ok" and status[4].startswith("invalid")
+    np.testing.assert_allclose(vol[[0, 1, 3, 5]], np.asarray(cols["volatility"])[[0, 1, 3, 5]], rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------- security and robustness
+
+
+def test_connection_file_is_private(daemon):
+    info = paths.read_connection_file(daemon.connection_file)
+    assert info["ip"] == "127.0.0.1" and info["signature_scheme"] == "hmac-sha256" and len(info["key"]) >= 64
+    if os.name == "posix":
+        assert stat.S_IMODE(os.stat(daemon.connection_file).st_mode) == 0o600
+
+
+def test_wrong_key_gets_no_price(daemon, tmp_path):
+    info = paths.read_connection_file(daemon.connection_file)
+    forged = dict(info, key="0" * 64)
+    paths.write_connection_file(tmp_path / "forged.json", forged)
+    good = daemon.client()
+    before = good.status()["auth_failures"]
+    bad = Client(tmp_path / "forged.json", timeout=0.3, retries=1)
+    with pytest.raises(DaemonUnavailable, match="no reply"):
+        bad.price_table(table(2), Method(steps=20), fallback=False)
+    res = bad.price_table(table(2), Method(steps=20))  # fallback: priced here, not by the daemon
+    assert res.via == "in-process" and "marked down" in res.diagnostics["fallback_reason"]
+    assert good.status()["auth_failures"] >= before + 2  # first try and one retry
+    log = daemon.log()
+    assert "authentication failure" in log
+    assert info["key"] not in log and forged["key"] not in log
+    bad.close()
+    good.close()
+
+
+def _garbage_messages(info: dict, n: int) -> tuple[list[list[bytes]], int]:
+    """``n`` bad multipart messages; returns them and how many are correctly signed (those
+    must get an error reply; the others must be dropped)."""
+    rng = random.Random(1234)
+    good = Session(info["key"].encode())
+    wrong = Session(b"not-the-key")
+    header = good.header("price_request")
+    valid = good.serialize(header, {"columns": {"kind": "put"}})
+    msgs: list[list[bytes]] = []
+    signed = 0
+
+    def rand_bytes(k: int) -> bytes:
+        return bytes(rng.getrandbits(8) for _ in range(k))
+
+    def signed_frames(frames: list[bytes]) -> list[bytes]:
+        return [DELIM, good.sign(frames), *frames]
+
+    huge_array = msgpack.packb({"columns": {"spot": {"__nd__": ["<f8", [10**12], 0]}}})
+    cases = [
+        lambda: [rand_bytes(rng.randint(0, 64)) for _ in range(rng.randint(1, 8))],          # random frames
+        lambda: valid[: rng.randint(1, len(valid) - 1)],                                     # truncated
+        lambda: [DELIM, b"", *valid[2:]],                                                    # unsigned
+        lambda: [DELIM, *valid[2:]],                                                         # no signature frame
+        lambda: wrong.serialize(header, {"columns": {}}),                                    # wrong key
+        lambda: [DELIM, valid[1][:-1] + b"0", *valid[2:]],                                   # tampered signature
+        lambda: [*valid, rand_bytes(8)],                                                     # extra buffer
+        lambda: [DELIM, rand_bytes(64), rand_bytes(100)],                                    # random signature
+        lambda: [rand_bytes(300)] * 12 + [DELIM],                                            # too many identities
+    ]
+    signed_cases = [
+        lambda: signed_frames([b"\xdd\x7f\xff\xff\xff", b"\x80", b"\x80", b"\x80"]),       # header declares 2**31 items
+        lambda: signed_frames([valid[2], valid[3], valid[4], huge_array, b"\0" * 8]),       # array declares 8 TB
+        lambda: signed_frames([valid[2], valid[3], valid[4], b"\xc1"]),                     # invalid msgpack
+        lambda: signed_frames([rand_bytes(40), b"\x80", b"\x80", b"\x80"]),                # random header
+        lambda: signed_frames([valid[2]]),                                                  # too few frames
+        lambda: signed_frames([msgpack.packb(dict(header, msg_type="rm_rf_request")), b"\x80", b"\x80", b"\x80"]),
+        lambda: signed_frames([msgpack.packb(dict(header, version="9.0")), b"\x80", b"\x80", b"\x80"]),
+        lambda: signed_frames([valid[2], b"\x80", b"\x80", msgpack.packb([1, 2, 3])]),     # content not a map
+        lambda: signed_frames([valid[2], b"\x80", b"\x80", msgpack.packb({"columns": {"spot": [[1, 2]]}})]),
+        lambda: signed_frames([valid[2], b"\x80", b"\x80",
+                               msgpack.packb({"columns": {"spot": {"__nd__": ["|O", [1], 0]}}}), b"\0" * 8]),
+        lambda: signed_frames([valid[2], b"\x80", b"\x80", msgpack.packb({"columns": table(2) | {
+            "kind": "put", "style": "american", "strike": 1.0, "expiry": 1.0, "dividend_yield": 0.0,
+            "volatility": 0.2}, "method": {"steps": "many"}})]),                             # invalid method
+        lambda: signed_frames([valid[2], b"\x80", b"\x80", b"\x80"] + [b""] * 100),          # too many frames
+    ]
+    for i in range(n):
+        if i % 3 == 2:
+            msgs.append(rng.choice(signed_cases)())
+            signed += 1
+        else:
+            msgs.append(rng.choice(cases)())
+    return msgs, signed
+
+
+def test_garbage_never_stops_the_daemon(daemon):
+    info = paths.read_connection_file(daemon.connection_file)
+    good = daemon.client(timeout=10.0)
+    before = good.status()
+    msgs, signed = _garbage_messages(info, 1000)
+    ctx = zmq.Context()
+    socks = [ctx.socket(zmq.DEALER) for _ in range(4)]
+    try:
+        for s in socks:
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(paths.endpoint(info))
+        for i, m in enumerate(msgs):
+            socks[i % len(socks)].send_multipart(m)
+        # every correctly signed bad message is answered with an error; nothing else is answered
+        session = Session(info["key"].encode())
+        replies = []
+        deadline = time.monotonic() + 30
+        while len(replies) < signed and time.monotonic() < deadline:
+            for s in socks:
+                while s.poll(50):
+                    replies.append(session.recv(s))
+        assert len(replies) == signed
+        assert all(r.content["status"] == "error" and r.content["error"] for r in replies)
+        assert all(len(r.content["error"]) <= 240 for r in replies)
+        assert {r.content["ename"] for r in replies} >= {"ProtocolError", "InvalidInputError"}
+        assert not any(s.poll(200) for s in socks)  # and the unsigned ones got no reply
+    finally:
+        for s in socks:
+            s.close()
+        ctx.term()
+    assert daemon.process.poll() is None
+    cols = table(4)
+    assert_same_result(good.price_table(cols, Method(steps=30), fallback=False),
+                       engine.price_table(cols, Method(steps=30)))
+    after = good.status()
+    assert after["auth_failures"] - before["auth_failures"] == len(msgs) - signed
+    assert after["malformed"] > before["malformed"]
+    good.close()
+
+
+def test_retried_request_is_answered_from_cache_not_priced_twice(daemon):
+    info = paths.read_connection_file(daemon.connection_file)
+    session = Session(info["key"].encode())
+    good = daemon.client()
+    before = good.status()["by_op"].get("price", 0)
+    ctx = zmq.Context()
+    try:
+        content = {"columns": {k: v for k, v in {"kind": "put", "style": "american", "spot": 100.0, "strike": 101.0,
+                                                  "expiry": 1.0, "rate": 0.02, "volatility": 0.3}.items()}}
+        header = session.header("price_request")
+        replies = []
+        for _ in range(2):  # the same msg_id from two sockets, as a Lazy Pirate retry does
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(paths.endpoint(info))
+            protocol.send_frames(s, session.serialize(header, content))
+            assert s.poll(10_000)
+            replies.append(session.recv(s))
+            s.close()
+    finally:
+        ctx.term()
+    assert replies[0].parent_header["msg_id"] == replies[1].parent_header["msg_id"] == header["msg_id"]
+    assert replies[0].buffers == replies[1].buffers and replies[0].content == replies[1].content
+    assert good.status()["by_op"]["price"] == before + 1
+    good.close()
+
+
+def test_threads_each_get_their_own_reply(daemon):
+    c = daemon.client(timeout=30.0)
+    n_threads, per_thread = 8, 500
+    base = {"kind": "put", "style": "american", "spot": 100.0, "expiry": 0.5, "rate": 0.03, "dividend_yield": 0.0,
+            "volatility": 0.25}
+    m = Method(steps=16, greeks=False)
+    strikes = 50.0 + np.arange(n_threads * per_thread) * 0.025  # distinct strike per request
+    got = np.full(strikes.shape, np.nan)
+    vias = set()
+    errors = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(t * per_thread, (t + 1) * per_thread):
+                r = c.price_table(base | {"strike": strikes[i]}, m, fallback=False)
+                got[i] = r.price[0]
+                vias.add(r.via)
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and vias == {"daemon"}
+    want = np.array([engine.price_table(base | {"strike": k}, m).price[0] for k in strikes])
+    np.testing.assert_array_equal(got, want)
+    c.close()
+
+
+def test_shared_client_finds_the_fixture_daemon(daemon):
+    res = get_client().price_table(table(2), Method(steps=20))
+    assert res.via == "daemon" and res.device == "cpu"
+    assert get_client() is get_client()
+
+
+def test_values_that_cannot_travel_are_priced_in_process(client):
+    import datetime
+
+    cols = table(4)
+    cols["spot"] = np.array([100.0, datetime.date(2025, 1, 1), 101.0, 99.0], dtype=object)
+    res = client.price_table(cols, Method(steps=20))
+    assert res.via == "in-process" and res.status.tolist() == ["ok", "error", "ok", "ok"]
+    assert_same_result(res, engine.price_table(cols, Method(steps=20)))
+    with pytest.raises(TypeError, match="cannot send"):
+        client.price_table(cols, Method(steps=20), fallback=False)
+    with pytest.raises(TypeError, match="Method"):
+        client.price_table(table(2), {"steps": 20})
+
+
+# ---------------------------------------------------------------------------- fallback and CLI
+
+
+def test_fallback_to_in_process_when_no_daemon(tmp_path, monkeypatch):
+    cols = table(4)
+    c = Client(tmp_path / "absent.json", timeout=0.2, retries=0)
+    res = c.price_table(cols, Method(steps=40))
+    assert res.via == "in-process"
+    assert_same_result(res, engine.price_table(cols, Method(steps=40)))
+    vol, status = c.implied_vol(res.price, cols, Method(steps=40))
+    np.testing.assert_array_equal(vol, engine.implied_vol_table(res.price, cols, Method(steps=40))[0])
+    with pytest.raises(DaemonUnavailable, match="no connection file"):
+        c.price_table(cols, fallback=False)
+    with pytest.raises(DaemonUnavailable):
+        c.ping()
+    monkeypatch.setenv(paths.ENV_VAR, str(tmp_path / "absent-too.json"))
+    assert get_client().price_table(cols, Method(steps=40)).via == "in-process"
+    c.close()
+
+
+def test_stale_connection_file_is_remembered_as_down(tmp_path):
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.ROUTER)
+    port = s.bind_to_random_port("tcp://127.0.0.1")
+    s.close(linger=0)  # the port is closed again: nobody listens there
+    ctx.term()
+    info = {"transport": "tcp", "ip": "127.0.0.1", "shell_port": port, "iopub_port": port, "hb_port": port,
+            "control_port": port, "signature_scheme": "hmac-sha256", "key": "k" * 64}
+    paths.write_connection_file(tmp_path / "stale.json", info)
+    c = Client(tmp_path / "stale.json", timeout=0.5, retries=1, connect_timeout=0.3, down_s=60)
+    first = c.price_table(table(2), Method(steps=20))
+    second = c.price_table(table(2), Method(steps=20))
+    assert first.via == second.via == "in-process"
+    assert "cannot connect" in first.diagnostics["fallback_reason"]
+    assert "marked down" in second.diagnostics["fallback_reason"]  # did not wait again
+    c.close()
+
+
+def test_status_exit_code_when_down(tmp_path):
+    r = run_cli("status", "--connection-file", str(tmp_path / "absent.json"))
+    assert r.returncode == 1 and "not running" in r.stderr
+    r = run_cli("status", "--json", env={paths.ENV_VAR: str(tmp_path / "absent.json")})
+    assert r.returncode == 1 and json.loads(r.stdout)["running"] is False
+
+
+def test_status_command_when_up(daemon):
+    r = run_cli("status", "--connection-file", str(daemon.connection_file))
+    assert r.returncode == 0, r.stderr
+    assert f"pid             {daemon.pid}" in r.stdout and "devices         cpu" in r.stdout
+    r = run_cli("status", "--json", env={paths.ENV_VAR: str(daemon.connection_file)})
+    st = json.loads(r.stdout)
+    assert r.returncode == 0 and st["running"] and st["pid"] == daemon.pid and "requests_served" in st
+
+
+def test_serve_detach_status_stop(tmp_path):
+    conn = tmp_path / "detached.json"
+    r = run_cli("serve", "--detach", "--no-warmup", "--connection-file", str(conn))
+    assert r.returncode == 0, r.stderr
+    assert conn.exists()
+    if os.name == "posix":
+        assert stat.S_IMODE(os.stat(conn).st_mode) == 0o600
+    pid = paths.read_connection_file(conn)["pid"]
+    r = run_cli("status", "--connection-file", str(conn))
+    assert r.returncode == 0 and str(pid) in r.stdout
+    again = run_cli("serve", "--detach", "--connection-file", str(conn))  # already running: no second daemon
+    assert again.returncode == 0 and "already running" in again.stderr
+    assert paths.read_connection_file(conn)["pid"] == pid
+    r = run_cli("stop", "--connection-file", str(conn))
+    assert r.returncode == 0, r.stderr
+    assert not conn.exists()
+    assert run_cli("status", "--connection-file", str(conn)).returncode == 1
+    assert run_cli("stop", "--connection-file", str(conn)).returncode == 1
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signals_stop_cleanly(tmp_path, sig):
+    handle = start_daemon(tmp_path, "--no-warmup")
+    try:
+        handle.process.send_signal(sig)
+        assert handle.process.wait(timeout=15) == 0
+        assert not handle.connection_file.exists()
+    finally:
+        stop_daemon(handle)
+
+
+@pytest.mark.skipif(not hasattr(__import__("socket"), "AF_UNIX"), reason="AF_UNIX datagrams")
+def test_systemd_notifications(tmp_path):
+    import socket
+
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        sock.settimeout(10)
+        handle = start_daemon(tmp_path, "--no-warmup", env={"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "200000"})
+        try:
+            seen = [sock.recv(256) for _ in range(3)]
+            assert b"READY=1" in seen
+            assert b"WATCHDOG=1" in seen
+        finally:
+            stop_daemon(handle)
+        for _ in range(100):  # bounded: the watchdog pings that came before the last word
+            last = sock.recv(256)
+            if last != b"WATCHDOG=1":
+                break
+        assert last == b"STOPPING=1"
+
+
+def test_second_serve_refuses_while_one_runs(daemon):
+    r = run_cli("serve", "--no-warmup", "--connection-file", str(daemon.connection_file), timeout=60)
+    assert r.returncode == 2 and "already runs" in r.stderr
+    assert daemon.client().ping()["pid"] == daemon.pid
+
+
+# ---------------------------------------------------------------------------- protocol units
+
+
+@pytest.fixture
+def pair():
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.DEALER), ctx.socket(zmq.ROUTER)
+    b.bind("inproc://protocol-test")
+    a.connect("inproc://protocol-test")
+    yield a, b
+    a.close(linger=0)
+    b.close(linger=0)
+    ctx.term()
+
+
+@pytest.mark.parametrize("dtype", ["<f8", "<f4", "<i8", "<i4", "|i1", "|u1", "|b1"])
+def test_arrays_travel_as_raw_buffers(pair, dtype):
+    a, b = pair
+    s = Session(b"key")
+    arr = (np.arange(10) % 3).astype(dtype)
+    bufs: list = []
+    spec = protocol.encode_array(arr, bufs)
+    s.send(a, "x_request", {"a": spec}, buffers=bufs)
+    msg = s.recv(b)
+    assert msg.identities and len(msg.buffers) == 1 and len(msg.buffers[0]) == arr.nbytes
+    out = protocol.decode_array(msg.content["a"], msg.buffers)
+    assert out.dtype == arr.dtype and np.array_equal(out, arr) and out.flags.writeable
+
+
+def test_signature_covers_buffers(pair):
+    a, b = pair
+    s = Session(b"key")
+    frames = s.serialize(s.header("x_request"), {"a": 1}, buffers=[b"12345678"])
+    frames[-1] = b"12345679"
+    a.send_multipart(frames)
+    with pytest.raises(AuthenticationError):
+        s.recv(b)
+
+
+def test_oversized_messages_are_refused_but_answered_when_signed(pair):
+    a, b = pair
+    s = Session(b"key", max_bytes=1000, max_frames=6)
+    s.send(a, "x_request", {}, buffers=[b"x" * 2000])
+    with pytest.raises(ProtocolError, match="too large") as e:
+        s.recv(b)
+    assert e.value.authenticated and e.value.header["msg_type"] == "x_request"
+    s.send(a, "x_request", {}, buffers=[b""] * 10)
+    with pytest.raises(ProtocolError, match="frames"):
+        s.recv(b)
+    Session(b"other", max_bytes=1000).send(a, "x_request", {}, buffers=[b"x" * 2000])
+    with pytest.raises(AuthenticationError):
+        s.recv(b)
+
+
+@pytest.mark.parametrize("spec, buffers, match", [
+    ({"__nd__": ["|O", [1], 0]}, [b"\0" * 8], "not allowed"),
+    ({"__nd__": [">f8", [1], 0]}, [b"\0" * 8], "not allowed"),
+    ({"__nd__": ["<f8", [10**12], 0]}, [b"\0" * 8], "declared"),
+    ({"__nd__": ["<f8", [-1], 0]}, [b"\0" * 8], "shape"),
+    ({"__nd__": ["<f8", [1], 3]}, [b"\0" * 8], "index"),
+    ({"__nd__": ["<f8", [1, 1, 1, 1, 1], 0]}, [b"\0" * 8], "shape"),
+    ({"__nd__": ["<f8", [1]]}, [b"\0" * 8], "malformed"),
+    ({"__nd__": ["<f8", [1], 0], "x": 1}, [b"\0" * 8], "malformed"),
+])
+def test_decode_array_rejects(spec, buffers, match):
+    with pytest.raises(ProtocolError, match=match):
+        protocol.decode_array(spec, buffers)
+
+
+def test_unpackb_rejects_huge_declared_lengths():
+    for data in (b"\xdd\x7f\xff\xff\xff", b"\xdf\x7f\xff\xff\xff", b"\xdb\x7f\xff\xff\xff", b"\xc6\x7f\xff\xff\xff"):
+        with pytest.raises(ProtocolError):
+            protocol.unpackb(data)
+
+
+def test_client_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        Client(timeout=0)
+    with pytest.raises(DaemonError):
+        Client._decode_result(protocol.Message({}, {}, {}, {"n": 2, "values": {"__nd__": ["<f8", [6, 1], 0]}},
+                                               [b"\0" * 48]))
