@@ -6,7 +6,10 @@ STAMP  := $(VENV)/.installed
 CHAIN  ?= examples/data/spy_chain_2026-02-13.csv
 OUTDIR ?= out
 
-.PHONY: demo test test-gpu bench venv clean
+# system libraries Qt needs for the panel and its offscreen tests (Debian/Ubuntu names)
+QT_SYSTEM_LIBS := libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0
+
+.PHONY: demo test test-gpu bench venv clean system-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +29,15 @@ demo: $(STAMP)
 	$(VENV)/bin/optiond chain $(CHAIN) -o $(OUTDIR)/spy_chain_priced_daemon.csv --daemon-only; rc=$$?; \
 	  $(VENV)/bin/optiond stop; exit $$rc
 
-test: $(STAMP)
+system-deps:
+	@for lib in libEGL.so.1 libxkbcommon.so.0 libfontconfig.so.1 libdbus-1.so.3; do \
+	  ldconfig -p | grep -q "$$lib" || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(QT_SYSTEM_LIBS); \
+	  else echo "the panel needs these system packages: $(QT_SYSTEM_LIBS)"; exit 1; fi; fi
+
+test: $(STAMP) system-deps
 	$(PY) -m pytest -m "not gpu" -q
 
 test-gpu: $(STAMP)
@@ -36,6 +47,8 @@ bench: $(STAMP)
 	$(PY) bench/binomial_cpu.py
 	$(PY) bench/daemon.py
 	$(PY) bench/chain.py
+	$(PY) bench/mlmc.py --device cpu --eps 0.005 0.0025
+	$(PY) bench/adi.py --cpu
 
 clean:
 	rm -rf $(VENV) $(OUTDIR) build *.egg-info

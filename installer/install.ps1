@@ -103,13 +103,17 @@ if ($excelBits) {
   & (Join-Path $Venv "Scripts\xlwings.exe") addin install
   Set-XlwingsSetting "INTERPRETER_WIN" (Join-Path $Venv "Scripts\pythonw.exe"); Record "xlsetting" "INTERPRETER_WIN"
   Set-XlwingsSetting "UDF MODULES" "optiond.addin.functions"; Record "xlsetting" "UDF MODULES"
-  $bas = & $Py -c "import optiond.addin as a, pathlib; print(pathlib.Path(a.__file__).parent / 'vba' / 'optiond_udfs.bas')"
+  $vbaDir = & $Py -c "import optiond.addin.table as t; print(t.VBA_DIR)"
   try {
     $excel = New-Object -ComObject Excel.Application
     $excel.DisplayAlerts = $false
     $wb = $excel.Workbooks.Add()
     $wb.VBProject.References.AddFromFile((Join-Path $XlStart "xlwings.xlam")) | Out-Null
-    $wb.VBProject.VBComponents.Import($bas) | Out-Null
+    # the UDF wrappers xlwings generates, and the macro that gives Excel's wizard the argument texts
+    $wb.VBProject.VBComponents.Import((Join-Path $vbaDir "xlwings_udfs.bas")) | Out-Null
+    $wb.VBProject.VBComponents.Import((Join-Path $vbaDir "optiond_register.bas")) | Out-Null
+    $wb.VBProject.VBComponents.Item("ThisWorkbook").CodeModule.AddFromString(
+      "Private Sub Workbook_Open()`r`n    OptiondRegisterFunctions`r`nEnd Sub") | Out-Null
     $wb.SaveAs($Xlam, 55)  # xlOpenXMLAddIn
     $wb.Close($false); $excel.Quit()
     Record "file" $Xlam

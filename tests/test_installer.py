@@ -83,3 +83,30 @@ def test_uninstall_leaves_nothing(installed):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not installed["prefix"].exists()
     assert snapshot(installed["bin"]) == set() and snapshot(installed["units"]) == set()
+
+
+def test_windows_registered_module_exposes_exactly_the_function_table():
+    import importlib
+    import re
+
+    from optiond.addin import table
+
+    ps1 = (ROOT / "installer" / "install.ps1").read_text()
+    # the installer registers this module and imports these VBA files
+    assert f'"UDF MODULES" "{table.UDF_MODULE}"' in ps1
+    assert table.VBA_UDF_FILE.name in ps1 and table.VBA_REGISTER_FILE.name in ps1
+    mod = importlib.import_module(table.UDF_MODULE)  # imports cleanly
+    documented = {f.name for f in table.FUNCTIONS}
+    exposed = {n for n in dir(mod) if n.isupper() and callable(getattr(mod, n)) and not n.startswith("_")}
+    assert exposed == documented
+    vba = table.VBA_UDF_FILE.read_text()
+    assert set(re.findall(r"^Function (\w+)\(", vba, re.M)) == documented
+    register = table.VBA_REGISTER_FILE.read_text()
+    for f in table.FUNCTIONS:
+        fn = getattr(mod, f.name)
+        assert fn.__doc__ == f.description
+        assert [a.name for a in f.args] == list(__import__("inspect").signature(fn).parameters)
+        # every argument has its wizard text, registered with Application.MacroOptions
+        block = register.split(f"!{f.name}\"", 1)[1].split("Application.MacroOptions", 1)[0]
+        for a in f.args:
+            assert a.doc and a.doc.replace('"', '""') in block, (f.name, a.name)

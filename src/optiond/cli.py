@@ -19,6 +19,8 @@ COMMAND_MODULES = [
     "optiond.daemon.commands",    # serve, status, stop
     "optiond.commands.service",   # service unit / windows
     "optiond.commands.mlmc",      # mlmc-test
+    "optiond.commands.panel",     # panel (PySide6)
+    "optiond.commands.calibrate", # calibrate (GPU/CPU crossovers)
 ]
 
 

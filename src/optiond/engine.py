@@ -15,6 +15,7 @@ the same whoever asks. The CPU kernels are the reference; the GPU backend plugs 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any, Mapping
 
@@ -22,13 +23,34 @@ import numpy as np
 
 from .kernels import binomial_cpu, black_scholes
 from .kernels.rootfind import IV_STATUS_NAMES
-from .models import (AMERICAN, GREEK_FIELDS, Batch, InvalidInputError, Method, Result, RowError, validate_columns,
-                     validate_steps)
+from .models import (AMERICAN, GREEK_FIELDS, Batch, InvalidInputError, Method, Result, RowError, scalar_row,
+                     validate_columns, validate_steps)
 
 
 def select_device(batch: Batch | None, method: Method) -> str:
-    """The device that will price this request. CPU only in this build of the engine."""
-    return "cpu"
+    """The device that will price this request: ``"cpu"``, or ``"gpu:<id> <name>"``.
+
+    The GPU serves the binomial method only, when CuPy sees a device and either the request
+    asks for it (``method.device="gpu"``) or, with ``"auto"``, the calibrated dispatch
+    (:func:`optiond.kernels.dispatch.choose`) finds the request big enough to pay for the
+    transfers. Without a batch (a table not yet split by method) it answers for ``"gpu"`` only.
+    """
+    if method.name != "binomial" or method.device == "cpu":
+        return "cpu"
+    from .kernels import binomial_gpu, dispatch
+
+    if not binomial_gpu.available():
+        return "cpu"
+    if method.device == "auto":
+        if batch is None:
+            return "cpu"
+        n = len(batch)
+        if dispatch.choose(n, method.steps_for(n), greeks=method.greeks, gpu=True) == "cpu":
+            return "cpu"
+    try:
+        return binomial_gpu.device_label()
+    except binomial_gpu.GPUError:
+        return "cpu"
 
 
 def _price_binomial(batch: Batch, method: Method, steps: np.ndarray, res: Result) -> None:
@@ -40,8 +62,33 @@ def _price_binomial(batch: Batch, method: Method, steps: np.ndarray, res: Result
     if good.size == 0:
         return
     sub = batch if good.size == len(batch) else batch.take(good)
-    out = binomial_cpu.crr_batch(sub.kind, sub.style, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield,
-                                 sub.volatility, steps[good], greeks=method.greeks)
+    out = None
+    if res.device.startswith("gpu"):
+        # GPU batch kernel or single-option pipeline (calibrated choice); any GPU failure falls
+        # back to the CPU below, and the result and the log say so
+        import logging
+
+        from .kernels import binomial_gpu, dispatch
+
+        path = dispatch.choose(len(sub), steps[good], greeks=method.greeks, gpu=True, force_gpu=True)
+        precision = method.precision
+        if precision == "fp32" and int(steps[good].max()) > binomial_gpu.FP32_MAX_STEPS:
+            precision = "fp64"
+            res.diagnostics["precision_note"] = f"fp32 is for N <= {binomial_gpu.FP32_MAX_STEPS}; priced in fp64"
+        fn = binomial_gpu.crr_pipeline_gpu if path == "gpu-pipeline" else binomial_gpu.crr_batch_gpu
+        try:
+            out = fn(sub.kind, sub.style, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield,
+                     sub.volatility, steps[good], greeks=method.greeks, precision=precision)
+            res.diagnostics.update(path=path, precision=precision)
+        except Exception as e:  # noqa: BLE001 (CUDA error, out of memory, compile error: use the CPU)
+            logging.getLogger(__name__).warning("GPU binomial pricing failed (%s: %s); priced on the CPU instead",
+                                                type(e).__name__, e)
+            res.device = "cpu"
+            res.diagnostics["gpu_fallback"] = f"{type(e).__name__}: {e}"
+            out = None
+    if out is None:
+        out = binomial_cpu.crr_batch(sub.kind, sub.style, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield,
+                                     sub.volatility, steps[good], greeks=method.greeks, check=False)
     for k, name in enumerate(("price",) + GREEK_FIELDS):
         getattr(res, name)[good] = out[k]
 
@@ -57,6 +104,78 @@ def _price_black_scholes(batch: Batch, method: Method, res: Result) -> None:
     out = black_scholes.bs_price_greeks(sub.kind, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield, sub.volatility)
     for name in ("price",) + GREEK_FIELDS:
         getattr(res, name)[good] = out[name] if (method.greeks or name == "price") else np.nan
+
+
+def _gpu_available() -> bool:
+    try:
+        from .kernels import binomial_gpu
+
+        return bool(binomial_gpu.available())
+    except Exception:  # noqa: BLE001 (no CuPy, no driver: the CPU it is)
+        return False
+
+
+def _mlmc_payoff(kind: int, payoff: str) -> str:
+    side = "call" if kind == 1 else "put"
+    return side if payoff == "vanilla" else f"{payoff}_{side}"
+
+
+def _price_mlmc(batch: Batch, method: Method, res: Result) -> None:
+    """Adaptive MLMC (Giles 2008), one run per option; price and its standard error."""
+    from .kernels import mlmc
+
+    n = len(batch)
+    res.std_error = np.full(n, np.nan)
+    am = np.flatnonzero(batch.style == AMERICAN)
+    if am.size:
+        res.mark_error(am, "mlmc prices European-style payoffs (vanilla, digital, asian); use method=binomial for american")
+    eps = np.broadcast_to(np.asarray(method.eps, dtype=np.float64), (n,))
+    device = "gpu" if method.device == "gpu" or (method.device == "auto" and _gpu_available()) else "cpu"
+    levels, warnings = np.zeros(n, dtype=np.int64), {}
+    for i in np.flatnonzero(res.ok).tolist():
+        args = (_mlmc_payoff(int(batch.kind[i]), method.payoff), batch.spot[i], batch.strike[i], batch.expiry[i],
+                batch.rate[i], batch.dividend_yield[i], batch.volatility[i], float(eps[i]))
+        try:
+            try:
+                r = mlmc.mlmc_price(*args, seed=int(method.seed), device=device)
+            except (ImportError, RuntimeError) as e:  # GPU unusable: the CPU gives the same estimate
+                if device != "gpu":
+                    raise
+                logging.getLogger(__name__).warning("GPU MLMC failed (%s); priced on the CPU instead", e)
+                res.diagnostics["gpu_fallback"] = f"{type(e).__name__}: {e}"
+                device = "cpu"
+                r = mlmc.mlmc_price(*args, seed=int(method.seed), device=device)
+        except InvalidInputError as e:
+            res.mark_error([i], str(e))
+            continue
+        res.price[i], res.std_error[i], levels[i] = r.price, r.std_error, r.levels
+        if r.warnings:
+            warnings[i] = "; ".join(r.warnings)
+    res.device = "cpu" if device == "cpu" else (res.device if res.device.startswith("gpu") else "gpu")
+    res.diagnostics.update(mlmc_levels=levels.tolist(), mlmc_warnings=warnings)
+
+
+def _price_adi(batch: Batch, method: Method, res: Result) -> None:
+    """Heston by ADI finite differences (in 't Hout & Foulon 2010), European or American
+    (Ikonen–Toivanen); price, delta, gamma and theta at the spot, dV/dv0 in diagnostics."""
+    from .kernels import adi_cpu
+
+    if batch.v0 is None:
+        res.mark_error(np.arange(len(batch)), "method=adi needs the Heston columns v0, kappa, theta, xi, rho")
+        return
+    device = method.device if method.device != "auto" or _gpu_available() else "cpu"
+    out = adi_cpu.heston_price_batch(batch.kind, batch.style, batch.spot, batch.strike, batch.expiry, batch.rate,
+                                     batch.dividend_yield, batch.v0, batch.kappa, batch.theta, batch.xi, batch.rho,
+                                     scheme=method.scheme, grid=method.grid, time_steps=method.time_steps,
+                                     rannacher=method.rannacher, device=device)
+    for name in ("price", "delta", "gamma", "theta"):
+        getattr(res, name)[:] = out[name]
+    bad = np.flatnonzero(np.asarray(out["status"]) != "ok")
+    if bad.size:
+        res.mark_error(bad, [str(out["error"][i]) for i in bad])
+    res.device = "cpu" if str(out.get("device", "cpu")).startswith("cpu") else str(out["device"])
+    res.diagnostics.update(adi_dv0=np.asarray(out["dv0"]).tolist(), adi_scheme=method.scheme, adi_grid=list(method.grid),
+                           adi_time_steps=method.time_steps)
 
 
 def price(batch: Batch, method: Method | None = None) -> Result:
@@ -81,6 +200,10 @@ def price(batch: Batch, method: Method | None = None) -> Result:
     if n:
         if method.name == "binomial":
             _price_binomial(batch, method, method.steps_for(n), res)
+        elif method.name == "mlmc":
+            _price_mlmc(batch, method, res)
+        elif method.name == "adi":
+            _price_adi(batch, method, res)
         else:
             _price_black_scholes(batch, method, res)
     res.elapsed_s = time.perf_counter() - t0
@@ -106,6 +229,57 @@ def _method_column(columns: Mapping[str, Any], n: int, default: Method) -> tuple
     return names, errors
 
 
+def _price_scalar(row: tuple, method: Method, t0: float) -> Result | None:
+    """One valid contract priced on the CPU without batch set-up (same kernels, same bits);
+    None when the general path must handle it (GPU requested, p outside [0, 1], American
+    under the closed form)."""
+    kind, style, S, K, T, r, q, sigma = row
+    if method.device == "gpu" or method.name not in ("binomial", "black-scholes"):
+        return None
+    if method.name == "binomial":
+        N = method.steps
+        if not isinstance(N, int):
+            return None
+        p = binomial_cpu.crr_probability(T, r, q, sigma, N)
+        if not (0.0 <= p <= 1.0):
+            return None
+        vals = binomial_cpu.crr_one(kind == 1, style == AMERICAN, S, K, T, r, q, sigma, N, method.greeks)
+    else:
+        if style == AMERICAN:
+            return None
+        g = black_scholes.bs_price_greeks(kind, S, K, T, r, q, sigma)
+        vals = tuple(float(g[f][0]) if (method.greeks or f == "price") else np.nan for f in ("price",) + GREEK_FIELDS)
+    res = Result(*(np.array([v]) for v in vals), status=np.array(["ok"], dtype=object),
+                 error=np.array([""], dtype=object), device="cpu")
+    res.elapsed_s = time.perf_counter() - t0
+    return res
+
+
+def _mlmc_columns(columns: Mapping[str, Any], n: int, method: Method, names: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, list[RowError]]:
+    """Per-row MLMC ``eps`` and ``payoff`` (blank = the method's), checked on mlmc rows only."""
+    errors: list[RowError] = []
+    eps = np.broadcast_to(np.asarray(method.eps, dtype=np.float64), (n,)).copy()
+    payoff = np.full(n, method.payoff, dtype=object)
+    for col, out in (("eps", eps), ("payoff", payoff)):
+        raw = columns.get(col)
+        if raw is None:
+            continue
+        raw = np.asarray(raw, dtype=object)
+        raw = np.full(n, raw.item(), dtype=object) if raw.ndim == 0 else raw
+        for i, v in enumerate(raw.tolist()):
+            if v is None or v == "" or (isinstance(v, float) and np.isnan(v)):
+                continue
+            try:
+                out[i] = Method(name="mlmc", **{col: v}).__getattribute__(col) if col == "payoff" else float(v)
+                if col == "eps" and not (np.isfinite(out[i]) and out[i] > 0):
+                    raise InvalidInputError(col, i, v, "MLMC target error must be a finite number > 0")
+            except (InvalidInputError, TypeError, ValueError) as e:
+                if names[i] == "mlmc":
+                    errors.append(RowError(i, col, v, getattr(e, "reason", "not a number")))
+    return eps, payoff, errors
+
+
 def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Result:
     """Price raw columns, marking invalid rows instead of raising.
 
@@ -125,6 +299,17 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
     """
     method = method or Method()
     t0 = time.perf_counter()
+    row = scalar_row(columns)
+    if row is not None:  # one contract (an Excel cell, a single request): skip the batch set-up
+        m, steps_raw = columns.get("method"), columns.get("steps")
+        try:
+            one = method if m in (None, "") and steps_raw is None else dataclasses.replace(
+                method, name=method.name if m in (None, "") else str(m), steps=method.steps if steps_raw is None else steps_raw)
+        except (InvalidInputError, TypeError, ValueError):
+            one = None
+        res = _price_scalar(row, one, t0) if one is not None else None
+        if res is not None:
+            return res
     arrays, errors = validate_columns(columns)
     n = arrays["spot"].shape[0]
     names, m_err = _method_column(columns, n, method)
@@ -136,21 +321,31 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
                               for v in np.asarray(steps_raw, dtype=object).tolist()], dtype=object)
     steps, s_err = validate_steps(steps_raw, n)
     s_err = [e for e in s_err if names[e.row] == "binomial"]  # steps only matter to the tree
+    eps, payoff, mc_err = _mlmc_columns(columns, n, method, names)
     res = Result.empty(n, device=select_device(None, method))
     first: dict[int, RowError] = {}
-    for e in errors + m_err + s_err:
+    for e in errors + m_err + s_err + mc_err:
         first.setdefault(e.row, e)
     if first:
         res.mark_error(list(first), [e.message for e in first.values()])
+    # rows priced together share the method (and, for MLMC, the payoff family)
+    groups = np.array([f"{a}|{b}" if a == "mlmc" else a for a, b in zip(names.tolist(), payoff.tolist())], dtype=object)
     valid = np.flatnonzero(res.ok)
+    if valid.size == n and (groups == groups[0]).all():  # every row valid, one group: no split, no merge
+        out = price(Batch._from_valid(arrays), dataclasses.replace(method, name=names[0], steps=steps, eps=eps,
+                                                                   payoff=payoff[0]))
+        out.elapsed_s = time.perf_counter() - t0
+        return out
     if valid.size:
         batch = Batch._from_valid({k: v[valid] for k, v in arrays.items()})
-        for name in np.unique(names[valid]):
-            sel = np.flatnonzero(names[valid] == name)
-            sub = batch.take(sel)
-            m = dataclasses.replace(method, name=name, steps=steps[valid][sel])
+        vgroups = groups[valid]
+        for g in ([vgroups[0]] if (vgroups == vgroups[0]).all() else np.unique(vgroups)):
+            sel = np.flatnonzero(vgroups == g)
+            sub = batch if sel.size == len(batch) else batch.take(sel)
+            rows = valid[sel]
+            m = dataclasses.replace(method, name=names[rows[0]], steps=steps[rows], eps=eps[rows], payoff=payoff[rows[0]])
             part = price(sub, m)
-            part.scatter(res, valid[sel])
+            part.scatter(res, rows)
             res.device = part.device
     res.elapsed_s = time.perf_counter() - t0
     return res
@@ -176,9 +371,25 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None) -> tupl
     n = len(batch)
     prices = np.broadcast_to(np.asarray(prices, dtype=np.float64), (n,))
     if method.name == "binomial":
-        vol, code = binomial_cpu.crr_implied_vol(prices, batch.kind, batch.style, batch.spot, batch.strike, batch.expiry,
-                                                 batch.rate, batch.dividend_yield, method.steps_for(n),
-                                                 xtol=method.iv_tolerance)
+        steps = method.steps_for(n)
+        code = None
+        if select_device(batch, method) != "cpu":  # the whole chain together: one batch launch per Brent step
+            import logging
+
+            from .kernels import binomial_gpu
+            try:
+                precision = method.precision if int(steps.max(initial=0)) <= binomial_gpu.FP32_MAX_STEPS else "fp64"
+                vol, code = binomial_gpu.crr_implied_vol_gpu(prices, batch.kind, batch.style, batch.spot, batch.strike,
+                                                             batch.expiry, batch.rate, batch.dividend_yield, steps,
+                                                             xtol=method.iv_tolerance, precision=precision)
+            except Exception as e:  # noqa: BLE001 (any GPU failure: solve on the CPU)
+                logging.getLogger(__name__).warning("GPU implied volatility failed (%s: %s); solved on the CPU instead",
+                                                    type(e).__name__, e)
+                code = None
+        if code is None:
+            vol, code = binomial_cpu.crr_implied_vol(prices, batch.kind, batch.style, batch.spot, batch.strike,
+                                                     batch.expiry, batch.rate, batch.dividend_yield, steps,
+                                                     xtol=method.iv_tolerance)
         return vol, np.asarray(IV_STATUS_NAMES, dtype=object)[code]
     vol, code = black_scholes.bs_implied_vol(prices, batch.kind, batch.spot, batch.strike, batch.expiry, batch.rate, batch.dividend_yield)
     status = np.asarray(IV_STATUS_NAMES, dtype=object)[code]

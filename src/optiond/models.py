@@ -31,7 +31,14 @@ STYLE_NAMES = ("european", "american")
 
 MAX_VOLATILITY = 10.0
 MAX_STEPS = 10_000_000
-METHODS = ("binomial", "black-scholes")
+METHODS = ("binomial", "black-scholes", "mlmc", "adi")
+#: ADI schemes (in 't Hout & Foulon 2010): Douglas, Craig–Sneyd, Modified Craig–Sneyd, Hundsdorfer–Verwer
+ADI_SCHEMES = ("do", "cs", "mcs", "hv")
+#: the Heston model's extra market columns (Heston 1993): initial variance, mean reversion,
+#: long-run variance, volatility of variance, spot–variance correlation
+HESTON_FIELDS = ("v0", "kappa", "theta", "xi", "rho")
+#: MLMC payoff families (with the row's kind: vanilla call/put, digital call/put, Asian call/put)
+PAYOFFS = ("vanilla", "digital", "asian")
 PRECISIONS = ("fp64", "fp32")
 DEVICES = ("auto", "cpu", "gpu")
 
@@ -114,6 +121,21 @@ def _float_column(values: Any, name: str, n: int) -> tuple[np.ndarray, list[RowE
     return out, errors
 
 
+def pd_numeric(values: Any) -> np.ndarray:
+    """Values as float64 where they parse, NaN elsewhere (never raises)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "fiub":
+        return arr.astype(np.float64)
+    flat = [v for v in np.atleast_1d(arr).tolist()]
+    out = np.empty(len(flat))
+    for i, v in enumerate(flat):
+        try:
+            out[i] = float(v)
+        except (TypeError, ValueError):
+            out[i] = np.nan
+    return out.reshape(arr.shape)
+
+
 def _column_length(columns: Mapping[str, Any]) -> int:
     n = None
     for name, v in columns.items():
@@ -148,6 +170,17 @@ def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
     columns = dict(columns)
     columns.setdefault("style", "american")
     columns.setdefault("dividend_yield", 0.0)
+    if columns.get("v0") is not None:
+        # Heston rows need no Black–Scholes volatility: a blank one carries sqrt(v0) for reference
+        with np.errstate(invalid="ignore"):
+            v0 = pd_numeric(columns["v0"])
+            ref = np.where(np.isfinite(v0) & (v0 > 0), np.sqrt(np.abs(v0)), np.nan)
+            if columns.get("volatility") is None:
+                columns["volatility"] = np.where(np.isnan(ref), 0.2, ref)
+            else:
+                vol = pd_numeric(columns["volatility"])
+                if np.ndim(vol) and np.isnan(vol).any():
+                    columns["volatility"] = np.where(np.isnan(vol) & ~np.isnan(ref), ref, vol)
     for name in CONTRACT_FIELDS + MARKET_FIELDS:
         if name not in columns:
             raise InvalidInputError(name, None, None, "missing column")
@@ -178,6 +211,30 @@ def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
                 errors.append(RowError(i, name, v, "must be > 0"))
             else:
                 errors.append(RowError(i, name, v, f"must be <= {MAX_VOLATILITY:g}"))
+    heston = [f for f in HESTON_FIELDS if f in columns and columns[f] is not None]
+    if heston:
+        if len(heston) != len(HESTON_FIELDS):
+            missing = [f for f in HESTON_FIELDS if f not in heston]
+            raise InvalidInputError(missing[0], None, None, f"Heston needs all of {list(HESTON_FIELDS)}")
+        blank = np.ones(n, dtype=bool)  # rows with no Heston value at all are not Heston rows
+        for name in HESTON_FIELDS:
+            blank &= np.isnan(pd_numeric(np.broadcast_to(np.asarray(columns[name], dtype=object), (n,))))
+        for name in HESTON_FIELDS:
+            out[name], e = _float_column(columns[name], name, n)
+            e = [x for x in e if not blank[x.row]]
+            errors += e
+            col = out[name]
+            lo, strict = {"v0": (0.0, False), "kappa": (0.0, True), "theta": (0.0, False), "xi": (0.0, True),
+                          "rho": (-1.0, False)}[name]
+            with np.errstate(invalid="ignore"):
+                fine = np.isfinite(col) & ((col > lo) if strict else (col >= lo)) & ((col <= 1.0) if name == "rho" else True)
+            already = {err.row for err in e}
+            for i in np.flatnonzero(~fine & ~blank).tolist():
+                if i not in already:
+                    v = float(col[i])
+                    why = ("not a finite number" if not np.isfinite(v) else
+                           "must be between -1 and 1" if name == "rho" else f"must be {'>' if strict else '>='} 0")
+                    errors.append(RowError(i, name, v, why))
     # keep the first problem per row, in row order
     first: dict[int, RowError] = {}
     for err in errors:
@@ -243,13 +300,20 @@ class Contracts:
 
 @dataclass(frozen=True)
 class Market:
-    """The Black–Scholes model inputs, arrays of shape (n,), float64: ``spot`` (currency
-    units), ``rate``, ``dividend_yield`` and ``volatility`` (annualised decimals, continuous)."""
+    """The model inputs, arrays of shape (n,), float64: ``spot`` (currency units), ``rate``,
+    ``dividend_yield`` and ``volatility`` (annualised decimals, continuous); for the Heston
+    model also ``v0`` and ``theta`` (variances, annualised), ``kappa`` (per year), ``xi``
+    (volatility of variance) and ``rho`` (correlation, -1..1), else None."""
 
     spot: np.ndarray
     rate: np.ndarray
     dividend_yield: np.ndarray
     volatility: np.ndarray
+    v0: np.ndarray | None = None
+    kappa: np.ndarray | None = None
+    theta: np.ndarray | None = None
+    xi: np.ndarray | None = None
+    rho: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -277,7 +341,8 @@ class Batch:
     @classmethod
     def _from_valid(cls, a: Mapping[str, np.ndarray]) -> "Batch":
         c = Contracts(*(np.ascontiguousarray(a[k]) for k in CONTRACT_FIELDS))
-        m = Market(*(np.ascontiguousarray(a[k]) for k in MARKET_FIELDS))
+        m = Market(*(np.ascontiguousarray(a[k]) for k in MARKET_FIELDS),
+                   **{k: np.ascontiguousarray(a[k]) for k in HESTON_FIELDS if a.get(k) is not None})
         return cls(c, m)
 
     def __len__(self) -> int:
@@ -294,7 +359,7 @@ class Batch:
     def columns(self) -> dict[str, np.ndarray]:
         """The eight columns as a dict of arrays (kind/style as int8 codes)."""
         return {f.name: getattr(self.contracts, f.name) for f in fields(Contracts)} | {
-            f.name: getattr(self.market, f.name) for f in fields(Market)
+            f.name: getattr(self.market, f.name) for f in fields(Market) if getattr(self.market, f.name) is not None
         }
 
     def take(self, idx: np.ndarray | Sequence[int]) -> "Batch":
@@ -319,6 +384,15 @@ class Method:
         device: ``"auto"``, ``"cpu"`` or ``"gpu"``.
         greeks: compute delta, gamma, theta, vega and rho as well as the price.
         iv_tolerance: absolute tolerance on the volatility when solving implied volatilities.
+        eps: MLMC target root-mean-square error, currency units, > 0 (scalar or one per
+            option).
+        payoff: MLMC payoff family, ``"vanilla"``, ``"digital"`` (cash-or-nothing paying 1) or
+            ``"asian"`` (arithmetic average); the row's kind makes it a call or a put.
+        seed: MLMC random seed (the Philox key): a fixed seed gives a reproducible estimate.
+        scheme: ADI scheme, ``"do"`` (Douglas), ``"cs"`` (Craig–Sneyd), ``"mcs"`` (Modified
+            Craig–Sneyd, default) or ``"hv"`` (Hundsdorfer–Verwer).
+        grid: ADI grid nodes ``(n_spot, n_variance)``.
+        time_steps: ADI time steps; rannacher: implicit (Rannacher) start-up half steps.
     """
 
     name: str = "binomial"
@@ -327,6 +401,13 @@ class Method:
     device: str = "auto"
     greeks: bool = True
     iv_tolerance: float = 1e-12
+    eps: Any = 0.01
+    payoff: str = "vanilla"
+    seed: int = 0
+    scheme: str = "mcs"
+    grid: tuple = (200, 100)
+    time_steps: int = 100
+    rannacher: int = 2
 
     def __post_init__(self) -> None:
         name = str(self.name).strip().lower().replace("_", "-")
@@ -341,6 +422,31 @@ class Method:
             raise InvalidInputError("precision", None, self.precision, f"expected one of {list(PRECISIONS)}")
         if self.device not in DEVICES:
             raise InvalidInputError("device", None, self.device, f"expected one of {list(DEVICES)}")
+        scheme = str(self.scheme).strip().lower().replace("_", "-")
+        scheme = {"douglas": "do", "craig-sneyd": "cs", "modified-craig-sneyd": "mcs", "hundsdorfer-verwer": "hv"}.get(scheme, scheme)
+        if scheme not in ADI_SCHEMES:
+            raise InvalidInputError("scheme", None, self.scheme, f"unknown ADI scheme; expected one of {list(ADI_SCHEMES)}")
+        object.__setattr__(self, "scheme", scheme)
+        try:
+            grid = tuple(int(g) for g in self.grid)
+        except (TypeError, ValueError):
+            grid = ()
+        if len(grid) != 2 or min(grid) < 5:
+            raise InvalidInputError("grid", None, self.grid, "expected two node counts (spot, variance), each >= 5")
+        object.__setattr__(self, "grid", grid)
+        for name in ("time_steps", "rannacher"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or v < (1 if name == "time_steps" else 0):
+                raise InvalidInputError(name, None, v, "expected a whole number >= " + ("1" if name == "time_steps" else "0"))
+        payoff = str(self.payoff).strip().lower()
+        if payoff not in PAYOFFS:
+            raise InvalidInputError("payoff", None, self.payoff, f"unknown payoff; expected one of {list(PAYOFFS)}")
+        object.__setattr__(self, "payoff", payoff)
+        eps = np.asarray(self.eps, dtype=np.float64) if not isinstance(self.eps, str) else np.array(np.nan)
+        if not (np.all(np.isfinite(eps)) and np.all(eps > 0)):
+            raise InvalidInputError("eps", None, self.eps, "MLMC target error must be a finite number > 0")
+        if not isinstance(self.seed, (int, np.integer)) or int(self.seed) < 0:
+            raise InvalidInputError("seed", None, self.seed, "expected a whole number >= 0")
         if not (isinstance(self.iv_tolerance, (int, float)) and 0 < float(self.iv_tolerance) <= 0.01):
             raise InvalidInputError("iv_tolerance", None, self.iv_tolerance, "expected a number in (0, 0.01]")
         if np.ndim(self.steps) == 0:
@@ -390,6 +496,7 @@ class Result:
     via: str = "in-process"
     elapsed_s: float = 0.0
     diagnostics: dict = field(default_factory=dict)
+    std_error: np.ndarray | None = None
 
     @classmethod
     def empty(cls, n: int, device: str = "cpu") -> "Result":
@@ -411,14 +518,22 @@ class Result:
             self.error[r] = m
             for name in ("price",) + GREEK_FIELDS:
                 getattr(self, name)[r] = np.nan
+            if self.std_error is not None:
+                self.std_error[r] = np.nan
 
     def columns(self) -> dict[str, np.ndarray]:
         """price, the Greeks, status, error and device as columns of length n."""
-        out = {k: getattr(self, k) for k in ("price",) + GREEK_FIELDS + ("status", "error")}
-        out["device"] = np.full(len(self), self.device, dtype=object)
+        out = {k: getattr(self, k) for k in ("price",) + GREEK_FIELDS}
+        if self.std_error is not None:
+            out["std_error"] = self.std_error
+        out |= {"status": self.status, "error": self.error, "device": np.full(len(self), self.device, dtype=object)}
         return out
 
     def scatter(self, into: "Result", rows: np.ndarray) -> None:
         """Write this result's rows into ``into`` at positions ``rows``."""
         for k in ("price",) + GREEK_FIELDS + ("status", "error"):
             getattr(into, k)[rows] = getattr(self, k)
+        if self.std_error is not None:
+            if into.std_error is None:
+                into.std_error = np.full(len(into), np.nan)
+            into.std_error[rows] = self.std_error

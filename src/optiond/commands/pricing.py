@@ -11,9 +11,11 @@ import numpy as np
 import pandas as pd
 
 from .. import chain as chain_job
-from ..models import CONTRACT_FIELDS, MARKET_FIELDS, InvalidInputError, Method, Result
+from ..models import CONTRACT_FIELDS, HESTON_FIELDS, MARKET_FIELDS, InvalidInputError, Method, Result
 
 PORTFOLIO_COLUMNS = CONTRACT_FIELDS + MARKET_FIELDS + ("method", "steps")
+#: optional per-row columns of other methods: MLMC target error and payoff; Heston parameters
+OPTIONAL_COLUMNS = ("eps", "payoff") + HESTON_FIELDS
 
 
 class ClientPricer:
@@ -65,20 +67,24 @@ def cmd_price(args: argparse.Namespace) -> int:
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as e:
         print(f"optiond price: cannot read {args.file}: {e}", file=sys.stderr)
         return 2
-    missing = [c for c in ("kind", "spot", "strike", "expiry", "rate", "volatility") if c not in df.columns]
+    required = ("kind", "spot", "strike", "expiry", "rate") + (() if "v0" in df.columns else ("volatility",))
+    missing = [c for c in required if c not in df.columns]
     if missing:
         print(f"optiond price: {args.file}: missing columns {missing}; expected {list(PORTFOLIO_COLUMNS)}", file=sys.stderr)
         return 2
-    cols = {c: df[c].to_numpy() for c in PORTFOLIO_COLUMNS if c in df.columns}
+    cols = {c: df[c].to_numpy() for c in PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS if c in df.columns}
     try:
+        method = Method(steps=args.steps, greeks=not args.no_greeks, eps=args.eps, seed=args.seed, scheme=args.scheme,
+                        grid=tuple(args.grid), time_steps=args.time_steps, device=args.device)
         pricer = make_pricer(args)
-        res = pricer.price_table(cols, Method(steps=args.steps, greeks=not args.no_greeks))
+        res = pricer.price_table(cols, method)
     except InvalidInputError as e:
         print(f"optiond price: {e}", file=sys.stderr)
         return 2
     out = df.copy()
     for k, v in res.columns().items():
-        out[k] = v
+        # an input column of the same name (the Heston long-run variance "theta") is kept as is
+        out[f"model_{k}" if k in df.columns else k] = v
     out.to_csv(args.output or sys.stdout, index=False)
     ok = int(np.sum(res.ok))
     print(f"priced {ok}/{len(res)} rows ({len(res) - ok} errors) in {res.elapsed_s:.3f} s on {res.device} ({res.via})",
@@ -114,13 +120,22 @@ def cmd_chain(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("price", help="price a portfolio CSV",
                        description="Price every row of a portfolio CSV with columns "
-                                   f"{','.join(PORTFOLIO_COLUMNS)} (style, dividend_yield, method, steps optional) and "
+                                   f"{','.join(PORTFOLIO_COLUMNS)} (style, dividend_yield, method, steps optional; "
+                                   f"method binomial, black-scholes, mlmc or adi; optional {','.join(OPTIONAL_COLUMNS)}) and "
+                                   "(a result column whose name is already an input column, such as the Greek theta "
+                                   "beside the Heston theta, is written as model_<name>) "
                                    "write it back with price,delta,gamma,theta,vega,rho,status,error,device appended. "
                                    "A bad row gets status=error and a reason; the rest are priced.")
     p.add_argument("file", help="portfolio CSV")
     p.add_argument("-o", "--output", help="output CSV (default: standard output)")
     p.add_argument("--steps", type=int, default=1000, help="CRR steps where the file has none (default 1000)")
     p.add_argument("--no-greeks", action="store_true", help="prices only")
+    p.add_argument("--eps", type=float, default=0.01, help="MLMC target RMS error (currency units) where the file has none")
+    p.add_argument("--seed", type=int, default=0, help="MLMC random seed (default 0)")
+    p.add_argument("--scheme", default="mcs", help="ADI scheme: do, cs, mcs (default) or hv")
+    p.add_argument("--grid", type=int, nargs=2, default=(200, 100), metavar=("NS", "NV"), help="ADI grid (default 200 100)")
+    p.add_argument("--time-steps", type=int, default=100, help="ADI time steps (default 100)")
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto", help="where to price (default auto)")
     p.add_argument("--allow-errors", action="store_true", help="exit 0 even if some rows failed")
     _add_pricer_flags(p)
     p.set_defaults(func=cmd_price)

@@ -1,0 +1,254 @@
+"""GPU CRR kernels against the CPU reference ``binomial_cpu.crr_batch`` (needs CuPy and a CUDA
+GPU; skipped otherwise).
+
+Grid in the style of the seed: moneyness (K = 80, 100, 125 at S = 100) x volatility 0.1-0.6 x
+expiry 0.25-5 x rate 0/5/10 % x dividend yield 0/3 %, puts and calls, American and European,
+at N = 1, 2, 31, 32, 33, 1000, 4097 and 1e5 (options whose CRR p leaves [0, 1] are dropped).
+Every kernel (warp per tree in each shape, block per tree, the pipeline through each of its
+phases and the CPU tail, the naive per-level kernel) must equal the CPU to 1e-12 relative in
+FP64; FP32 within its stated error; the Greeks equal the CPU's within the rounding their
+formulas amplify. The CPU references are computed once per N (N = 1e5 on a reduced grid).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from optiond import engine
+from optiond.kernels import binomial_cpu as bc
+from optiond.kernels import binomial_gpu as bg
+from optiond.models import Batch, Method
+
+pytestmark = pytest.mark.gpu
+
+NS = (1, 2, 31, 32, 33, 1000, 4097, 100_000)
+RTOL = 1e-12
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _need_gpu():
+    if not bg.available():
+        pytest.skip("no CuPy or no CUDA GPU")
+
+
+def grid(N: int, reduced: bool = False):
+    """Columns (kind, style, S, K, T, r, q, sigma, N) of the test grid, p in [0, 1] only;
+    ``reduced``: two corners of the grid (K 80, sigma 0.1, T 0.25, r 0 and K 125, sigma 0.6,
+    T 5, r 10 %, q 3 %): an American put and call, a European put and call (4 options; the CPU
+    reference takes about 8 s per tree at N = 1e5, where its vectors fall out of cache)."""
+    if reduced:
+        c1, c2 = (80.0, 0.1, 0.25, 0.0, 0.0), (125.0, 0.6, 5.0, 0.10, 0.03)
+        rows = [(0, 1) + c1, (1, 1) + c2, (0, 0) + c2, (1, 0) + c1]
+    else:
+        rows = list(itertools.product((0, 1), (0, 1), (80.0, 100.0, 125.0), (0.1, 0.3, 0.6), (0.25, 1.0, 5.0),
+                                      (0.0, 0.05, 0.10), (0.0, 0.03)))
+    kind, style, K, s, T, r, q = (np.array(c) for c in zip(*rows))
+    n = kind.size
+    S, Nn = np.full(n, 100.0), np.full(n, N, dtype=np.int64)
+    ok = np.ones(n, bool)
+    ok[bc.probability_errors(T, r, q, s, Nn)] = False
+    return [c[ok] for c in (kind, style, S, K, T, r, q, s, Nn)]
+
+
+_refs: dict = {}
+
+
+def reference(N: int, greeks: bool):
+    """(columns, CPU results) for the grid at N (cached); at N = 1e5 the reduced grid, prices
+    only (Greeks would cost five CPU trees per option)."""
+    if N >= 100_000:
+        greeks = False
+    key = (N, greeks)
+    if key not in _refs:
+        cols = grid(N, reduced=N >= 100_000)
+        _refs[key] = cols, bc.crr_batch(*cols, greeks=greeks)
+    return _refs[key]
+
+
+def assert_prices(got, ref, rtol=RTOL, what=""):
+    err = np.abs(got - ref) / np.maximum(np.abs(ref), 1e-300)
+    i = int(np.argmax(err))
+    assert err[i] <= rtol, f"{what}: max relative error {err[i]:.3g} at {i} (gpu {got[i]!r}, cpu {ref[i]!r})"
+
+
+def assert_greeks(got, ref, cols, what=""):
+    """delta, gamma, theta from the tree's first levels; vega, rho from bumped prices: the
+    tolerance is the 1e-12 price tolerance carried through each formula."""
+    _, _, S, _, T, _, _, s, N = cols
+    dt = T / N
+    u = np.exp(s * np.sqrt(dt))
+    ds = S * (u - 1.0 / u)
+    e = 4 * RTOL * np.maximum(np.abs(ref[0]), 1e-300) + 1e-15  # the levels' error, about
+    tol = {1: 4 * e / ds, 2: 16 * e / ds ** 2, 3: 4 * e / dt, 4: 4 * e / bc.VEGA_BUMP, 5: 4 * e / bc.RHO_BUMP}
+    for k, name in ((1, "delta"), (2, "gamma"), (3, "theta"), (4, "vega"), (5, "rho")):
+        a, b = got[k], ref[k]
+        assert np.array_equal(np.isnan(a), np.isnan(b)), f"{what} {name}: NaN pattern differs"
+        m = ~np.isnan(b)
+        d = np.abs(a[m] - b[m]) - (tol[k][m] + 1e-10 * np.abs(b[m]))
+        assert d.max(initial=-1) <= 0, f"{what} {name}: excess {d.max():.3g} at {int(np.argmax(d))}"
+
+
+# --------------------------------------------------------------------------- batch kernels, FP64
+
+@pytest.mark.parametrize("N", NS)
+def test_batch_auto_fp64_with_greeks(N):
+    greeks = N < 100_000
+    cols, ref = reference(N, greeks=greeks)
+    got = bg.crr_batch_gpu(*cols, greeks=greeks)
+    assert_prices(got[0], ref[0], what=f"batch N={N}")
+    if greeks:
+        assert_greeks(got, ref, cols, what=f"batch N={N}")
+
+
+@pytest.mark.parametrize("N", NS)
+def test_block_kernel_fp64(N):
+    cols, ref = reference(N, greeks=False)
+    got = bg.crr_batch_gpu(*cols, greeks=False, route="block")
+    assert_prices(got[0], ref[0], what=f"block N={N}")
+
+
+@pytest.mark.parametrize("variant", bg.WARP_VARIANTS["fp64"] + [v for v in bg.BENCH_WARP_VARIANTS if v.dtype == "double"]
+                         + bg.WARP_VARIANTS["fp32"] + [v for v in bg.BENCH_WARP_VARIANTS if v.dtype == "float"],
+                         ids=lambda v: f"G{v.G}R{v.R}")
+def test_every_warp_shape_fp64(variant):
+    fp32 = variant.dtype == "float"
+    for N in (1, 2, 31, 32, 33, 1000):
+        if N + 1 > variant.cw:
+            continue
+        cols, ref = reference(N, greeks=False)
+        got = bg.crr_batch_gpu(*cols, greeks=False, route="warp", warp_variant=variant,
+                               precision="fp32" if fp32 else "fp64")
+        if fp32:
+            assert np.all(np.abs(got[0] - ref[0]) <= bg.FP32_RTOL * np.abs(ref[0]) + bg.FP32_ATOL_K * cols[3])
+        else:
+            assert_prices(got[0], ref[0], what=f"warp {variant.name} N={N}")
+
+
+# --------------------------------------------------------------------------- pipeline, FP64
+
+PLANS = {
+    "default": None,
+    "all-phases": bg.PipelinePlan(big_to_mid=3000, mid_to_small=1500, small_to_block=1000, cpu_tail=100),
+    "big-only": bg.PipelinePlan(big_to_mid=0, mid_to_small=0, small_to_block=0, cpu_tail=0),
+    "mid-only": bg.PipelinePlan(big_to_mid=10**8, mid_to_small=0, small_to_block=0, cpu_tail=0),
+    "block-and-tail": bg.PipelinePlan(big_to_mid=10**8, mid_to_small=10**8, small_to_block=10**8, cpu_tail=20),
+}
+
+
+@pytest.mark.parametrize("plan", list(PLANS), ids=str)
+@pytest.mark.parametrize("N", NS)
+def test_pipeline_fp64(N, plan):
+    """Each phase of the pipeline alone and all together, the CPU tail included."""
+    p = PLANS[plan]
+    if N >= 100_000 and plan in ("mid-only", "block-and-tail"):
+        pytest.skip("covered at the smaller N; keeps the run short")
+    if N >= 100_000 and plan == "all-phases":
+        p = bg.PipelinePlan(big_to_mid=50_000, mid_to_small=20_000, small_to_block=2000, cpu_tail=300)
+    cols, ref = reference(N, greeks=False)
+    if 1000 <= N < 100_000:  # one tree at a time: a sample is enough
+        cols, ref = [c[::9] for c in cols], ref[:, ::9]
+    got = bg.crr_pipeline_gpu(*cols, greeks=False, plan=p)
+    assert_prices(got[0], ref[0], what=f"pipeline {plan} N={N}")
+
+
+@pytest.mark.parametrize("N", (2, 1000, 4097))
+def test_pipeline_greeks(N):
+    cols, ref = reference(N, greeks=True)
+    cols, ref = [c[::13] for c in cols], ref[:, ::13]
+    got = bg.crr_pipeline_gpu(*cols, greeks=True, plan=PLANS["all-phases"])
+    assert_prices(got[0], ref[0], what=f"pipeline greeks N={N}")
+    assert_greeks(got, ref, cols, what=f"pipeline N={N}")
+
+
+# --------------------------------------------------------------------------- FP32
+
+@pytest.mark.parametrize("N", [n for n in NS if n <= bg.FP32_MAX_STEPS])
+def test_fp32_within_stated_error(N):
+    cols, ref = reference(N, greeks=False)
+    K = cols[3]
+    bound = bg.FP32_RTOL * np.abs(ref[0]) + bg.FP32_ATOL_K * K
+    for how, got in (("batch", bg.crr_batch_gpu(*cols, greeks=False, precision="fp32")),
+                     ("block", bg.crr_batch_gpu(*cols, greeks=False, precision="fp32", route="block")),
+                     ("pipeline", bg.crr_pipeline_gpu(*[c[::7] for c in cols], greeks=False, precision="fp32",
+                                                      plan=PLANS["all-phases"]))):
+        r = ref[0] if how != "pipeline" else ref[0][::7]
+        b = bound if how != "pipeline" else bound[::7]
+        err = np.abs(got[0] - r)
+        assert np.all(np.isfinite(got[0])), f"fp32 {how} N={N}: non-finite price"
+        assert np.all(err <= b), f"fp32 {how} N={N}: max error/bound {np.max(err / b):.3g}"
+
+
+def test_fp32_greeks_close():
+    cols, ref = reference(1000, greeks=True)
+    got = bg.crr_batch_gpu(*cols, greeks=True, precision="fp32")
+    np.testing.assert_allclose(got[1], ref[1], atol=2e-3)  # delta
+    np.testing.assert_allclose(got[0], ref[0], rtol=bg.FP32_RTOL, atol=bg.FP32_ATOL_K * cols[3].max())
+
+
+# --------------------------------------------------------------------------- mixed portfolio
+
+def test_mixed_batch_of_10000_equals_cpu_option_by_option():
+    rng = np.random.default_rng(42)
+    n = 10_000
+    kind, style = rng.integers(0, 2, n), rng.integers(0, 2, n)
+    S, K = rng.uniform(50, 150, n), rng.uniform(50, 150, n)
+    T, r, q = rng.uniform(0.05, 3, n), rng.choice([0.0, 0.02, 0.05, 0.1], n), rng.uniform(0, 0.05, n)
+    s = rng.uniform(0.08, 0.8, n)
+    N = np.where(rng.random(n) < 0.8, rng.integers(1, 1024, n), rng.integers(1024, 2500, n))
+    ok = np.ones(n, bool)
+    ok[bc.probability_errors(T, r, q, s, N)] = False
+    cols = [c[ok] for c in (kind, style, S, K, T, r, q, s, N)]
+    ref = bc.crr_batch(*cols, greeks=True)
+    got = bg.crr_batch_gpu(*cols, greeks=True)
+    assert_prices(got[0], ref[0], what="mixed 10k")
+    assert_greeks(got, ref, cols, what="mixed 10k")
+
+
+# --------------------------------------------------------------------------- naive, IV, engine
+
+def test_naive_kernel():
+    cols, ref = reference(1000, greeks=False)
+    for st in (0, 1):
+        m = cols[1] == st
+        sub = [c[m] for c in cols]
+        assert_prices(bg.crr_naive_gpu(*sub), ref[0][m], what=f"naive style={st}")
+
+
+def test_chain_implied_vols_equal_cpu():
+    rng = np.random.default_rng(3)
+    n = 2000
+    kind, style = rng.integers(0, 2, n), np.ones(n, dtype=np.int64)
+    S, K, T = 100.0, rng.uniform(60, 140, n), rng.uniform(0.02, 2, n)
+    sig = rng.uniform(0.1, 0.9, n)
+    price = bc.crr_batch(kind, style, S, K, T, 0.04, 0.01, sig, 500, greeks=False)[0]
+    price[::50] *= 0.5  # some below intrinsic
+    vol, st = bg.crr_implied_vol_gpu(price, kind, style, S, K, T, 0.04, 0.01, 500, xtol=1e-12)
+    ref_vol, ref_st = bc.crr_implied_vol(price, kind, style, S, K, T, 0.04, 0.01, 500, xtol=1e-12)
+    np.testing.assert_array_equal(st, ref_st)
+    ok = st == 0
+    assert ok.sum() > n // 2
+    # both stop at |f| <= 1e-12 max(1, price) or a 1e-12 bracket; where vega is tiny the two
+    # stopping points may differ in volatility, never in price
+    close = np.abs(vol[ok] - ref_vol[ok]) <= 1e-9
+    repriced = bc.crr_batch(kind[ok], 1, S, K[ok], T[ok], 0.04, 0.01, vol[ok], 500, greeks=False)[0]
+    assert np.all(close | (np.abs(repriced - price[ok]) <= 2e-12 * np.maximum(1.0, price[ok])))
+    assert close.mean() > 0.95
+
+
+def test_engine_prices_on_the_gpu():
+    rng = np.random.default_rng(9)
+    n = 3000
+    b = Batch.from_columns(kind=rng.choice(["put", "call"], n), style="american", spot=100.0,
+                           strike=rng.uniform(80, 120, n), expiry=1.0, rate=0.03, volatility=0.25)
+    res = engine.price(b, Method(steps=1000, device="gpu"))
+    assert res.device.startswith("gpu:"), res.diagnostics
+    assert res.diagnostics["path"] == "gpu-batch" and "gpu_fallback" not in res.diagnostics
+    ref = bc.crr_batch(b.kind, b.style, b.spot, b.strike, b.expiry, b.rate, b.dividend_yield, b.volatility, 1000)
+    assert_prices(res.price, ref[0], what="engine")
+    one = engine.price(b.take([0]), Method(steps=50_000, device="gpu", greeks=False))
+    assert one.diagnostics["path"] == "gpu-pipeline"
+    assert_prices(one.price, bc.crr_batch(b.kind[:1], 1, 100.0, b.strike[:1], 1.0, 0.03, 0.0, 0.25, 50_000,
+                                          greeks=False)[0], what="engine pipeline")
