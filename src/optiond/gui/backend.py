@@ -1,0 +1,630 @@
+"""The panel's logic without Qt: reading the daemon's state, and running a batch in chunks.
+
+Everything here talks to the daemon through :class:`optiond.daemon.client.Client` only and
+runs on worker threads (never on the GUI thread).
+
+* :func:`read_state` polls the daemon (``status`` on its control channel, which answers while
+  the shell channel is busy pricing) and this machine's GPUs (NVML), and turns both into the
+  texts the Status tab shows. Fields the daemon does not report (yet) read ``"n/a"``.
+* :func:`run_batch` prices a chain CSV (the chain job, :func:`optiond.chain.price_chain`) or a
+  portfolio CSV (``Client.price_table``) in chunks sized to about half a second of daemon
+  work each, so progress moves and Cancel takes effect between chunks whatever the steps.
+  Partial results are kept when a run is cancelled or fails.
+
+Richer daemon features are used when present, found by feature detection rather than
+version numbers: a ``cancel(job_id)`` method on the client (and a ``job_id`` argument on its
+pricing calls), and extra ``status`` keys (see :data:`STATUS_KEYS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .. import chain as chain_job
+from ..models import CONTRACT_FIELDS, GREEK_FIELDS, MARKET_FIELDS, Method, Result
+from . import devices
+
+NA = "n/a"
+
+#: the status keys the panel reads beyond today's (``version``, ``pid``, ``uptime_s``,
+#: ``devices``, ``requests_served``, ``errors``, ``endpoint``), each with the names it
+#: accepts, first match wins; ``a.b`` is key ``b`` of the map under ``a``. Values may be
+#: numbers, strings, lists or small maps (e.g. ``cache: {hits, misses, hit_ratio}``,
+#: ``mpi: {ranks, workers_alive}``, ``gpu_memory: [{device, used, total}]``).
+STATUS_KEYS: dict[str, tuple[str, ...]] = {
+    "queue_depth": ("queue_depth", "jobs.queue_depth", "queue", "pending"),
+    "cache_hit_ratio": ("cache", "cache_hit_ratio"),
+    "mpi_ranks": ("mpi", "mpi_workers_alive", "workers_alive", "mpi_ranks"),
+    "cpu_threads": ("cpu_threads", "threads", "numba_threads"),
+    "gpu_memory": ("gpu_memory", "gpu_memory_bytes"),
+    "cuda_version": ("cuda_version", "cuda"),
+    "cupy_version": ("cupy_version", "cupy"),
+    "methods": ("methods", "models"),
+}
+
+#: shortest reply timeout of a batch request once a chunk has been timed (seconds)
+MIN_REQUEST_TIMEOUT_S = 30.0
+
+#: portfolio CSV columns (as ``optiond price``); the first six are required
+PORTFOLIO_COLUMNS = CONTRACT_FIELDS + MARKET_FIELDS + ("method", "steps")
+PORTFOLIO_REQUIRED = ("kind", "spot", "strike", "expiry", "rate", "volatility")
+
+
+# ---------------------------------------------------------------------------- formatting
+
+
+def format_duration(seconds: float | None) -> str:
+    """``3 d 04:05:06`` / ``04:05:06``-style text for a number of seconds; ``n/a`` for None."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return NA
+    s = int(seconds)
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return (f"{d} d " if d else "") + f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def _ratio_text(value: Any) -> str:
+    """A hit ratio as a percentage: a number in [0, 1], or a dict with ``hit_ratio`` or
+    ``hits``/``misses``."""
+    if isinstance(value, Mapping):
+        hits, misses = value.get("hits"), value.get("misses")
+        if isinstance(hits, (int, float)) and isinstance(misses, (int, float)):
+            total = hits + misses
+            return f"{100.0 * hits / total:.1f} % ({int(hits)} of {int(total)})" if total else "no lookups yet"
+        return _ratio_text(value.get("hit_ratio"))
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return f"{100.0 * value:.1f} %"
+    return NA
+
+
+def _count_text(value: Any) -> str:
+    """A count: a number, a list (its length) or a dict with ``alive``/``total`` or ``depth``."""
+    if isinstance(value, bool) or value is None:
+        return NA
+    if isinstance(value, (int, float)):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return str(len(value))
+    if isinstance(value, Mapping):
+        alive, total = value.get("alive"), value.get("total", value.get("size"))
+        if alive is not None and total is not None:
+            return f"{alive} of {total}"
+        for k in ("alive", "depth", "count", "n"):
+            if k in value:
+                return _count_text(value[k])
+    return str(value) if isinstance(value, str) and value else NA
+
+
+def _mpi_text(value: Any) -> str:
+    """MPI ranks alive: ``{ranks, workers_alive}`` (rank 0, the front end, answers, so it
+    is alive) as "alive of ranks", or a plain count."""
+    if isinstance(value, Mapping) and "ranks" in value and "workers_alive" in value:
+        ranks, alive = value["ranks"], value["workers_alive"]
+        if isinstance(ranks, int) and isinstance(alive, int):
+            return f"{alive + 1} of {ranks}" + (" (no MPI pool)" if ranks <= 1 else "")
+    return _count_text(value)
+
+
+def _memory_text(value: Any) -> str:
+    """GPU memory as the daemon reports it: bytes, ``{used, total}``, or a list of those."""
+    if isinstance(value, (list, tuple)):
+        parts = [_memory_text(v) for v in value]
+        return "; ".join(p for p in parts if p != NA) or NA
+    if isinstance(value, Mapping):
+        used = value.get("used", value.get("used_bytes", value.get("allocated")))
+        total = value.get("total", value.get("total_bytes"))
+        if used is None:
+            return NA
+        text = devices.format_bytes(int(used)) + (f" / {devices.format_bytes(int(total))}" if total else "")
+        label = value.get("device", value.get("name"))
+        return f"{label}: {text}" if label else text
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return devices.format_bytes(int(value))
+    return NA
+
+
+def _plain_text(value: Any) -> str:
+    if value is None or value == "" or value == [] or value == {}:
+        return NA
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def lookup(status: Mapping[str, Any], key: str) -> Any:
+    """The first of ``STATUS_KEYS[key]``'s names present in ``status`` (None if none)."""
+    for name in STATUS_KEYS.get(key, (key,)):
+        value: Any = status
+        for part in name.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if value is not None:
+            return value
+    return None
+
+
+# ---------------------------------------------------------------------------- daemon state
+
+
+@dataclass
+class DaemonState:
+    """One reading of the daemon and this machine's GPUs.
+
+    ``up`` says whether the daemon answered; ``reason`` why not. ``status`` is the daemon's
+    ``status`` reply as it came; :meth:`fields` turns it into display texts.
+    """
+
+    up: bool
+    reason: str = ""
+    status: dict = field(default_factory=dict)
+    round_trip_s: float | None = None
+    gpus: devices.GpuSnapshot = field(default_factory=devices.GpuSnapshot)
+    cupy_local: str | None = None
+    checked_at: float = field(default_factory=time.time)
+
+    def fields(self) -> dict[str, str]:
+        """Display text for every field of the Status tab, ``n/a`` where not reported."""
+        st = self.status if self.up else {}
+        out = {
+            "state": "Daemon up" if self.up else "Daemon down",
+            "version": _plain_text(st.get("version")),
+            "pid": _plain_text(st.get("pid")),
+            "uptime": format_duration(st.get("uptime_s")) if "uptime_s" in st else NA,
+            "endpoint": _plain_text(st.get("endpoint")),
+            "connection_file": _plain_text(st.get("connection_file")),
+            "engine_devices": _plain_text(st.get("devices")),
+            "requests": _plain_text(st.get("requests_served")),
+            "errors": _plain_text(st.get("errors")),
+            "heartbeat": f"{1000 * self.round_trip_s:.2f} ms" if (self.up and self.round_trip_s is not None) else NA,
+            "queue_depth": _count_text(lookup(st, "queue_depth")),
+            "cache_hit_ratio": _ratio_text(lookup(st, "cache_hit_ratio")),
+            "mpi_ranks": _mpi_text(lookup(st, "mpi_ranks")),
+            "cpu_threads": _count_text(lookup(st, "cpu_threads")),
+            "gpu_memory": _memory_text(lookup(st, "gpu_memory")),
+        }
+        cuda = lookup(st, "cuda_version")
+        if cuda is None and self.gpus.driver_cuda:
+            cuda = f"{self.gpus.driver_cuda} (driver)"
+        out["cuda_version"] = _plain_text(cuda)
+        out["cupy_version"] = _plain_text(lookup(st, "cupy_version") or self.cupy_local)
+        out["gpu_summary"] = (f"{len(self.gpus.gpus)} GPU{'s' if len(self.gpus.gpus) > 1 else ''}" if self.gpus.gpus
+                              else f"No GPU ({self.gpus.reason})" if self.gpus.reason else "No GPU")
+        return out
+
+    def methods(self) -> tuple[str, ...]:
+        """The pricing methods the daemon's engine supports: its ``methods`` status key when it
+        reports one, else this installation's :data:`optiond.models.METHODS` (the daemon the
+        panel starts runs the same installation)."""
+        reported = lookup(self.status, "methods") if self.up else None
+        if isinstance(reported, (list, tuple)) and reported:
+            return tuple(str(m) for m in reported)
+        from .. import models
+
+        return tuple(models.METHODS)
+
+
+def read_state(client, *, timeout: float = 1.0, read_gpus: bool = True, cupy_local: str | None = None) -> DaemonState:
+    """Ask the daemon for its status (control channel) and NVML for the GPUs.
+
+    Args:
+        client: an :class:`optiond.daemon.client.Client` (short timeout, no retries).
+        timeout: seconds to wait for the status reply.
+        read_gpus: also read NVML.
+        cupy_local: the CuPy version installed here, shown when the daemon reports none.
+
+    Returns:
+        A :class:`DaemonState`; never raises for a daemon that is down.
+    """
+    from ..daemon.client import DaemonError, DaemonUnavailable
+
+    gpus = devices.read_gpus() if read_gpus else devices.GpuSnapshot(reason="not read")
+    t0 = time.perf_counter()
+    try:
+        st = client.status(timeout=timeout)
+    except (DaemonUnavailable, DaemonError) as e:
+        return DaemonState(False, str(e), gpus=gpus, cupy_local=cupy_local)
+    return DaemonState(True, "", dict(st), time.perf_counter() - t0, gpus, cupy_local)
+
+
+# ---------------------------------------------------------------------------- models offered
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """A model the Batch tab offers: its key, label, the engine method names that provide
+    it, and what it needs."""
+
+    key: str
+    label: str
+    engine_names: tuple[str, ...]
+    note: str = ""
+
+
+MODELS = (
+    ModelChoice("binomial", "Binomial (CRR tree)", ("binomial",),
+                "CRR tree for American contracts, Black-Scholes-Merton closed form for European ones"),
+    ModelChoice("mlmc", "MLMC (multilevel Monte Carlo)", ("mlmc",),
+                "European-style payoffs only: price the SPX chain or European portfolio rows; American rows are "
+                "reported as errors. Implied vols come from the tree / closed form; MLMC reprices at that vol"),
+    ModelChoice("heston-adi", "Heston ADI (finite differences)", ("heston-adi", "heston", "adi"),
+                "Heston PDE by ADI finite differences"),
+)
+
+
+def model_availability(methods: Iterable[str]) -> dict[str, tuple[str | None, str]]:
+    """For each of :data:`MODELS`: the engine method name to use (None when the engine has
+    none yet) and a tooltip saying so."""
+    have = {str(m).lower() for m in methods}
+    out = {}
+    for m in MODELS:
+        name = next((n for n in m.engine_names if n in have), None)
+        tip = m.note if name else f"{m.label}: not available in this engine yet (it offers {', '.join(sorted(have))})"
+        out[m.key] = (name, tip)
+    return out
+
+
+# ---------------------------------------------------------------------------- batch jobs
+
+
+class Cancelled(Exception):
+    """The user cancelled the batch."""
+
+
+@dataclass
+class BatchSettings:
+    """What the Batch tab sends: the model (a :data:`MODELS` key and its engine method name),
+    CRR ``steps``, flat ``rate`` and ``dividend_yield`` (annual decimals, chains only: a
+    portfolio carries its own), MLMC target error ``eps`` (currency units) and ``device``."""
+
+    model: str = "binomial"
+    engine_name: str = "binomial"
+    steps: int = chain_job.DEFAULT_STEPS
+    rate: float = chain_job.DEFAULT_RATE
+    dividend_yield: float = chain_job.DEFAULT_DIVIDEND_YIELD
+    eps: float = 0.01
+    device: str = "auto"
+
+
+@dataclass(frozen=True)
+class RequestTiming:
+    """One request the panel sent: when (epoch s), which operation and method, the device
+    that priced it, rows, the round trip as the panel saw it and the daemon's own time."""
+
+    at: float
+    op: str
+    method: str
+    device: str
+    rows: int
+    wall_s: float
+    server_s: float | None = None
+
+
+def make_method(**kw: Any) -> Method:
+    """A :class:`Method` from keyword arguments, dropping those this version's Method lacks
+    (so the panel runs against engines with and without MLMC/ADI settings)."""
+    names = {f.name for f in dataclasses.fields(Method)}
+    return Method(**{k: v for k, v in kw.items() if k in names})
+
+
+class PanelPricer:
+    """The daemon client behind the chain job's pricer interface, for one batch run.
+
+    Before every request it checks the cancel flag (raising :class:`Cancelled`), it swaps in
+    the chosen model and device, times each request (``on_request``), and never falls back to
+    in-process pricing: the panel prices on the daemon or says why it could not.
+    """
+
+    via = "daemon"
+
+    def __init__(self, client, settings: BatchSettings, cancel: threading.Event,
+                 on_request: Callable[[RequestTiming], None] | None = None, timeout: float | None = None,
+                 device_hint: str = "daemon"):
+        self.client = client
+        self.settings = settings
+        self.cancel_event = cancel
+        self.on_request = on_request
+        self.timeout = timeout
+        # implied-vol replies do not say which device priced them: until a price reply does,
+        # requests are labelled with this hint (the daemon's only device, or the one asked for)
+        self.device = device_hint
+        self.job_id = uuid.uuid4().hex
+        self._with_job_id = self._accepts(client.price_table, "job_id")
+
+    @staticmethod
+    def _accepts(fn: Callable, name: str) -> bool:
+        try:
+            return name in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            return False
+
+    @property
+    def can_cancel_remote(self) -> bool:
+        """Whether the daemon can cancel a request in flight (the client has ``cancel``)."""
+        return self._with_job_id and callable(getattr(self.client, "cancel", None))
+
+    def cancel_remote(self) -> None:
+        """Ask the daemon to drop this job's request in flight, when it can (errors ignored)."""
+        if self.can_cancel_remote:
+            try:
+                self.client.cancel(self.job_id)
+            except Exception:  # noqa: BLE001 (best effort: the cancel flag stops the next chunk anyway)
+                pass
+
+    def _kw(self) -> dict:
+        kw: dict[str, Any] = {"fallback": False, "timeout": self.timeout}  # None: the client's timeout
+        if self._with_job_id:
+            kw["job_id"] = self.job_id
+        return kw
+
+    def _call(self, op: str, method: Method, rows: int, fn: Callable[[], Any]) -> Any:
+        from ..daemon.client import DaemonError
+
+        if self.cancel_event.is_set():
+            raise Cancelled()
+        t0 = time.perf_counter()
+        try:
+            out = fn()
+        except DaemonError:
+            if self.cancel_event.is_set():  # the daemon dropped it because we asked
+                raise Cancelled() from None
+            raise
+        wall = time.perf_counter() - t0
+        server = None
+        if isinstance(out, Result):
+            self.device = out.device
+            server = out.elapsed_s
+        if self.on_request:
+            self.on_request(RequestTiming(time.time(), op, method.name, self.device, rows, wall, server))
+        return out
+
+    def _model_method(self, method: Method, for_price: bool) -> Method:
+        s = self.settings
+        if for_price and s.model != "binomial" and s.engine_name:
+            return make_method(name=s.engine_name, steps=method.steps, eps=s.eps, device=s.device,
+                               greeks=s.model == "heston-adi")
+        return dataclasses.replace(method, device=s.device)
+
+    def price_table(self, columns: Mapping[str, Any], method: Method | None = None) -> Result:
+        """Price ``columns`` on the daemon with the chosen model (see the class docstring)."""
+        m = self._model_method(method or Method(), for_price=True)
+        n = _rows(columns)
+        return self._call("price", m, n, lambda: self.client.price_table(columns, m, **self._kw()))
+
+    def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None):
+        """Implied volatilities on the daemon (tree or closed form, whatever the model)."""
+        m = self._model_method(method or Method(), for_price=False)
+        n = _rows(columns)
+        return self._call("implied vol", m, n, lambda: self.client.implied_vol(prices, columns, m, **self._kw()))
+
+
+def _rows(columns: Mapping[str, Any]) -> int:
+    return max((np.size(v) for v in columns.values() if not isinstance(v, str)), default=1)
+
+
+class ChunkSizer:
+    """Chunk sizes that keep each request near ``target_s`` seconds: start small, then follow
+    the measured rows per second (so a 20,000-step tree gets chunks of a few rows and a
+    500-step one chunks of hundreds)."""
+
+    def __init__(self, first: int = 4, target_s: float = 0.5, smallest: int = 1, largest: int = 2048):
+        self.size, self.target_s, self.smallest, self.largest = first, target_s, smallest, largest
+        self.rate: float | None = None  # rows per second of the last chunk
+
+    def expected_s(self) -> float | None:
+        """Expected seconds of the next chunk (None before the first one)."""
+        return None if not self.rate else self.size / self.rate
+
+    def update(self, rows: int, seconds: float) -> None:
+        """Record that ``rows`` took ``seconds``; the next size aims at ``target_s``."""
+        if rows <= 0:
+            return
+        rate = self.rate = rows / max(seconds, 1e-3)
+        # at most 4x growth per chunk: one cheap chunk (all no-bid rows) must not make a huge next one
+        self.size = int(min(self.largest, max(self.smallest, min(4 * self.size, rate * self.target_s))))
+
+
+@dataclass
+class BatchOutcome:
+    """How a batch run ended. ``df`` holds the rows finished (all of them unless cancelled or
+    failed), input columns first, then the results."""
+
+    path: str
+    kind: str
+    model: str
+    total: int
+    done: int
+    df: pd.DataFrame
+    elapsed_s: float
+    device: str = ""
+    cancelled: bool = False
+    error: str = ""
+
+    @property
+    def finished(self) -> bool:
+        """Every row was priced (not cancelled, no error)."""
+        return not self.cancelled and not self.error and self.done == self.total
+
+    @property
+    def by_status(self) -> dict[str, int]:
+        """Rows by status."""
+        if "status" not in self.df:
+            return {}
+        return {str(k): int(v) for k, v in self.df["status"].value_counts().items()}
+
+    @property
+    def throughput(self) -> float:
+        """Rows per second (NaN before any row finished)."""
+        return self.done / self.elapsed_s if self.elapsed_s > 0 and self.done else float("nan")
+
+    def summary(self) -> str:
+        """One line for the status label and the log."""
+        ok = self.by_status.get("ok", 0)
+        head = ("Cancelled" if self.cancelled else "Failed" if self.error else "Done")
+        text = (f"{head}: {self.done:,} of {self.total:,} rows priced ({ok:,} ok) in {self.elapsed_s:.2f} s"
+                + (f", {self.throughput:,.0f} rows/s" if self.done else "") + (f" on {self.device}" if self.device else ""))
+        return text + (f" - {self.error}" if self.error else "")
+
+
+def bundled_data_dir() -> Path | None:
+    """The folder of the bundled real chains (``examples/data``) beside the source tree or in
+    the working directory, or None."""
+    here = Path(__file__).resolve()
+    for cand in (here.parents[3] / "examples" / "data", Path.cwd() / "examples" / "data"):
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def bundled_files() -> list[Path]:
+    """The bundled chain CSVs, sorted by name."""
+    d = bundled_data_dir()
+    return sorted(d.glob("*.csv")) if d else []
+
+
+def load_table(path: str | Path) -> tuple[pd.DataFrame, str]:
+    """Read a chain or portfolio CSV.
+
+    Returns:
+        ``(df, kind)`` with kind ``"chain"`` (the columns of ``examples/data``) or
+        ``"portfolio"`` (``kind, spot, strike, expiry, rate, volatility`` and optional
+        ``style, dividend_yield, method, steps``).
+
+    Raises:
+        ValueError: neither kind (naming the missing columns); OSError: unreadable.
+    """
+    df = pd.read_csv(path)
+    if all(c in df.columns for c in chain_job.CHAIN_COLUMNS):
+        return df, "chain"
+    if all(c in df.columns for c in PORTFOLIO_REQUIRED):
+        return df, "portfolio"
+    missing = [c for c in PORTFOLIO_REQUIRED if c not in df.columns]
+    raise ValueError(f"{Path(path).name} is neither an option chain (columns {', '.join(chain_job.CHAIN_COLUMNS)}) "
+                     f"nor a portfolio (missing {', '.join(missing)})")
+
+
+def _price_chain_part(part: pd.DataFrame, pricer: PanelPricer, s: BatchSettings) -> pd.DataFrame:
+    out, _ = chain_job.price_chain(part, pricer, rate=s.rate, dividend_yield=s.dividend_yield, steps=s.steps,
+                                   chunk=max(1, len(part)))
+    out["model_minus_mid"] = out["model_price"] - out["mid"]
+    return out
+
+
+def _price_portfolio_part(part: pd.DataFrame, pricer: PanelPricer, s: BatchSettings) -> pd.DataFrame:
+    cols = {c: part[c].to_numpy() for c in PORTFOLIO_COLUMNS if c in part.columns}
+    base = make_method(name="binomial", steps=s.steps)
+    res = pricer.price_table(cols, base)
+    out = part.copy()
+    for k, v in res.columns().items():
+        out[k] = v
+    return out
+
+
+def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, cancel: threading.Event,
+              progress: Callable[[int, int], None] | None = None,
+              on_request: Callable[[RequestTiming], None] | None = None, path: str = "",
+              sizer: ChunkSizer | None = None, pricer_out: list | None = None,
+              device_hint: str = "daemon") -> BatchOutcome:
+    """Price a chain or portfolio on the daemon in chunks, checking ``cancel`` between them.
+
+    Args:
+        df, kind: as :func:`load_table` returns them.
+        client: the daemon client (used by a :class:`PanelPricer`).
+        settings: model and its settings.
+        cancel: set it to stop; the request in flight finishes (or the daemon drops it, when
+            it can cancel) and the rows done so far are returned.
+        progress: called with ``(rows done, rows in all)`` after each chunk.
+        on_request: called with a :class:`RequestTiming` after each request.
+        path: the file's path, for the record.
+        sizer: chunk sizing (default :class:`ChunkSizer`).
+        pricer_out: if given, the :class:`PanelPricer` is appended as soon as it exists (so
+            the caller can ask the daemon to cancel its request in flight).
+        device_hint: the device named in request timings until a reply names one.
+
+    Returns:
+        A :class:`BatchOutcome`; errors (daemon down, invalid file) end up in ``error``
+        with the rows finished before them.
+    """
+    pricer = PanelPricer(client, settings, cancel, on_request, device_hint=device_hint)
+    if pricer_out is not None:
+        pricer_out.append(pricer)
+    part_fn = _price_chain_part if kind == "chain" else _price_portfolio_part
+    sizer = sizer or ChunkSizer()
+    total, done, parts = len(df), 0, []
+    error, cancelled = "", False
+    t0 = time.perf_counter()
+    if progress:
+        progress(0, total)
+    while done < total:
+        if cancel.is_set():
+            cancelled = True
+            break
+        part = df.iloc[done:done + sizer.size]
+        expected = sizer.expected_s()
+        # the reply timeout bounds how long a dead daemon goes unnoticed: the client's own for
+        # the first chunk (nothing measured yet), then ten times the expected time (>= 30 s)
+        pricer.timeout = None if expected is None else max(MIN_REQUEST_TIMEOUT_S, 10.0 * expected)
+        t = time.perf_counter()
+        try:
+            parts.append(part_fn(part, pricer, settings))
+        except Cancelled:
+            cancelled = True
+            break
+        except Exception as e:  # noqa: BLE001 (daemon down, invalid table...: reported, rows so far kept)
+            error = f"{type(e).__name__}: {e}"
+            break
+        sizer.update(len(part), time.perf_counter() - t)
+        done += len(part)
+        if progress:
+            progress(done, total)
+    out = pd.concat(parts) if parts else _empty_result(df, kind)
+    devs = [d for d in out.get("device", pd.Series(dtype=object)).astype(str).unique() if d]
+    return BatchOutcome(path, kind, settings.model, total, done, out, time.perf_counter() - t0,
+                        ", ".join(devs) or (pricer.device if done else ""), cancelled, error)
+
+
+def _empty_result(df: pd.DataFrame, kind: str) -> pd.DataFrame:
+    out = df.iloc[:0].copy()
+    extra = (["expiry_years", "mid", "iv", "model_price", *GREEK_FIELDS, "status", "error", "device", "model_minus_mid"]
+             if kind == "chain" else ["price", *GREEK_FIELDS, "status", "error", "device"])
+    for c in extra:
+        out[c] = pd.Series(dtype=object if c in ("status", "error", "device") else float)
+    return out
+
+
+# ---------------------------------------------------------------------------- smile
+
+
+def expiries(df: pd.DataFrame) -> list[tuple[str, int]]:
+    """The chain's expiries with the number of rows that have an implied vol, in date order."""
+    if "expiry" not in df or "iv" not in df:
+        return []
+    has = df.assign(_ok=np.isfinite(pd.to_numeric(df["iv"], errors="coerce")))
+    counts = has.groupby("expiry", sort=True)["_ok"].sum()
+    return [(str(k), int(v)) for k, v in counts.items()]
+
+
+def smile(df: pd.DataFrame, expiry: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Implied volatility against strike for one expiry: ``call`` and ``put`` (the panel's
+    solved IVs, rows with status ok) and ``quoted`` (the file's ``implied_vol``, where given),
+    each ``(strikes, vols)`` sorted by strike."""
+    sub = df[df["expiry"].astype(str) == str(expiry)]
+    out = {}
+    ok = sub[(sub["status"] == "ok") & np.isfinite(pd.to_numeric(sub["iv"], errors="coerce"))]
+    for side in ("call", "put"):
+        s = ok[ok["type"].astype(str).str.lower() == side].sort_values("strike")
+        out[side] = (s["strike"].to_numpy(float), s["iv"].to_numpy(float))
+    if "implied_vol" in sub:
+        q = sub[np.isfinite(pd.to_numeric(sub["implied_vol"], errors="coerce"))].sort_values("strike")
+        out["quoted"] = (q["strike"].to_numpy(float), pd.to_numeric(q["implied_vol"]).to_numpy(float))
+    return out

@@ -1,0 +1,97 @@
+"""Regenerate the README's screenshots of the panel from real runs on a running daemon.
+
+    optiond serve --detach
+    python -m optiond.gui.screenshots docs/          # writes docs/panel_{status,timings,batch}.png
+
+It prices the bundled TSLA and AAPL chains, starts the SPY chain at 2,000 steps and cancels
+it after a few seconds (so the Timings tab shows several jobs and outcomes), then shows the
+AAPL results on the Batch tab (filtered to the ok rows of the expiry whose smile is shown). Without a display it renders offscreen. The user's panel
+settings are not touched (a temporary settings file is used).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _wait(app, cond, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        app.processEvents()
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the jobs and save the three screenshots; exit 1 if the daemon is down."""
+    p = argparse.ArgumentParser(prog="python -m optiond.gui.screenshots", description=__doc__.split("\n\n")[0])
+    p.add_argument("out_dir", nargs="?", default="docs")
+    p.add_argument("--connection-file", help="the daemon's connection file (default as the client finds it)")
+    p.add_argument("--size", default="1280x820", help="window size, WIDTHxHEIGHT")
+    args = p.parse_args(argv)
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from . import backend
+    from .window import MainWindow
+
+    data = backend.bundled_data_dir()
+    if data is None:
+        print("the bundled chains (examples/data) are not found", file=sys.stderr)
+        return 2
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    with tempfile.TemporaryDirectory() as tmp:
+        win = MainWindow(args.connection_file, QSettings(str(Path(tmp) / "panel.ini"), QSettings.Format.IniFormat))
+        w, h = (int(v) for v in args.size.split("x"))
+        win.resize(w, h)
+        win.show()
+        try:
+            if not _wait(app, lambda: win.status_tab.state is not None and win.status_tab.state.up, 15):
+                print(f"no daemon answers on {win.connection_file}: start one with 'optiond serve --detach'",
+                      file=sys.stderr)
+                return 1
+            tab = win.batch_tab
+            win.tabs.setCurrentIndex(2)
+            for name, steps, cancel_after in (("tsla_chain_2026-02-13.csv", 500, None),
+                                              ("spy_chain_2026-02-13.csv", 2000, 3.0),
+                                              ("aapl_chain_2026-02-13.csv", 500, None)):
+                tab.set_file(data / name)
+                tab.steps.setValue(steps)
+                tab.run()
+                if cancel_after is not None:
+                    _wait(app, lambda: False, cancel_after)
+                    tab.cancel()
+                _wait(app, lambda: not tab.is_running(), 600)
+                print(tab.outcome.summary())
+            i = tab.expiry_combo.findData("2026-03-20")  # the same expiry in the smile and the table
+            if i >= 0:
+                tab.expiry_combo.setCurrentIndex(i)
+                tab.filter_edit.setText("2026-03-20")
+            tab.status_filter.setCurrentIndex(max(0, tab.status_filter.findData("ok")))
+            out = Path(args.out_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            for index, name in enumerate(("status", "timings", "batch")):
+                win.tabs.setCurrentIndex(index)
+                _wait(app, lambda: False, 1.2)
+                path = out / f"panel_{name}.png"
+                if not win.grab().save(str(path)):
+                    print(f"cannot write {path}", file=sys.stderr)
+                    return 2
+                print(f"wrote {path}")
+        finally:
+            win.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

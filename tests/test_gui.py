@@ -1,0 +1,459 @@
+"""The desktop panel (:mod:`optiond.gui`) driven with pytest-qt, offscreen, against real daemons.
+
+The Status, Batch and Timings tabs are exercised through their widgets (clicks, combo
+choices) on the session's daemon; the daemon-down test starts a daemon of its own so the
+shared one stays up. QSettings are pointed at a temporary folder. The whole module is skipped
+when PySide6, pytest-qt or pyqtgraph cannot be imported. (The README's screenshots come from
+``python -m optiond.gui.screenshots docs/``.)
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported
+
+import re  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+pytest.importorskip("PySide6.QtWidgets", reason="PySide6 (the gui extra) is not installed or cannot load")
+pytest.importorskip("pytestqt", reason="pytest-qt is not installed")
+pytest.importorskip("pyqtgraph", reason="pyqtgraph (the gui extra) is not installed")
+
+from PySide6.QtCore import QSettings, Qt  # noqa: E402
+
+from optiond import chain, engine, models  # noqa: E402
+from optiond.daemon.client import Client, DaemonUnavailable  # noqa: E402
+from optiond.gui import backend, devices  # noqa: E402
+from optiond.gui.status_tab import StatusTab  # noqa: E402
+from optiond.gui.timings_tab import HEARTBEAT_SERIES  # noqa: E402
+from optiond.gui.window import MainWindow  # noqa: E402
+
+from conftest import start_daemon, stop_daemon  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
+AAPL = DATA / "aapl_chain_2026-02-13.csv"
+SPY = DATA / "spy_chain_2026-02-13.csv"
+STEPS = 200  # enough for a real tree, quick on two cores
+
+
+@pytest.fixture
+def settings(tmp_path):
+    """A QSettings file in a temporary folder; QSettings' default locations point there too."""
+    folder = tmp_path / "qsettings"
+    for fmt in (QSettings.Format.IniFormat, QSettings.Format.NativeFormat):
+        QSettings.setPath(fmt, QSettings.Scope.UserScope, str(folder))
+    return QSettings(str(tmp_path / "panel.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def panel(qtbot, daemon, settings):
+    """The panel on the session's daemon, shown offscreen at a fixed size."""
+    win = MainWindow(daemon.connection_file, settings)
+    qtbot.addWidget(win)
+    win.resize(1280, 820)
+    win.show()
+    yield win
+    win.shutdown()
+
+
+def _status(handle) -> dict:
+    c = handle.client(timeout=5.0, retries=0)
+    try:
+        return c.status()
+    finally:
+        c.close()
+
+
+def _wait_ready(qtbot, win) -> None:
+    """Until the panel has seen the daemon up (Run is enabled then)."""
+    qtbot.waitUntil(lambda: win.status_tab.state is not None and win.status_tab.state.up, timeout=15000)
+    qtbot.waitUntil(win.batch_tab.run_button.isEnabled, timeout=5000)
+
+
+def _run(qtbot, tab, path: Path, steps: int = STEPS, timeout_ms: int = 60000) -> backend.BatchOutcome:
+    """Choose ``path``, click Run, wait for the job to finish; return its outcome."""
+    assert tab.set_file(path), tab.file_info.text()
+    tab.steps.setValue(steps)
+    with qtbot.waitSignal(tab.job_finished, timeout=timeout_ms) as blocker:
+        qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
+    return blocker.args[0]
+
+
+# ---------------------------------------------------------------------------- status
+
+
+def test_status_fields_fill_in(qtbot, panel, daemon):
+    """Every field of the Status tab is filled in from the live daemon and NVML."""
+    tab = panel.status_tab
+    qtbot.waitUntil(lambda: tab.state is not None and tab.state.up, timeout=15000)
+    qtbot.waitUntil(lambda: panel.timings_tab.point_count(HEARTBEAT_SERIES) >= 2, timeout=10000)  # it keeps polling
+    st = _status(daemon)
+    v = {k: w.text() for k, w in tab.values.items()}
+    assert v["state"] == "Daemon up"
+    assert v["version"] == st["version"]
+    assert v["pid"] == str(daemon.pid)
+    assert re.fullmatch(r"(\d+ d )?\d\d:\d\d:\d\d", v["uptime"]), v["uptime"]
+    assert v["engine_devices"] == ", ".join(st["devices"])
+    assert v["connection_file"] == str(daemon.connection_file)
+    assert re.fullmatch(r"\d+\.\d\d ms", v["heartbeat"]), v["heartbeat"]
+    assert int(v["requests"]) >= 1
+    # fields the daemon may not report yet: its value when it does, else n/a
+    expect = backend.DaemonState(True, status=st).fields()
+    for key in ("queue_depth", "cache_hit_ratio", "mpi_ranks", "cpu_threads", "gpu_memory"):
+        assert v[key] == expect[key], key
+        if backend.lookup(st, key) is None:
+            assert v[key] == "n/a", key
+    assert not tab.start_button.isVisible()
+    assert panel.daemon_label.text().startswith("Daemon up")
+    gpus = devices.read_gpus()
+    if gpus.gpus:
+        assert tab.gpu_table.rowCount() == len(gpus.gpus)
+        assert tab.gpu_table.item(0, 1).text() == gpus.gpus[0].name
+    else:
+        assert v["gpu_summary"].startswith("No GPU")
+        assert not tab.gpu_table.isVisible()
+
+
+def test_status_shows_richer_daemon_fields(qtbot, tmp_path):
+    """Status keys a newer daemon reports (queue, cache, MPI, threads, GPU memory, versions)
+    are shown; missing ones read n/a."""
+    tab = StatusTab(tmp_path / "daemon.json")
+    qtbot.addWidget(tab)
+    rich = {"version": "9.9", "pid": 42, "uptime_s": 93784.0, "devices": ["cpu", "gpu:0 Test GPU"],
+            "queue_depth": 3, "cache": {"hits": 3, "misses": 1}, "mpi_workers_alive": {"alive": 2, "total": 3},
+            "cpu_threads": 16, "gpu_memory": [{"device": "gpu:0", "used": 2 * 2**30, "total": 80 * 2**30}],
+            "cuda_version": "12.4", "cupy_version": "13.3.0"}
+    gpu = devices.GpuSnapshot([devices.GpuReading(0, "Test GPU", 2**30, 4 * 2**30, 57, 61)], "12.4", "550.1")
+    tab.show_state(backend.DaemonState(True, status=rich, round_trip_s=0.00123, gpus=gpu))
+    v = {k: w.text() for k, w in tab.values.items()}
+    assert v["uptime"] == "1 d 02:03:04"
+    assert v["queue_depth"] == "3"
+    assert v["cache_hit_ratio"] == "75.0 % (3 of 4)"
+    assert v["mpi_ranks"] == "2 of 3"
+    assert v["cpu_threads"] == "16"
+    assert v["gpu_memory"] == "gpu:0: 2.0 GiB / 80.0 GiB"
+    assert (v["cuda_version"], v["cupy_version"]) == ("12.4", "13.3.0")
+    assert v["heartbeat"] == "1.23 ms"
+    assert [tab.gpu_table.item(0, c).text() for c in range(5)] == ["0", "Test GPU", "1.0 GiB / 4.0 GiB (25 %)", "57 %",
+                                                                   "61 °C"]
+    nested = {"version": "9.9", "jobs": {"queue_depth": 5}, "mpi": {"ranks": 3, "workers_alive": 1},
+              "cache": {"hits": 0, "misses": 0, "hit_ratio": float("nan")}}
+    tab.show_state(backend.DaemonState(True, status=nested))
+    v = {k: w.text() for k, w in tab.values.items()}
+    assert (v["queue_depth"], v["mpi_ranks"], v["cache_hit_ratio"]) == ("5", "2 of 3", "no lookups yet")
+    tab.show_state(backend.DaemonState(True, status={"version": "9.9", "cache_hit_ratio": 0.5}))
+    v = {k: w.text() for k, w in tab.values.items()}
+    assert v["cache_hit_ratio"] == "50.0 %"
+    assert v["queue_depth"] == v["mpi_ranks"] == v["cpu_threads"] == v["gpu_memory"] == "n/a"
+    assert v["gpu_summary"] == "No GPU"
+
+
+def test_daemon_down_within_2s_and_start_button(qtbot, tmp_path, settings):
+    """Stopping the daemon shows "Daemon down" within 2 s with a Start button, which starts
+    a new daemon on the same connection file."""
+    handle = start_daemon(tmp_path, "--no-warmup")
+    win = MainWindow(handle.connection_file, settings)
+    qtbot.addWidget(win)
+    win.show()
+    tab = win.status_tab
+    new_pid = None
+    try:
+        qtbot.waitUntil(lambda: tab.state is not None and tab.state.up and tab.values["pid"].text() == str(handle.pid),
+                        timeout=15000)
+        stop_daemon(handle)
+        qtbot.waitUntil(lambda: not tab.state.up, timeout=2000)
+        assert tab.values["state"].text() == "Daemon down"
+        assert tab.values["version"].text() == "n/a"
+        assert tab.start_button.isVisible() and tab.start_button.isEnabled()
+        assert win.daemon_label.text() == "Daemon down"
+        assert not win.batch_tab.run_button.isEnabled()
+        assert str(handle.connection_file) in tab.start_command()
+
+        with qtbot.waitSignal(tab.start_finished, timeout=60000) as blocker:
+            qtbot.mouseClick(tab.start_button, Qt.MouseButton.LeftButton)
+        assert blocker.args[0] == 0, blocker.args[1]
+        qtbot.waitUntil(lambda: tab.state.up, timeout=15000)
+        new_pid = int(tab.values["pid"].text())
+        assert new_pid != handle.pid
+        assert not tab.start_button.isVisible()
+    finally:
+        win.shutdown()
+        stop_daemon(handle)
+        _stop_detached(handle.connection_file, new_pid)
+
+
+def _stop_detached(conn: Path, pid: int | None) -> None:
+    """Stop the daemon the Start button launched (shutdown request, else SIGKILL)."""
+    c = Client(conn, timeout=2.0, retries=0)
+    try:
+        c.shutdown()
+    except DaemonUnavailable:
+        pass
+    finally:
+        c.close()
+    if pid is None:
+        return
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, 9)
+
+
+# ---------------------------------------------------------------------------- batch
+
+
+def test_batch_aapl_chain_every_row(qtbot, panel, daemon, tmp_path):
+    """The real AAPL chain runs on the daemon through the panel: every row comes back, ok rows
+    have an IV and a model price, and the numbers are the chain job's."""
+    _wait_ready(qtbot, panel)
+    tab = panel.batch_tab
+    before = _status(daemon)["by_op"]
+    out = _run(qtbot, tab, AAPL)
+    df = chain.read_chain(str(AAPL))
+
+    assert out.finished, out.summary()
+    assert out.done == out.total == len(df)
+    assert tab.table_model.rowCount() == len(df)
+    assert tab.progress.value() == tab.progress.maximum() == len(df)
+    assert not tab.is_running() and tab.run_button.isEnabled() and not tab.cancel_button.isEnabled()
+    res = tab.table_model.frame()
+    ok = res[res["status"] == "ok"]
+    assert len(ok) > 0.8 * len(df)
+    assert np.isfinite(ok["iv"]).all() and np.isfinite(ok["model_price"]).all() and np.isfinite(ok["delta"]).all()
+    assert (res.loc[res["status"] != "ok", "model_price"].isna()).all()
+
+    ref, _ = chain.price_chain(df, rate=chain.DEFAULT_RATE, steps=STEPS)  # the same job in this process
+    key = ["expiry", "type", "strike"]
+    both = res.merge(ref, on=key, suffixes=("", "_ref"))
+    assert len(both) == len(df)
+    assert (both["status"] == both["status_ref"]).all()
+    np.testing.assert_allclose(both["iv"], both["iv_ref"], rtol=0, atol=1e-7, equal_nan=True)
+    np.testing.assert_allclose(both["model_price"], both["model_price_ref"], rtol=1e-9, atol=1e-9, equal_nan=True)
+
+    after = _status(daemon)["by_op"]  # it went through the daemon
+    assert after.get("implied_vol", 0) > before.get("implied_vol", 0)
+    assert after.get("price", 0) > before.get("price", 0)
+    timings = panel.timings_tab
+    assert timings.jobs.rowCount() >= 1 and timings.jobs.item(0, 7).text() == "done"
+    assert timings.jobs.item(0, 3).text() == f"{len(df):,} / {len(df):,}"
+    assert any(name.startswith("binomial implied vol") for name in timings.series)
+    assert any(name.startswith("binomial price") for name in timings.series)
+    _screenshots(qtbot, panel, tmp_path)
+
+
+def _screenshots(qtbot, win, tmp_path: Path) -> None:
+    """Each tab renders to an image of the window's size that can be saved as PNG."""
+    win.timings_tab.redraw(force=True)
+    for i, name in enumerate(("status", "timings", "batch")):
+        win.tabs.setCurrentIndex(i)
+        qtbot.wait(200)
+        image = win.grab()
+        assert (image.width(), image.height()) == (win.width(), win.height())
+        assert image.save(str(tmp_path / f"panel_{name}.png"))
+        assert (tmp_path / f"panel_{name}.png").stat().st_size > 10_000
+
+
+def test_results_sort_filter_smile_export(qtbot, panel, tmp_path):
+    """The results table sorts on values, filters by status and text, the smile plots the
+    chosen expiry's solved IVs, and Export writes the rows shown."""
+    _wait_ready(qtbot, panel)
+    tab = panel.batch_tab
+    out = _run(qtbot, tab, AAPL)
+    assert out.finished
+    res = tab.table_model.frame()
+    cols = list(res.columns)
+
+    tab.table.sortByColumn(cols.index("strike"), Qt.SortOrder.DescendingOrder)
+    shown = [float(tab.proxy.index(r, cols.index("strike")).data()) for r in range(5)]
+    assert shown[0] == res["strike"].max() and shown == sorted(shown, reverse=True)
+    tab.table.sortByColumn(cols.index("iv"), Qt.SortOrder.AscendingOrder)
+    first = tab.proxy.index(0, cols.index("iv")).data()
+    assert float(first) == pytest.approx(res["iv"].min())
+
+    tab.status_filter.setCurrentIndex(tab.status_filter.findData("ok"))
+    n_ok = int((res["status"] == "ok").sum())
+    assert tab.proxy.rowCount() == n_ok
+    tab.filter_edit.setText("2026-03-20")
+    expect = res[(res["status"] == "ok") & (res["expiry"] == "2026-03-20")]
+    assert 0 < tab.proxy.rowCount() == len(expect)
+
+    path = tmp_path / "shown.csv"
+    assert tab.export_csv(path) == len(expect)
+    back = pd.read_csv(path)
+    assert len(back) == len(expect) and set(back["expiry"]) == {"2026-03-20"} and set(back["status"]) == {"ok"}
+    assert list(back["iv"]) == sorted(back["iv"])  # in the order shown
+    tab.status_filter.setCurrentIndex(0)
+    tab.filter_edit.clear()
+    assert tab.proxy.rowCount() == len(res)
+
+    assert tab.expiry_combo.count() == res["expiry"].nunique()
+    tab.expiry_combo.setCurrentIndex(tab.expiry_combo.findData("2026-03-20"))
+    items = {item.name(): item for item in tab.smile_plot.getPlotItem().listDataItems()}
+    calls = expect[expect["type"] == "call"].sort_values("strike")
+    xs, ys = items["calls (solved)"].getData()
+    np.testing.assert_allclose(xs, calls["strike"])
+    np.testing.assert_allclose(ys, 100 * calls["iv"])
+    assert "2026-03-20" in tab.smile_plot.getPlotItem().titleLabel.text
+
+
+def test_cancel_stops_a_long_run(qtbot, panel):
+    """Cancel stops the SPY chain at 5,000 steps (minutes of work) early: fewer rows finished,
+    the rows done are shown, and the tab returns to idle."""
+    _wait_ready(qtbot, panel)
+    tab = panel.batch_tab
+    assert tab.set_file(SPY)
+    tab.steps.setValue(5000)
+    total = len(chain.read_chain(str(SPY)))
+    qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
+    assert tab.is_running() and tab.cancel_button.isEnabled() and not tab.run_button.isEnabled()
+    assert not tab.file_combo.isEnabled() and not tab.steps.isEnabled()
+    qtbot.waitUntil(lambda: tab.progress.value() > 0, timeout=60000)
+    with qtbot.waitSignal(tab.job_finished, timeout=60000) as blocker:
+        qtbot.mouseClick(tab.cancel_button, Qt.MouseButton.LeftButton)
+    out = blocker.args[0]
+    assert out.cancelled and not out.error
+    assert 0 < out.done < out.total == total
+    assert tab.table_model.rowCount() == out.done
+    assert not tab.is_running() and tab.run_button.isEnabled() and not tab.cancel_button.isEnabled()
+    assert tab.file_combo.isEnabled() and tab.steps.isEnabled()
+    assert tab.message.text().count("Cancelled") == 1
+    assert panel.timings_tab.jobs.item(0, 7).text() == "cancelled"
+
+
+def test_portfolio_csv(qtbot, panel, tmp_path):
+    """A portfolio CSV (optiond price's columns) runs too: every row back, a bad row marked,
+    the others priced as the engine prices them."""
+    _wait_ready(qtbot, panel)
+    rng = np.random.default_rng(3)
+    n = 40
+    book = pd.DataFrame({"kind": rng.choice(["put", "call"], n), "style": "american", "spot": 100.0,
+                         "strike": rng.uniform(80, 120, n).round(2), "expiry": rng.uniform(0.1, 2, n).round(3),
+                         "rate": 0.04, "dividend_yield": 0.01, "volatility": rng.uniform(0.1, 0.5, n).round(3)})
+    book.loc[7, "volatility"] = -0.2
+    path = tmp_path / "book.csv"
+    book.to_csv(path, index=False)
+    out = _run(qtbot, panel.batch_tab, path)
+    assert out.finished and out.kind == "portfolio" and out.done == n
+    res = panel.batch_tab.table_model.frame()
+    assert len(res) == n and res.loc[7, "status"] == "error" and "volatility" in res.loc[7, "error"]
+    ref = engine.price_table({c: book[c].to_numpy() for c in book.columns}, models.Method(steps=STEPS))
+    np.testing.assert_allclose(res["price"], ref.price, rtol=1e-12, equal_nan=True)
+    assert not panel.batch_tab.rate.isEnabled()  # a portfolio carries its own rates
+    assert panel.batch_tab.expiry_combo.count() == 0
+
+
+# ---------------------------------------------------------------------------- models, settings, cancel plumbing
+
+
+def test_models_offered_follow_the_engine(qtbot, tmp_path, settings):
+    """Binomial is always offered; MLMC and Heston ADI only when the engine has them (disabled
+    with a tooltip otherwise), and a daemon that lists its methods decides."""
+    win = MainWindow(tmp_path / "no-daemon.json", settings)
+    qtbot.addWidget(win)
+    try:
+        combo = win.batch_tab.model_combo
+
+        def enabled() -> dict:
+            return {combo.itemData(i): combo.model().item(i).isEnabled() for i in range(combo.count())}
+
+        local = {m.key: any(n in models.METHODS for n in m.engine_names) for m in backend.MODELS}
+        assert enabled() == local and local["binomial"]
+        for i in range(combo.count()):
+            if not combo.model().item(i).isEnabled():
+                assert "not available" in combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
+        win.batch_tab.set_daemon_state(backend.DaemonState(True, status={"methods": ["binomial", "heston-adi"]}))
+        assert enabled() == {"binomial": True, "mlmc": False, "heston-adi": True}
+        assert win.batch_tab.engine_name("heston-adi") == "heston-adi"
+    finally:
+        win.shutdown()
+
+
+def test_settings_remembered(qtbot, tmp_path, settings):
+    """File, model settings and tab survive closing and reopening the panel."""
+    conn = tmp_path / "no-daemon.json"
+    first = MainWindow(conn, settings)
+    qtbot.addWidget(first)
+    tab = first.batch_tab
+    assert tab.set_file(AAPL)
+    tab.steps.setValue(777)
+    tab.rate.setValue(0.0525)
+    tab.dividend.setValue(0.011)
+    tab.device.setCurrentText("cpu")
+    first.tabs.setCurrentIndex(2)
+    first.close()
+    assert (tmp_path / "panel.ini").is_file()
+
+    second = MainWindow(conn, QSettings(str(tmp_path / "panel.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(second)
+    try:
+        tab = second.batch_tab
+        assert tab.path == str(AAPL.resolve()) and tab.file_combo.currentData() == str(AAPL.resolve())
+        assert tab.steps.value() == 777
+        assert tab.rate.value() == pytest.approx(0.0525) and tab.dividend.value() == pytest.approx(0.011)
+        assert tab.device.currentText() == "cpu"
+        assert second.tabs.currentIndex() == 2
+    finally:
+        second.shutdown()
+
+
+def test_remote_cancel_used_when_the_client_offers_it():
+    """With a client that takes job ids and has ``cancel``, Cancel asks the daemon to drop
+    the job's request; a client without them is used as it is."""
+
+    class JobClient:
+        def __init__(self):
+            self.cancelled, self.job_ids = [], []
+
+        def price_table(self, columns, method=None, *, fallback=True, timeout=None, job_id=None):
+            self.job_ids.append(job_id)
+            return engine.price_table(columns, method)
+
+        def implied_vol(self, prices, columns, method=None, *, fallback=True, timeout=None, job_id=None):
+            self.job_ids.append(job_id)
+            return engine.implied_vol_table(prices, columns, method)
+
+        def cancel(self, job_id):
+            self.cancelled.append(job_id)
+
+    client, cancel = JobClient(), threading.Event()
+    pricer = backend.PanelPricer(client, backend.BatchSettings(steps=50), cancel)
+    assert pricer.can_cancel_remote
+    df = chain.read_chain(str(AAPL)).iloc[:30]
+    out, _ = chain.price_chain(df, pricer, steps=50)
+    assert set(client.job_ids) == {pricer.job_id}
+    pricer.cancel_remote()
+    assert client.cancelled == [pricer.job_id]
+    cancel.set()
+    with pytest.raises(backend.Cancelled):
+        pricer.price_table({"kind": "put", "spot": 1.0, "strike": 1.0, "expiry": 1.0, "rate": 0.0, "volatility": 0.2})
+
+    class PlainClient:
+        def price_table(self, columns, method=None, *, fallback=True, timeout=None):
+            raise AssertionError("not called")
+
+        implied_vol = price_table
+
+    assert not backend.PanelPricer(PlainClient(), backend.BatchSettings(), threading.Event()).can_cancel_remote
+
+
+def test_panel_command_registered():
+    """``optiond panel`` parses its options without starting Qt."""
+    import argparse
+
+    from optiond.commands import panel
+
+    parser = argparse.ArgumentParser()
+    panel.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["panel", "--connection-file", "/tmp/x.json", "--tab", "batch"])
+    assert (args.command, args.connection_file, args.tab, args.func) == ("panel", "/tmp/x.json", "batch", panel.cmd_panel)
