@@ -87,7 +87,7 @@ class ChainSummary:
         out = [f"contracts: {self.contracts}   ok: {ok}   failed: {self.contracts - ok}"]
         for k, v in sorted(self.by_status.items(), key=lambda kv: -kv[1]):
             if k != "ok":
-                out.append(f"  {k:<16} {v}")
+                out.append(f"  {k:<18} {v:>6}")
         out.append(f"elapsed: {self.elapsed_s:.3f} s   {self.contracts_per_s:,.0f} contracts/s   device: {self.device} ({self.via})")
         return out
 
