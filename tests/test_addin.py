@@ -320,6 +320,36 @@ def test_unexpected_failures_are_text_not_tracebacks(monkeypatch):
     assert isinstance(F.BOPM_PUT(100.0, col([90.0, "x"]), 1, 0.05, 0.2, 10)[0][0], float)
 
 
+# ---- the work limit ------------------------------------------------------------------------
+
+def test_a_tree_over_the_work_limit_is_refused_in_its_own_cell(client):
+    big = 200_000  # (N+1)(N+2)/2 = 2.0e10 nodes: just over BOPM_MAX_TREE_NODES on its own
+    assert table.bopm_tree_nodes(big)[()] > table.BOPM_MAX_TREE_NODES
+    out = F.BOPM_PUT(100.0, 100.0, 1.0, 0.05, 0.2, col([50, big, 10_000_000]), 0.0, False)
+    assert out[0][0] == pytest.approx(crr_ref("put", 100.0, 100.0, 1.0, 0.05, 0.2, 50), rel=1e-12)
+    for (text,), n in zip(out[1:], ("200000", "10000000")):
+        assert is_error(text) and f"N={n} needs about" in text and "worksheet limit of 2e+10" in text
+        assert "optiond panel" in text and "optiond price" in text
+    assert client.calls == [("price_table", 1)]  # refused rows are never sent
+    # an invalid N is the schema's message, not the limit's
+    assert F.BOPM_PUT(100, 100, 1, 0.05, 0.2, 1e8).startswith("#optiond: N must be between 1 and")
+
+
+def test_trees_over_the_limit_together_refuse_the_call(client, monkeypatch):
+    monkeypatch.setattr(table, "BOPM_MAX_TREE_NODES", 3 * table.bopm_tree_nodes(1000)[()] + 1)
+    args = (100.0, col([90.0, 100.0, 110.0]), 1.0, 0.05, 0.2, 1000)
+    assert all(isinstance(r[0], float) for r in F.BOPM_CALL(*args))  # three trees: within the limit
+    out = F.BOPM_CALL(100.0, col([80.0, 90.0, 100.0, 110.0, "bad"]), 1.0, 0.05, 0.2, 1000)
+    assert all(is_error(r[0]) for r in out)
+    assert all("this call needs about 2e+06 tree nodes for 4 options" in r[0] for r in out[:4])
+    assert out[4][0] == '#optiond: K must be a number, got "bad"'
+    # BOPM_GREEKS counts five trees an option, BOPM_IV fifty
+    greeks = F.BOPM_GREEKS(100.0, 100.0, 1.0, 0.05, 0.2, 1000, 0.0, "put")
+    assert all(is_error(x) and "tree nodes" in x for x in greeks[0])
+    assert "tree nodes" in F.BOPM_IV(5.0, 100.0, 100.0, 1.0, 0.05, 0.0, "put", 1000)
+    assert len(client.calls) == 1
+
+
 # ---- BOPM_GREEKS --------------------------------------------------------------------------
 
 def test_greeks_one_row_and_one_row_per_option(client):
@@ -424,7 +454,10 @@ def test_daemon_down_prices_in_process(monkeypatch, tmp_path):
 # ---- the function table, the decorators and the VBA ------------------------------------
 
 def test_table_drives_the_functions():
-    assert [f.name for f in table.FUNCTIONS] == ["BOPM_PUT", "BOPM_CALL", "BS_PUT", "BS_CALL", "BOPM_IV", "BOPM_GREEKS"]
+    assert [f.name for f in table.FUNCTIONS] == ["BOPM_PUT", "BOPM_CALL", "BS_PUT", "BS_CALL", "BOPM_IV", "BOPM_GREEKS",
+                                                 "MLMC_CALL", "MLMC_PUT", "MLMC_ASIAN_CALL", "MLMC_DIGITAL_CALL",
+                                                 "MLMC_STDERR", "HESTON_CALL", "HESTON_PUT"]
+    assert set(F.WORKSHEET_FUNCTIONS) == set(F.formulas_functions()) == {f.name for f in table.FUNCTIONS}
     for spec in table.FUNCTIONS:
         f = F.WORKSHEET_FUNCTIONS[spec.name]
         assert f.__doc__ == spec.description and len(spec.description) <= LIMIT

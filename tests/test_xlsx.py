@@ -1,12 +1,13 @@
 """A real .xlsx with optiond formulas, recalculated without Excel against a live daemon.
 
 The workbook is written with openpyxl: input cells, a column of strikes, and formulas
-``=BOPM_PUT(...)``, ``=BOPM_CALL(...)``, ``=BS_PUT(...)``, ``=BOPM_IV(...)`` and
-``=BOPM_GREEKS(...)`` that refer to them (single cells, array formulas over a range of
-strikes, a formula over formula cells, bad inputs). The ``formulas`` package recalculates it
-with the functions registered under their Excel names; every request must be answered by the
-daemon (``OPTIOND_FALLBACK=0``), and the cell values are checked against references written
-here: Black-Scholes-Merton with math.erf and a plain NumPy CRR tree.
+``=BOPM_PUT(...)``, ``=BOPM_CALL(...)``, ``=BS_PUT(...)``, ``=BOPM_IV(...)``,
+``=BOPM_GREEKS(...)``, ``=MLMC_CALL(...)`` and ``=HESTON_PUT(...)`` that refer to them (single
+cells, array formulas over a range of strikes, a formula over formula cells, bad inputs). The
+``formulas`` package recalculates it with the functions registered under their Excel names;
+every request must be answered by the daemon (``OPTIOND_FALLBACK=0``), and the cell values are
+checked against references written here: Black-Scholes-Merton with math.erf, a plain NumPy
+CRR tree, and (for the Heston cells) QuantLib's ``AnalyticHestonEngine``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from optiond.daemon.client import get_client  # noqa: E402
 S, R, Q, T, SIGMA, N = 100.0, 0.05, 0.01, 0.5, 0.25, 200
 STRIKES = [80.0, 90.0, 100.0, 110.0, 120.0]
 ROWS = range(2, 2 + len(STRIKES))
+EPS = 0.02  # MLMC target RMS error
+#: Heston: expiry (whole days / 365, for QuantLib's dates), v0, kappa, theta, xi, rho
+HESTON = dict(TH=1.0, v0=0.04, kappa=1.5, theta=0.04, xi=0.3, rho=-0.7)
 
 
 def _ncdf(x: float) -> float:
@@ -60,6 +64,29 @@ def crr(kind, S, K, T, r, sigma, N, q=0.0, american=False):
     return float(V[0]), delta
 
 
+def heston_put_ql(K: float) -> float:
+    """European Heston put by QuantLib's AnalyticHestonEngine (T a whole number of days / 365)."""
+    ql = pytest.importorskip("QuantLib")
+    h = HESTON
+    today = ql.Date(15, 1, 2024)
+    ql.Settings.instance().evaluationDate = today
+    dc = ql.Actual365Fixed()
+    def curve(x):
+        return ql.YieldTermStructureHandle(ql.FlatForward(today, x, dc))
+
+    process = ql.HestonProcess(curve(R), curve(Q), ql.QuoteHandle(ql.SimpleQuote(S)), h["v0"], h["kappa"], h["theta"],
+                               h["xi"], h["rho"])
+    option = ql.VanillaOption(ql.PlainVanillaPayoff(ql.Option.Put, K), ql.EuropeanExercise(today + round(h["TH"] * 365)))
+    option.setPricingEngine(ql.AnalyticHestonEngine(ql.HestonModel(process)))
+    return option.NPV()
+
+
+def bs_call(S, K, T, r, sigma, q=0.0) -> float:
+    sq = sigma * math.sqrt(T)
+    d1 = (math.log(S / K) + (r - q + 0.5 * sigma * sigma) * T) / sq
+    return S * math.exp(-q * T) * _ncdf(d1) - K * math.exp(-r * T) * _ncdf(d1 - sq)
+
+
 def build(path) -> None:
     wb = openpyxl.Workbook()
     ws = wb.active
@@ -87,6 +114,21 @@ def build(path) -> None:
     ws["A13"] = "=BOPM_PUT(B1, 1/0, B4, B2, B5, B6)"
     ws["A14"] = "=BOPM_PUT(B1, D4, B4, B2, B5, B30)"
     ws["A15"] = "=BOPM_CALL(B1, D4, B4, B2, B5, 0)"
+    # MLMC and Heston: inputs in U1:V7, a single cell and an array formula each, bad inputs
+    for row, (label, value) in enumerate(list(HESTON.items()) + [("eps", EPS)], 1):
+        ws.cell(row, 21, label)
+        ws.cell(row, 22, value)
+    ws["S2"] = "=MLMC_CALL($B$1, D4, $B$4, $B$2, $B$5, $V$7, $B$3)"
+    ws["S3"] = "=MLMC_CALL($B$1, D4, $B$4, $B$2, $B$5, $V$7, $B$3, 7)"
+    ws["T2"] = ArrayFormula(f"T2:T{last}", f"=MLMC_CALL(B1, D2:D{last}, B4, B2, B5, V7, B3)")
+    ws["W2"] = ArrayFormula(f"W2:W{last}", f"=HESTON_PUT(B1, D2:D{last}, V1, B2, B3, V2, V3, V4, V5, V6, FALSE)")
+    ws["X2"] = "=HESTON_PUT(B1, D4, V1, B2, B3, V2, V3, V4, V5, V6)"
+    ws["X3"] = '=HESTON_PUT(B1, D4, V1, B2, B3, V2, V3, V4, V5, V6, TRUE, "hv")'
+    ws["A16"] = "=MLMC_CALL(B1, D4, B4, B2, B5, -0.01)"
+    ws["A17"] = "=MLMC_CALL(B1, D4, B4, B2, B5, 0.0001)"
+    ws["A18"] = "=HESTON_PUT(B1, D4, V1, B2, B3, V2, V3, V4, V5, 1.5)"
+    ws["A19"] = '=HESTON_PUT(B1, D4, V1, B2, B3, V2, V3, V4, V5, V6, FALSE, "xyz")'
+    ws["A20"] = "=MLMC_STDERR(B1, D4, B4, B2, B5, V7, B3)"
     wb.save(path)
 
 
@@ -165,6 +207,23 @@ def test_workbook_recalculates_against_the_daemon(recalculated):
     assert greeks[0] == pytest.approx(crr("put", S, 100.0, T, R, SIGMA, N, Q)[1], rel=1e-10)  # delta
 
 
+def test_workbook_mlmc_and_heston_against_the_daemon(recalculated):
+    values, spy, _, _ = recalculated
+    last = ROWS[-1]
+    assert ("price_table", "daemon", 5) in spy.via  # each array formula: one request of five rows
+    mlmc = values[f"T2:T{last}"].ravel()
+    for i, k in enumerate(STRIKES):
+        assert abs(mlmc[i] - bs_call(S, k, T, R, SIGMA, Q)) < 3 * EPS
+    single, seed7 = cell(values, "S2"), cell(values, "S3")
+    assert single == mlmc[2]  # the same inputs and the default seed: the same estimate
+    assert seed7 != single and abs(seed7 - bs_call(S, 100.0, T, R, SIGMA, Q)) < 3 * EPS
+    eu = values[f"W2:W{last}"].ravel()
+    for i, k in enumerate(STRIKES):
+        assert eu[i] == pytest.approx(heston_put_ql(k), abs=2e-3)
+    am, am_hv = cell(values, "X2"), cell(values, "X3")  # american by default
+    assert am > eu[2] + 0.05 and am_hv == pytest.approx(am, abs=2e-3)
+
+
 def test_workbook_defaults_and_errors(recalculated):
     values = recalculated[0]
     assert cell(values, "A10") == pytest.approx(bs_put(S, 100.0, T, R, SIGMA), rel=1e-12)  # q omitted: 0
@@ -174,6 +233,17 @@ def test_workbook_defaults_and_errors(recalculated):
         "A13": "#optiond: K is #DIV/0!",
         "A14": "#optiond: N is required (empty cell)",
         "A15": "#optiond: N must be between 1 and 1e+07, got 0",
+        "A16": "#optiond: eps must be > 0, got -0.01",
+        "A18": "#optiond: rho must be between -1 and 1, got 1.5",
+        "A19": '#optiond: scheme must be "mcs", "hv", "cs" or "do", got "xyz"',
     }
     for ref, text in expected.items():
         assert cell(values, ref) == text
+    assert cell(values, "A17").startswith("#optiond: eps=0.0001 is below the worksheet floor of 0.0001 x S = 0.01")
+
+
+@pytest.mark.xfail(strict=True, reason="the daemon's price reply does not carry Result.std_error yet "
+                                       "(daemon/server.py and daemon/client.py)")
+def test_workbook_mlmc_stderr_through_the_daemon(recalculated):
+    se = cell(recalculated[0], "A20")
+    assert isinstance(se, float) and 0 < se <= EPS

@@ -4,7 +4,9 @@
   defaults, which builds the xlwings decorators, the documentation and the VBA modules
   (``python -m optiond.addin.table --write-vba`` regenerates ``addin/vba/``);
 * :mod:`optiond.addin.functions`: the functions themselves (``BOPM_PUT``, ``BOPM_CALL``,
-  ``BS_PUT``, ``BS_CALL``, ``BOPM_IV``, ``BOPM_GREEKS``), their request cache
+  ``BS_PUT``, ``BS_CALL``, ``BOPM_IV``, ``BOPM_GREEKS``, ``MLMC_CALL``, ``MLMC_PUT``,
+  ``MLMC_ASIAN_CALL``, ``MLMC_DIGITAL_CALL``, ``MLMC_STDERR``, ``HESTON_CALL``,
+  ``HESTON_PUT``), their request cache
   (:func:`clear_cache`; ``OPTIOND_CACHE=0`` turns it off) and their registration with the
   ``formulas`` package (:func:`register_formulas`).
 
@@ -18,7 +20,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {name: "functions" for name in ("BOPM_CALL", "BOPM_GREEKS", "BOPM_IV", "BOPM_PUT", "BS_CALL", "BS_PUT",
-                                           "WORKSHEET_FUNCTIONS", "cache_info", "clear_cache", "register_formulas")}
+                                           "HESTON_CALL", "HESTON_PUT", "MLMC_ASIAN_CALL", "MLMC_CALL",
+                                           "MLMC_DIGITAL_CALL", "MLMC_PUT", "MLMC_STDERR", "WORKSHEET_FUNCTIONS",
+                                           "cache_info", "clear_cache", "register_formulas")}
 _EXPORTS["FUNCTIONS"] = "table"
 
 __all__ = sorted(_EXPORTS)

@@ -1,9 +1,12 @@
 """optiond's Excel worksheet functions (xlwings user-defined functions).
 
-``BOPM_PUT``, ``BOPM_CALL``, ``BS_PUT``, ``BS_CALL``, ``BOPM_IV`` and ``BOPM_GREEKS``; their
-arguments, descriptions and defaults are in :mod:`optiond.addin.table` (the one table), which
-also builds the xlwings decorators. On Windows with Excel, xlwings calls them from the
-workbook; anywhere else they are plain Python functions with the same behaviour.
+``BOPM_PUT``, ``BOPM_CALL``, ``BS_PUT``, ``BS_CALL``, ``BOPM_IV``, ``BOPM_GREEKS``; the
+multilevel Monte Carlo prices ``MLMC_CALL``, ``MLMC_PUT``, ``MLMC_ASIAN_CALL``,
+``MLMC_DIGITAL_CALL`` and their standard error ``MLMC_STDERR``; the Heston ADI prices
+``HESTON_CALL`` and ``HESTON_PUT``. Their arguments, descriptions and defaults are in
+:mod:`optiond.addin.table` (the one table), which also builds the xlwings decorators. On
+Windows with Excel, xlwings calls them from the workbook; anywhere else they are plain Python
+functions with the same behaviour.
 
 Behaviour, the same for every function:
 
@@ -19,12 +22,27 @@ Behaviour, the same for every function:
   cell of its row), e.g. ``#optiond: K must be > 0, got -5``; the other cells are priced.
   Empty cells (``None``) take the argument's default where it is optional and are an error
   where it is required. Cells that are not of the argument's type (text for a number, an
-  Excel error value, an unknown kind) are caught here and never sent; the value checks
-  (> 0, finite, N from 1 to 1e7, the CRR probability in [0, 1]) are the schema's
-  (:mod:`optiond.models`), made where the request is priced, and come back per row under the
-  argument's Excel name. A problem of the whole call (ranges that do not broadcast) returns
-  one message; a request that fails as a whole (daemon down with the fall-back off) puts its
-  message in every cell it was to price, and is not cached.
+  Excel error value, an unknown kind, payoff or scheme) are caught here and never sent, and so
+  are the values the engine would only reject after working (MLMC ``eps`` <= 0, a ``seed``
+  that is not a whole number >= 0, ``sigma`` over the MLMC kernels' 5, the work limits); the
+  value checks (> 0, finite, N from 1 to 1e7, the CRR probability in [0, 1], Heston
+  ``rho`` in [-1, 1]...) are the schema's (:mod:`optiond.models`), made where the request is
+  priced, and come back per row under the argument's Excel name. A problem of the whole call
+  (ranges that do not broadcast) returns one message; a request that fails as a whole (daemon
+  down with the fall-back off) puts its message in every cell it was to price, and is not
+  cached.
+* **Work limits.** One call may ask for a bounded amount of work (the constants and estimates
+  in :mod:`optiond.addin.table`: tree nodes for ``BOPM_*``, an eps floor and estimated path
+  steps for ``MLMC_*``, grid-cell updates for ``HESTON_*``), so a cell cannot freeze Excel. A
+  row over a limit on its own gets a text in its own cell; rows over it only together get the
+  call's text in each of their cells; both point to the panel and ``optiond price``.
+* **One request per range**, with two exceptions: ``seed`` (MLMC) and ``scheme`` (ADI) are
+  settings of a whole request, so a range holding several seeds or schemes is priced by one
+  request per distinct value.
+* **MLMC.** The estimate is a deterministic function of the inputs and ``seed`` (default 0),
+  so a recalculation gives the same number. ``MLMC_STDERR`` with the same arguments (and the
+  ``kind`` and ``payoff`` of the price) is the standard error of that same run: the two share
+  one cached request, so the pair costs one run.
 * **Daemon first.** Requests go through :func:`optiond.daemon.client.get_client`; when no
   daemon answers, the client prices in-process (set ``OPTIOND_FALLBACK=0`` to get an error
   message instead).
@@ -39,6 +57,7 @@ recalculates ``.xlsx`` workbooks without Excel.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import functools
 import math
@@ -46,13 +65,13 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import xlwings as xw
 
 from ..daemon.client import DaemonUnavailable, get_client
-from ..models import AMERICAN, KIND_CODES, KIND_NAMES, STYLE_CODES, STYLE_NAMES, Method, validate_steps
+from ..models import AMERICAN, KIND_CODES, KIND_NAMES, MAX_STEPS, STYLE_CODES, STYLE_NAMES, Method, validate_steps
 from . import table
 from .table import EXCEL_TEXT_LIMIT, GREEK_COLUMNS, Function
 
@@ -171,7 +190,39 @@ def _american(v: Any, name: str) -> Any:
     return error_text(f"{name} must be TRUE or FALSE, got {_show(v)}")
 
 
-_PARSERS: Mapping[str, Callable[[Any, str], Any]] = {"number": _number, "kind": _kind, "american": _american}
+def _payoff(v: Any, name: str) -> Any:
+    """A cell as "vanilla" / "digital" / "asian", :data:`_EMPTY`, or an error message."""
+    if _is_empty(v):
+        return _EMPTY
+    if isinstance(v, str):
+        s = v.strip().lower()
+        if s in table.PAYOFF_NAMES:
+            return s
+        if s.upper() in EXCEL_ERRORS:
+            return error_text(f"{name} is {s.upper()}")
+    return error_text(f'{name} must be "vanilla", "digital" or "asian", got {_show(v)}')
+
+
+_SCHEME_ALIASES = {"douglas": "do", "craig-sneyd": "cs", "modified-craig-sneyd": "mcs", "hundsdorfer-verwer": "hv"}
+
+
+def _scheme(v: Any, name: str) -> Any:
+    """A cell as an ADI scheme ("mcs", "hv", "cs", "do"; the long names too), :data:`_EMPTY`,
+    or an error message."""
+    if _is_empty(v):
+        return _EMPTY
+    if isinstance(v, str):
+        s = "-".join(v.strip().lower().replace("_", " ").replace("-", " ").split())
+        s = _SCHEME_ALIASES.get(s, s)
+        if s in table.SCHEME_NAMES:
+            return s
+        if s.upper() in EXCEL_ERRORS:
+            return error_text(f"{name} is {s.upper()}")
+    return error_text(f'{name} must be "mcs", "hv", "cs" or "do", got {_show(v)}')
+
+
+_PARSERS: Mapping[str, Callable[[Any, str], Any]] = {"number": _number, "kind": _kind, "american": _american,
+                                                     "payoff": _payoff, "scheme": _scheme}
 
 
 def _grid(value: Any, name: str) -> np.ndarray:
@@ -292,10 +343,13 @@ def _array_key(v: Any) -> tuple:
     return (a.dtype.str, a.shape, a.tobytes())
 
 
+def _method_key(method: Method) -> tuple:
+    return tuple(_array_key(v) if isinstance(v, np.ndarray) else v
+                 for v in (getattr(method, f.name) for f in dataclasses.fields(method)))
+
+
 def _request_key(op: str, method: Method, columns: Mapping[str, Any], prices: Any) -> tuple:
-    steps = method.steps if np.ndim(method.steps) == 0 else _array_key(method.steps)
-    return (op, method.name, steps, method.greeks, method.precision, method.device,
-            tuple((k, _array_key(columns[k])) for k in sorted(columns)),
+    return (op, _method_key(method), tuple((k, _array_key(columns[k])) for k in sorted(columns)),
             None if prices is None else _array_key(prices))
 
 
@@ -306,13 +360,14 @@ def _client() -> Any:
     return get_client()
 
 
-_ROW_ERROR = re.compile(r"^(?P<field>[a-z_]+)=(?P<value>.*?): (?P<reason>.*)$", re.S)
+_ROW_ERROR = re.compile(r"^(?P<field>[a-z_0-9]+)(?:\[row \d+\])?\s*=\s*(?P<value>.*?): (?P<reason>.*)$", re.S)
 
 
 def _row_text(spec: Function, message: str) -> str:
     """A row error of the engine (or the daemon) as cell text, with Excel's argument names.
 
     The schema's row errors read ``field=value: reason`` (:attr:`optiond.models.RowError.message`),
+    a kernel's ``field = value: reason`` (:class:`optiond.models.InvalidInputError`),
     implied-volatility statuses ``invalid: field=value: reason``."""
     message = str(message or "pricing failed")
     m = _P_MESSAGE.search(message)
@@ -328,8 +383,8 @@ def _row_text(spec: Function, message: str) -> str:
             value = _show(float(value))
         except ValueError:
             pass
-        reason = m["reason"]
-        if not reason.startswith("must"):  # "not a finite number" -> "must be a finite number"
+        reason = re.sub(r"\s*\(and \d+ more invalid rows?\)$", "", m["reason"])
+        if re.match(r"not an? ", reason):  # "not a finite number" -> "must be a finite number"
             reason = "must be " + re.sub(r"^not an? ", "a ", reason)
         return error_text(f"{name} {reason}, got {value}")
     return error_text(_IV_MESSAGES.get(message, message))
@@ -349,6 +404,11 @@ def _failure_text(e: Exception) -> str:
 @functools.lru_cache(maxsize=256)
 def _method(name: str, greeks: bool, steps: int | None = None) -> Method:
     return Method(name=name, greeks=greeks) if steps is None else Method(name=name, greeks=greeks, steps=steps)
+
+
+@functools.lru_cache(maxsize=16)
+def _adi_method(scheme: str) -> Method:
+    return Method(name="adi", greeks=False, scheme=scheme, grid=table.HESTON_GRID, time_steps=table.HESTON_TIME_STEPS)
 
 
 def _steps_column(steps: np.ndarray) -> np.ndarray:
@@ -372,73 +432,263 @@ def _iv_checks(spec: Function, cols: Mapping[str, np.ndarray]) -> dict[int, str]
     return out
 
 
-def _ask(spec: Function, cols: dict[str, np.ndarray], m: int) -> tuple[np.ndarray, list]:
-    """Price m parsed rows in ONE request: ``(values (m, k) float64, errors)`` with errors a
-    list of m cell texts (None where the row is fine).
+#: Excel numbers hold whole numbers exactly up to 2^53: the largest seed a cell can carry
+_MAX_SEED = float(2 ** 53)
 
-    Answers from the cache when it can; raises whatever the client raises."""
+
+def _mlmc_checks(spec: Function, cols: Mapping[str, np.ndarray], out: dict[int, str]) -> None:
+    """Per-row MLMC checks the engine does not make before it works: sigma within the kernel's
+    range, eps finite and > 0 and not below the worksheet floor, a whole seed >= 0."""
+    name = {a.field: a.name for a in spec.args}
+    S, sig, eps, seed = cols["spot"], cols["volatility"], cols["eps"], cols["seed"]
+    digital = _payoffs(spec, cols, S.shape[0]) == "digital"
+    with np.errstate(invalid="ignore"):
+        for i in np.flatnonzero(np.isfinite(sig) & (sig > table.MLMC_MAX_VOLATILITY)).tolist():
+            out.setdefault(i, error_text(f"{name['volatility']} must be <= {table.MLMC_MAX_VOLATILITY:g} for MLMC, "
+                                         f"got {_show(sig[i])}"))
+        for i in np.flatnonzero(~(np.isfinite(eps) & (eps > 0))).tolist():
+            out.setdefault(i, error_text(f"{name['eps']} must be {'> 0' if np.isfinite(eps[i]) else 'a finite number'}"
+                                         f", got {_show(eps[i])}"))
+        scale = np.where(digital, 1.0, S)
+        floor = table.MLMC_MIN_EPS_REL * scale
+        low = np.isfinite(eps) & (eps > 0) & np.isfinite(scale) & (scale > 0) & (eps < floor)
+        for i in np.flatnonzero(low).tolist():
+            what = f"{table.MLMC_MIN_EPS_REL:g} for a digital paying 1" if digital[i] else \
+                f"{table.MLMC_MIN_EPS_REL:g} x S = {floor[i]:.4g}"
+            out.setdefault(i, error_text(f"{name['eps']}={_show(eps[i])} is below the worksheet floor of {what}; for "
+                                         f"a smaller error {table.OVER_LIMIT_ADVICE}"))
+        bad = ~(np.isfinite(seed) & (seed >= 0) & (seed <= _MAX_SEED) & (seed == np.floor(seed)))
+    for i in np.flatnonzero(bad).tolist():
+        out.setdefault(i, error_text(f"{name['seed']} must be a whole number >= 0, got {_show(seed[i])}"))
+
+
+def _payoffs(spec: Function, cols: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """The MLMC payoff family of each row (object array of n)."""
+    p = cols.get("payoff", spec.fixed.get("payoff", "vanilla"))
+    return np.broadcast_to(np.asarray(p, dtype=object), (n,))
+
+
+def _work(spec: Function, cols: Mapping[str, np.ndarray], n: int) -> tuple[np.ndarray, float, str] | None:
+    """``(work per row, limit, unit)`` of the call's method (0 for rows the engine will reject
+    as invalid anyway), or None for a method without a work limit."""
+    if spec.method == "binomial":
+        N = cols["steps"]
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(N) & (N >= 1) & (N <= MAX_STEPS) & (N == np.floor(N))
+        return np.where(ok, table.bopm_tree_nodes(np.where(ok, N, 0.0), spec.op), 0.0), table.BOPM_MAX_TREE_NODES, \
+            "tree nodes"
+    if spec.method == "mlmc":
+        S, T, r, q, sig, eps = (cols[f] for f in ("spot", "expiry", "rate", "dividend_yield", "volatility", "eps"))
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(S + T + r + q + sig) & (S > 0) & (T > 0) & (sig > 0) & np.isfinite(eps) & (eps > 0)
+            w = table.mlmc_path_steps(_payoffs(spec, cols, n), S, T, r, q, sig, np.where(ok, eps, 1.0))
+        return np.where(ok, w, 0.0), table.MLMC_MAX_PATH_STEPS, "path steps"
+    if spec.method == "adi":
+        return np.full(n, table.heston_grid_work(1)), table.HESTON_MAX_GRID_WORK, "grid-cell updates"
+    return None
+
+
+def _over_limit(spec: Function, cols: Mapping[str, np.ndarray], out: dict[int, str]) -> None:
+    """The per-call work limit: rows over it on their own get their own text; when the other
+    rows together are over it, each of them gets the call's text."""
+    n = cols["spot"].shape[0]
+    w = _work(spec, cols, n)
+    if w is None:
+        return
+    work, limit, unit = w
+    alive = np.ones(n, dtype=bool)
+    if out:
+        alive[list(out)] = False
+    name = {a.field: a.name for a in spec.args}
+    fix = {"binomial": "lower N, ", "mlmc": "raise eps, ", "adi": ""}[spec.method]
+    for i in np.flatnonzero(alive & (work > limit)).tolist():
+        which = (f"{name['steps']}={_show(cols['steps'][i])}" if spec.method == "binomial" else
+                 f"{name['eps']}={_show(cols['eps'][i])}" if spec.method == "mlmc" else "one option")
+        out[i] = error_text(f"{which} needs about {work[i]:.2g} {unit}, over the worksheet limit of {limit:.2g} per "
+                            f"call; {fix}or {table.OVER_LIMIT_ADVICE}")
+        alive[i] = False
+    total = float(work[alive].sum())
+    if total > limit:
+        k = int(alive.sum())
+        text = error_text(f"this call needs about {total:.2g} {unit} for {k} options, over the worksheet limit of "
+                          f"{limit:.2g}; {fix}split the range, or {table.OVER_LIMIT_ADVICE}")
+        for i in np.flatnonzero(alive).tolist():
+            out[i] = text
+
+
+def _pre_checks(spec: Function, cols: Mapping[str, np.ndarray]) -> dict[int, str]:
+    """Rows that are not sent, with their cell text: checks the engine does not make per row
+    (implied-volatility prices and N, MLMC eps and seed) and the work limits."""
+    out = _iv_checks(spec, cols) if spec.op == "iv" else {}
+    if spec.method == "mlmc":
+        _mlmc_checks(spec, cols, out)
+    _over_limit(spec, cols, out)
+    return out
+
+
+def _uniform(v: Any) -> Any:
+    """An array holding one value in every row as that value (one label travels as one value)."""
+    if isinstance(v, np.ndarray) and v.size and (v == v[0]).all():
+        return v[0]
+    return v
+
+
+def _requests(spec: Function, cols: dict[str, np.ndarray], n: int) -> Iterator[tuple]:
+    """The requests that price n checked rows: ``(rows or None for all, columns, method,
+    prices)``. One, unless the rows ask for different MLMC seeds or ADI schemes (settings of
+    the whole request): then one per seed or scheme."""
     req = dict(cols)
     prices = req.pop("price", None)
     steps = req.pop("steps", None)
+    split = req.pop("seed", None)
+    scheme = req.pop("scheme", None)
+    split = scheme if split is None else split
     for f, v in spec.fixed.items():
         req[f] = v
-    for f in ("kind", "style"):  # one label for every row travels as one value
-        v = req.get(f)
-        if isinstance(v, np.ndarray) and v.size and (v == v[0]).all():
-            req[f] = v[0]
-    errors: list = [None] * m
-    if spec.op == "iv":
-        for i, text in _iv_checks(spec, cols).items():
-            errors[i] = text
-        keep = np.array([e is None for e in errors], dtype=bool)
-        if not keep.all():  # leave the rows the engine would reject out of the request
-            prices = prices[keep]
-            req = {k: v[keep] if np.ndim(v) else v for k, v in req.items()}
-            steps = None if steps is None else steps[keep]
-        if steps is None:
-            method = _method(spec.method, False)
-        elif steps.size and (steps == steps[0]).all():
-            method = _method(spec.method, False, int(steps[0]))
-        else:
-            method = Method(name=spec.method, greeks=False, steps=_steps_column(steps))
+    if split is None or (split == split[0]).all():
+        parts = [(None, None if split is None else split[0])]
     else:
-        keep = None
-        if steps is not None:
-            req["steps"] = _steps_column(steps)
-        method = _method(spec.method, spec.op == "greeks")
-    n = m if keep is None else int(keep.sum())
-    k = len(GREEK_COLUMNS) if spec.op == "greeks" else 1
-    values = np.full((m, k), np.nan)
-    if n == 0:
-        return values, errors
+        firsts = sorted(np.unique(split, return_index=True)[1].tolist())
+        parts = [(np.flatnonzero(split == split[i]), split[i]) for i in firsts]
+    for rows, setting in parts:
+        sub = req if rows is None else {k: v[rows] if isinstance(v, np.ndarray) else v for k, v in req.items()}
+        for f in ("kind", "style", "payoff"):
+            if f in sub:
+                sub[f] = _uniform(sub[f])
+        p = prices if rows is None or prices is None else prices[rows]
+        st = steps if rows is None or steps is None else steps[rows]
+        yield rows, sub, _request_method(spec, sub, st, setting), p
 
+
+def _request_method(spec: Function, req: dict[str, Any], steps: np.ndarray | None, setting: Any) -> Method:
+    """The request's :class:`Method`; moves uniform MLMC ``eps`` and ``payoff`` columns and
+    the steps into it (or the steps into ``req``)."""
+    if spec.method == "mlmc":
+        eps = req.pop("eps")
+        one = _uniform(eps)
+        if isinstance(one, np.ndarray):  # per-row eps; the method's (the daemon costs with it) is the smallest
+            req["eps"] = eps
+            one = eps.min()
+        payoff = _uniform(req.pop("payoff"))
+        if isinstance(payoff, np.ndarray):
+            req["payoff"] = payoff
+            payoff = "vanilla"
+        return Method(name="mlmc", greeks=False, eps=float(one), payoff=str(payoff), seed=int(setting))
+    if spec.method == "adi":
+        return _adi_method(str(setting))
+    if spec.op == "iv":
+        if steps is None:
+            return _method(spec.method, False)
+        if steps.size and (steps == steps[0]).all():
+            return _method(spec.method, False, int(steps[0]))
+        return Method(name=spec.method, greeks=False, steps=_steps_column(steps))
+    if steps is not None:
+        req["steps"] = _steps_column(steps)
+    return _method(spec.method, spec.op == "greeks")
+
+
+def _std_error(res: Any, n: int) -> np.ndarray:
+    """The MLMC standard errors of a result (``Result.std_error``, or ``diagnostics["std_error"]``
+    from a daemon that sends them there); NaN where there are none."""
+    se = getattr(res, "std_error", None)
+    if se is None:
+        se = (getattr(res, "diagnostics", None) or {}).get("std_error")
+    a = None if se is None else np.asarray(se, dtype=np.float64)
+    return a if a is not None and a.shape == (n,) else np.full(n, np.nan)
+
+
+def _width(spec: Function) -> int:
+    return len(GREEK_COLUMNS) if spec.op == "greeks" else 1
+
+
+def _request(spec: Function, req: dict[str, Any], method: Method, prices: Any, n: int) -> tuple[np.ndarray, list]:
+    """ONE request (from the cache when it can): ``(values, errors)``, values (n, c) with c
+    the reply's columns: the Greeks, (price, std_error) for MLMC, else one."""
     use_cache = _env_on("OPTIOND_CACHE")
-    key = _request_key(spec.op, method, req, prices) if use_cache else None
+    key = _request_key("iv" if spec.op == "iv" else "price", method, req, prices) if use_cache else None
     hit = _cache.get(key) if use_cache else None
     if hit is not None:
-        vals, errs = hit
+        return hit
+    fallback = _env_on("OPTIOND_FALLBACK")
+    client = _client()
+    if spec.op == "iv":
+        vol, status = client.implied_vol(prices, req, method, fallback=fallback)
+        vals = np.asarray(vol, dtype=np.float64).reshape(-1, 1)
+        errs = [None if s == "ok" else _row_text(spec, s) for s in np.asarray(status).tolist()]
     else:
-        fallback = _env_on("OPTIOND_FALLBACK")
-        client = _client()
-        if spec.op == "iv":
-            vol, status = client.implied_vol(prices, req, method, fallback=fallback)
-            vals = np.asarray(vol, dtype=np.float64).reshape(-1, 1)
-            errs = [None if s == "ok" else _row_text(spec, s) for s in np.asarray(status).tolist()]
+        res = client.price_table(req, method, fallback=fallback)
+        if method.name == "mlmc":
+            vals = np.stack([np.asarray(res.price, dtype=np.float64), _std_error(res, len(res.price))], axis=1)
         else:
-            res = client.price_table(req, method, fallback=fallback)
             names = GREEK_COLUMNS if spec.op == "greeks" else ("price",)
             vals = np.stack([np.asarray(getattr(res, f), dtype=np.float64) for f in names], axis=1)
-            errs = [None if s == "ok" else _row_text(spec, e) for s, e in zip(np.asarray(res.status).tolist(),
-                                                                             np.asarray(res.error).tolist())]
-        if vals.shape[0] != n or len(errs) != n:
-            raise RuntimeError(f"the pricer answered {vals.shape[0]} rows for {n}")
-        if use_cache:
-            _cache.put(key, (vals, errs), n)
-    if keep is None:
-        return vals, list(errs)
-    values[keep] = vals
-    for i, e in zip(np.flatnonzero(keep).tolist(), errs):
-        errors[i] = e
+        errs = [None if s == "ok" else _row_text(spec, e) for s, e in zip(np.asarray(res.status).tolist(),
+                                                                         np.asarray(res.error).tolist())]
+    if vals.shape[0] != n or len(errs) != n:
+        raise RuntimeError(f"the pricer answered {vals.shape[0]} rows for {n}")
+    if use_cache and not (method.name == "mlmc" and _lacks_std_error(vals, errs)):
+        _cache.put(key, (vals, errs), n)
+    return vals, errs
+
+
+def _lacks_std_error(vals: np.ndarray, errs: list) -> bool:
+    """An MLMC reply without the standard error of a priced row (an older daemon): not cached,
+    so an updated daemon is asked again."""
+    return any(e is None and not np.isfinite(se) for e, se in zip(errs, vals[:, 1].tolist()))
+
+
+_NO_STDERR = "the optiond daemon sent no standard error; update it and restart it (optiond serve)"
+
+
+def _select(spec: Function, vals: np.ndarray, errs: list) -> tuple[np.ndarray, list]:
+    """The function's columns of a reply: MLMC's price or its standard error."""
+    if spec.method != "mlmc":
+        return vals, errs
+    if spec.op == "price":
+        return vals[:, :1], errs
+    se = vals[:, 1:2]
+    missing = ~np.isfinite(se[:, 0]) & np.isfinite(vals[:, 0])
+    if missing.any():
+        errs = [error_text(_NO_STDERR) if e is None and miss else e for e, miss in zip(errs, missing.tolist())]
+    return se, errs
+
+
+def _ask(spec: Function, cols: dict[str, np.ndarray], m: int) -> tuple[np.ndarray, list]:
+    """Price m parsed rows: ``(values (m, k) float64, errors)`` with errors a list of m cell
+    texts (None where the row is fine).
+
+    The rows the pre-checks refuse are not sent; the rest go in ONE request (one per MLMC
+    seed or ADI scheme when the rows differ in those). Answers from the cache when it can;
+    raises whatever the client raises."""
+    errors: list = [None] * m
+    values = np.full((m, _width(spec)), np.nan)
+    refused = _pre_checks(spec, cols)
+    rows = None
+    if refused:
+        for i, text in refused.items():
+            errors[i] = text
+        keep = np.ones(m, dtype=bool)
+        keep[list(refused)] = False
+        rows = np.flatnonzero(keep)
+        cols = {f: v[keep] for f, v in cols.items()}
+    n = m if rows is None else int(rows.size)
+    if n == 0:
+        return values, errors
+    got = np.full((n, _width(spec)), np.nan)
+    got_err: list = [None] * n
+    for part, req, method, prices in _requests(spec, cols, n):
+        vals, errs = _select(spec, *_request(spec, req, method, prices, n if part is None else int(part.size)))
+        if part is None:
+            got, got_err = vals, list(errs)
+        else:
+            got[part] = vals
+            for j, i in enumerate(part.tolist()):
+                got_err[i] = errs[j]
+    if rows is None:
+        return got, got_err
+    values[rows] = got
+    for j, i in enumerate(rows.tolist()):
+        errors[i] = got_err[j]
     return values, errors
 
 
@@ -467,7 +717,7 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
         else:
             shape, cols, cell_err = _read_ranges(spec, values)
         result, complete = _compute(spec, shape, cols, cell_err)
-        if key is not None and complete:
+        if key is not None and complete and result != error_text(_NO_STDERR):
             _cache.put(key, (result,), 1)
         return result
     except _Problem as p:
@@ -599,6 +849,41 @@ def BOPM_IV(price, S, K, T, r, q=None, kind=None, N=None, american=None):
 @_udf
 def BOPM_GREEKS(S, K, T, r, sigma, N, q=None, kind=None, american=None):
     return evaluate("BOPM_GREEKS", (S, K, T, r, sigma, N, q, kind, american))
+
+
+@_udf
+def MLMC_CALL(S, K, T, r, sigma, eps, q=None, seed=None):
+    return evaluate("MLMC_CALL", (S, K, T, r, sigma, eps, q, seed))
+
+
+@_udf
+def MLMC_PUT(S, K, T, r, sigma, eps, q=None, seed=None):
+    return evaluate("MLMC_PUT", (S, K, T, r, sigma, eps, q, seed))
+
+
+@_udf
+def MLMC_ASIAN_CALL(S, K, T, r, sigma, eps, q=None, seed=None):
+    return evaluate("MLMC_ASIAN_CALL", (S, K, T, r, sigma, eps, q, seed))
+
+
+@_udf
+def MLMC_DIGITAL_CALL(S, K, T, r, sigma, eps, q=None, seed=None):
+    return evaluate("MLMC_DIGITAL_CALL", (S, K, T, r, sigma, eps, q, seed))
+
+
+@_udf
+def MLMC_STDERR(S, K, T, r, sigma, eps, q=None, seed=None, kind=None, payoff=None):
+    return evaluate("MLMC_STDERR", (S, K, T, r, sigma, eps, q, seed, kind, payoff))
+
+
+@_udf
+def HESTON_CALL(S, K, T, r, q, v0, kappa, theta, xi, rho, american=None, scheme=None):
+    return evaluate("HESTON_CALL", (S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme))
+
+
+@_udf
+def HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, american=None, scheme=None):
+    return evaluate("HESTON_PUT", (S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme))
 
 
 #: the worksheet functions by Excel name

@@ -19,6 +19,15 @@ Regenerate the golden files after editing the table::
 Limits that Excel imposes and :func:`check` enforces: descriptions and argument texts of at
 most 255 characters, no argument named ``caller`` (xlwings injects the calling range under
 that name), and optional arguments only after the required ones.
+
+Work limits. A worksheet function runs while Excel waits, so one call (a cell, or a range
+broadcast into one request) may ask for a bounded amount of work; over it, the cells get a
+short text pointing to the panel and ``optiond price`` instead of a price. The limits are
+the constants below (:data:`BOPM_MAX_TREE_NODES`, :data:`MLMC_MIN_EPS_REL`,
+:data:`MLMC_MAX_PATH_STEPS`, :data:`HESTON_MAX_GRID_WORK`) and the estimates behind them
+are :func:`bopm_tree_nodes`, :func:`mlmc_path_steps` and :func:`heston_grid_work`. A row
+whose own work is over the limit gets the text in its own cell; a call whose rows together
+are over it gets the text in every cell it was to price.
 """
 
 from __future__ import annotations
@@ -32,7 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from ..models import GREEK_FIELDS, MAX_STEPS, MAX_VOLATILITY
+import numpy as np
+
+from ..models import ADI_SCHEMES, GREEK_FIELDS, MAX_STEPS, MAX_VOLATILITY, PAYOFFS
 
 #: the Excel function-wizard category of every optiond function
 CATEGORY = "optiond"
@@ -44,6 +55,43 @@ ADDIN_WORKBOOK = "optiond.xlam"
 EXCEL_TEXT_LIMIT = 255
 #: steps of the binomial tree where a function's N is optional
 DEFAULT_STEPS = 1000
+
+# ---- work limits per call (see the module docstring) ----------------------------------------
+
+#: BOPM_*: tree nodes one call may ask for, summed over its options: (N+1)(N+2)/2 per tree,
+#: times :data:`BOPM_GREEK_TREES` for BOPM_GREEKS and :data:`BOPM_IV_TREES` for BOPM_IV.
+#: About 6 s on one CPU core (0.3 ns a node); N = 200,000 alone is the whole budget.
+BOPM_MAX_TREE_NODES = 2e10
+#: trees per option for BOPM_GREEKS (the price; a bumped pair each for vega and rho)
+BOPM_GREEK_TREES = 5
+#: trees per option for BOPM_IV (root-finder steps, as the daemon counts them)
+BOPM_IV_TREES = 50
+#: MLMC_*: the smallest target error a cell may ask for, relative to the payoff's scale: S for
+#: the vanilla and Asian payoffs, the cash amount 1 for the digital (eps >= 1e-4 x S: one
+#: cent on a spot of 100). MLMC work grows as 1/eps^2.
+MLMC_MIN_EPS_REL = 1e-4
+#: MLMC_*: the largest volatility the MLMC kernels take (the other functions take up to 10)
+MLMC_MAX_VOLATILITY = 5.0
+#: MLMC_*: estimated path steps (:func:`mlmc_path_steps`) one call may ask for, summed over
+#: its options: at most about 15 s on two CPU cores (1e8 path steps/s measured there; the
+#: estimate is an upper bound), well under a second on a GPU.
+MLMC_MAX_PATH_STEPS = 2e9
+#: MLMC estimate: path steps per unit of payoff variance over eps^2 (fitted on the CPU kernel
+#: for the four payoffs over sigma*sqrt(T) up to 2, strikes 0.6 to 1.6 x S, r - q of either
+#: sign: the measured work was 0.004 to 0.7 times the estimate)
+MLMC_WORK_FACTOR = 5.0
+#: MLMC estimate: the least work of one option (the initial samples on the first levels)
+MLMC_MIN_PATH_STEPS = 1e4
+#: HESTON_*: the ADI grid, (spot nodes, variance nodes), and time steps of every worksheet
+#: Heston price (finer grids: the panel or ``optiond price --method adi``)
+HESTON_GRID = (200, 100)
+HESTON_TIME_STEPS = 100
+#: HESTON_*: grid-cell updates one call may ask for, options x spot nodes x variance nodes x
+#: time steps, summed over its options: 500 options on :data:`HESTON_GRID` (about 15 s on two
+#: CPU cores, far less on a GPU)
+HESTON_MAX_GRID_WORK = 1e9
+#: where to go for work over these limits (the end of every over-the-limit message)
+OVER_LIMIT_ADVICE = "use the optiond panel or optiond price"
 
 VBA_DIR = Path(__file__).with_name("vba")
 VBA_UDF_FILE = VBA_DIR / "xlwings_udfs.bas"
@@ -67,10 +115,13 @@ class Arg:
         name: the argument name in Excel and in Python.
         doc: the function wizard's text for it (at most 255 characters).
         field: what it fills: a batch column of :mod:`optiond.models` (``spot``, ``strike``,
-            ``expiry``, ``rate``, ``dividend_yield``, ``volatility``, ``kind``, ``style``),
-            ``steps`` (CRR steps) or ``price`` (the option price of an implied volatility).
+            ``expiry``, ``rate``, ``dividend_yield``, ``volatility``, ``kind``, ``style``, the
+            Heston ``v0``, ``kappa``, ``theta``, ``xi``, ``rho``; the MLMC ``eps``, ``payoff``),
+            ``steps`` (CRR steps), ``price`` (the option price of an implied volatility),
+            ``seed`` (MLMC) or ``scheme`` (ADI), the last two settings of the request's
+            :class:`optiond.models.Method`.
         parse: how a cell is read: ``number``, ``kind`` ("put"/"call"), ``american``
-            (TRUE/FALSE).
+            (TRUE/FALSE), ``payoff`` ("vanilla"/"digital"/"asian"), ``scheme`` (ADI scheme).
         default: the value an omitted argument or an empty cell takes; :data:`REQUIRED` when
             there is none (an empty cell is then an error).
     """
@@ -99,9 +150,12 @@ class Function:
         description: the function wizard's description (at most 255 characters).
         args: the arguments, required first.
         op: ``price`` (a price per option), ``greeks`` (a row of :data:`GREEK_COLUMNS` per
-            option) or ``iv`` (an implied volatility per option).
-        method: the :class:`optiond.models.Method` name: ``binomial`` or ``black-scholes``.
-        fixed: batch columns the function fixes rather than reads (``kind``, ``style``).
+            option), ``iv`` (an implied volatility per option) or ``stderr`` (the standard
+            error of an MLMC price per option).
+        method: the :class:`optiond.models.Method` name: ``binomial``, ``black-scholes``,
+            ``mlmc`` or ``adi``.
+        fixed: batch columns the function fixes rather than reads (``kind``, ``style``,
+            ``payoff``).
         returns: what a cell of the result holds, for the documentation.
         category: the function wizard's category.
     """
@@ -148,6 +202,37 @@ AMERICAN = Arg("american", "Optional. TRUE for American exercise (the default), 
                "style", parse="american", default=True)
 KIND = Arg("kind", 'Optional. "call" (the default) or "put".', "kind", parse="kind", default="call")
 
+# MLMC
+SIGMA_MLMC = Arg("sigma", f"Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= {MLMC_MAX_VOLATILITY:g}.",
+                 "volatility")
+EPS = Arg("eps", "Target accuracy: root-mean-square error of the price, in the currency of S (0.01 = one cent); "
+          f"> 0 and at least {MLMC_MIN_EPS_REL:g} x S. Halving eps takes about four times as long.", "eps")
+EPS_DIGITAL = Arg("eps", "Target accuracy: root-mean-square error of the price (the digital pays 1), e.g. 0.001; > 0 "
+                  f"and at least {MLMC_MIN_EPS_REL:g}. Halving eps takes about four times as long.", "eps")
+EPS_ANY = Arg("eps", "The eps of the MLMC_ price whose standard error you want: target root-mean-square error, in "
+              f"the currency of S (in units of the payout 1 for the digital); > 0, at least {MLMC_MIN_EPS_REL:g} x S "
+              "(x 1 for the digital).", "eps")
+SEED = Arg("seed", "Optional. Random seed, a whole number >= 0; default 0. The same inputs and seed give the same "
+           "price at every recalculation; another seed gives an independent estimate.", "seed", default=0)
+KIND_MLMC = Arg("kind", 'Optional. "call" (the default) or "put": the kind of the MLMC_ price.', "kind", parse="kind",
+                default="call")
+PAYOFF = Arg("payoff", 'Optional. The payoff of the MLMC_ price: "vanilla" (the default: MLMC_CALL, MLMC_PUT), '
+             '"asian" (MLMC_ASIAN_CALL) or "digital" (MLMC_DIGITAL_CALL).', "payoff", parse="payoff",
+             default="vanilla")
+
+# Heston (ADI)
+Q_REQ = Arg("q", "Continuous dividend yield, annual, as a decimal (0.02 = 2%); 0 for none.", "dividend_yield")
+V0 = Arg("v0", "Heston initial variance (>= 0), annualised: today's volatility squared (0.04 = 20% volatility).",
+         "v0")
+KAPPA = Arg("kappa", "Heston mean-reversion speed of the variance, per year (> 0), e.g. 1.5.", "kappa")
+THETA = Arg("theta", "Heston long-run variance (>= 0), annualised (0.04 = 20% volatility). The variance stays off "
+            "zero when 2 x kappa x theta >= xi^2 (Feller condition).", "theta")
+XI = Arg("xi", "Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", "xi")
+RHO = Arg("rho", "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives "
+          "the equity skew.", "rho")
+SCHEME = Arg("scheme", 'Optional. ADI time-stepping scheme: "mcs" (Modified Craig-Sneyd, the default), "hv" '
+             '(Hundsdorfer-Verwer), "cs" (Craig-Sneyd) or "do" (Douglas).', "scheme", parse="scheme", default="mcs")
+
 # ---- the functions -------------------------------------------------------------------------
 
 FUNCTIONS: tuple[Function, ...] = (
@@ -187,6 +272,55 @@ FUNCTIONS: tuple[Function, ...] = (
         "of volatility), rho (per 1.00 of rate). Give a column of inputs for one row per option.",
         (S, K, T, R, SIGMA, N, Q, KIND, AMERICAN), op="greeks", method="binomial",
         returns="a row: " + ", ".join(GREEK_COLUMNS)),
+    Function(
+        "MLMC_CALL",
+        "European call by adaptive multilevel Monte Carlo (Giles; Milstein scheme, Black-Scholes dynamics) to a "
+        "target RMS error eps. The same seed gives the same price. Its standard error: MLMC_STDERR.",
+        (S, K, T, R, SIGMA_MLMC, EPS, Q, SEED), op="price", method="mlmc",
+        fixed={"kind": "call", "style": "european", "payoff": "vanilla"},
+        returns="the call price estimate, in the currency of S"),
+    Function(
+        "MLMC_PUT",
+        "European put by adaptive multilevel Monte Carlo (Giles; Milstein scheme, Black-Scholes dynamics) to a "
+        "target RMS error eps. The same seed gives the same price. Its standard error: MLMC_STDERR with kind \"put\".",
+        (S, K, T, R, SIGMA_MLMC, EPS, Q, SEED), op="price", method="mlmc",
+        fixed={"kind": "put", "style": "european", "payoff": "vanilla"},
+        returns="the put price estimate, in the currency of S"),
+    Function(
+        "MLMC_ASIAN_CALL",
+        "Arithmetic-average Asian call (payoff: average of S over [0, T], continuously monitored, minus K) by "
+        "adaptive multilevel Monte Carlo to a target RMS error eps. Standard error: MLMC_STDERR, payoff \"asian\".",
+        (S, K, T, R, SIGMA_MLMC, EPS, Q, SEED), op="price", method="mlmc",
+        fixed={"kind": "call", "style": "european", "payoff": "asian"},
+        returns="the Asian call price estimate, in the currency of S"),
+    Function(
+        "MLMC_DIGITAL_CALL",
+        "Cash-or-nothing digital call paying 1 at T if S(T) > K, by adaptive multilevel Monte Carlo to a target RMS "
+        "error eps. The same seed gives the same price. Standard error: MLMC_STDERR with payoff \"digital\".",
+        (S, K, T, R, SIGMA_MLMC, EPS_DIGITAL, Q, SEED), op="price", method="mlmc",
+        fixed={"kind": "call", "style": "european", "payoff": "digital"},
+        returns="the digital call price estimate (a payout of 1, discounted)"),
+    Function(
+        "MLMC_STDERR",
+        "Standard error of the multilevel Monte Carlo price that MLMC_CALL, MLMC_PUT, MLMC_ASIAN_CALL or "
+        "MLMC_DIGITAL_CALL returns for the same arguments and seed: the same run, answered from the cache.",
+        (S, K, T, R, SIGMA_MLMC, EPS_ANY, Q, SEED, KIND_MLMC, PAYOFF), op="stderr", method="mlmc",
+        fixed={"style": "european"},
+        returns="the standard error of the price estimate, in the currency of the price"),
+    Function(
+        "HESTON_CALL",
+        f"Call price in the Heston stochastic-volatility model by ADI finite differences ({HESTON_GRID[0]} x "
+        f"{HESTON_GRID[1]} grid, {HESTON_TIME_STEPS} time steps), American (default) or European. Ranges in any "
+        "argument return a range of prices.",
+        (S, K, T, R, Q_REQ, V0, KAPPA, THETA, XI, RHO, AMERICAN, SCHEME), op="price", method="adi",
+        fixed={"kind": "call"}, returns="the call price, in the currency of S"),
+    Function(
+        "HESTON_PUT",
+        f"Put price in the Heston stochastic-volatility model by ADI finite differences ({HESTON_GRID[0]} x "
+        f"{HESTON_GRID[1]} grid, {HESTON_TIME_STEPS} time steps), American (default) or European. Ranges in any "
+        "argument return a range of prices.",
+        (S, K, T, R, Q_REQ, V0, KAPPA, THETA, XI, RHO, AMERICAN, SCHEME), op="price", method="adi",
+        fixed={"kind": "put"}, returns="the put price, in the currency of S"),
 )
 
 BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
@@ -195,7 +329,14 @@ BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
 #: and a column keep their orientation) with error cells as their text ("#N/A")
 ARG_OPTIONS: Mapping[str, Any] = {"ndim": 2, "err_to_str": True}
 
-_FIELDS = {"spot", "strike", "expiry", "rate", "dividend_yield", "volatility", "kind", "style", "steps", "price"}
+_FIELDS = {"spot", "strike", "expiry", "rate", "dividend_yield", "volatility", "kind", "style", "steps", "price",
+           "eps", "seed", "payoff", "scheme", "v0", "kappa", "theta", "xi", "rho"}
+_PARSES = ("number", "kind", "american", "payoff", "scheme")
+_OPS = ("price", "greeks", "iv", "stderr")
+_METHODS = ("binomial", "black-scholes", "mlmc", "adi")
+#: the values a ``payoff`` and a ``scheme`` cell may take
+PAYOFF_NAMES = PAYOFFS
+SCHEME_NAMES = ADI_SCHEMES
 
 
 def check(functions: tuple[Function, ...] = FUNCTIONS) -> None:
@@ -212,7 +353,7 @@ def check(functions: tuple[Function, ...] = FUNCTIONS) -> None:
         seen.add(f.name)
         if len(f.description) > EXCEL_TEXT_LIMIT:
             raise ValueError(f"{f.name}: description longer than {EXCEL_TEXT_LIMIT} characters")
-        if f.op not in ("price", "greeks", "iv") or f.method not in ("binomial", "black-scholes"):
+        if f.op not in _OPS or f.method not in _METHODS or (f.op == "stderr" and f.method != "mlmc"):
             raise ValueError(f"{f.name}: unknown op {f.op!r} or method {f.method!r}")
         optional = False
         for a in f.args:
@@ -220,7 +361,7 @@ def check(functions: tuple[Function, ...] = FUNCTIONS) -> None:
                 raise ValueError(f"{f.name}: 'caller' is reserved by xlwings")
             if len(a.doc) > EXCEL_TEXT_LIMIT:
                 raise ValueError(f"{f.name}({a.name}): text longer than {EXCEL_TEXT_LIMIT} characters")
-            if a.field not in _FIELDS or a.parse not in ("number", "kind", "american"):
+            if a.field not in _FIELDS or a.parse not in _PARSES:
                 raise ValueError(f"{f.name}({a.name}): unknown field {a.field!r} or parse {a.parse!r}")
             if optional and not a.optional:
                 raise ValueError(f"{f.name}({a.name}): required argument after an optional one")
@@ -230,6 +371,65 @@ def check(functions: tuple[Function, ...] = FUNCTIONS) -> None:
 
 
 check()
+
+
+# ---- work estimates behind the limits --------------------------------------------------------
+
+def bopm_tree_nodes(steps: Any, op: str = "price") -> np.ndarray:
+    """Tree nodes per option of a BOPM_ call: ``(N+1)(N+2)/2`` per tree, times
+    :data:`BOPM_GREEK_TREES` (``op="greeks"``) or :data:`BOPM_IV_TREES` (``op="iv"``)."""
+    N = np.asarray(steps, dtype=np.float64)
+    trees = BOPM_GREEK_TREES if op == "greeks" else BOPM_IV_TREES if op == "iv" else 1
+    return (N + 1.0) * (N + 2.0) * 0.5 * trees
+
+
+def mlmc_path_steps(payoff: Any, spot: Any, expiry: Any, rate: Any, dividend_yield: Any, volatility: Any,
+                    eps: Any) -> np.ndarray:
+    """Estimated path steps of an adaptive MLMC price (Milstein, so O(eps^-2) work):
+    ``max(MLMC_MIN_PATH_STEPS, MLMC_WORK_FACTOR * V * (1 + s2)^2 / eps^2)`` with
+    ``s2 = sigma^2 T`` and ``V`` a bound on the payoff's variance: ``S^2 e^(2|r-q|T) (e^s2 - 1)``
+    (the variance of S(T)) for the vanilla and Asian payoffs, ``(1 + s2) / 4`` for the digital
+    paying 1. Arrays broadcast; ``payoff`` is "vanilla", "digital" or "asian"."""
+    S, T, r, q, sig, eps = (np.asarray(x, dtype=np.float64) for x in (spot, expiry, rate, dividend_yield,
+                                                                        volatility, eps))
+    s2 = sig * sig * T
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        vanilla = S * S * np.exp(2.0 * np.abs(r - q) * T) * np.expm1(s2)
+        var = np.where(np.asarray(payoff, dtype=object) == "digital", 0.25 * (1.0 + s2), vanilla)
+        work = MLMC_WORK_FACTOR * var * (1.0 + s2) ** 2 / (eps * eps)
+    return np.maximum(work, MLMC_MIN_PATH_STEPS)
+
+
+def heston_grid_work(options: int, grid: tuple[int, int] = HESTON_GRID, time_steps: int = HESTON_TIME_STEPS) -> float:
+    """Grid-cell updates of ``options`` Heston prices: options x spot nodes x variance nodes x
+    time steps."""
+    return float(options) * grid[0] * grid[1] * time_steps
+
+
+def limits_text() -> str:
+    """The work limits in words (for the reference)."""
+    nodes_per_n1000 = float(bopm_tree_nodes(DEFAULT_STEPS)[()])
+    rows = [
+        ("A worksheet function runs while Excel waits, so one call (a cell, or a range priced as one request) "
+         "may ask for a bounded amount of work. Over a limit, the cells show `#optiond: ...` with the reason "
+         f"and the way on ({OVER_LIMIT_ADVICE}). A row over a limit on its own gets the text in its own cell; "
+         "rows that are over only together get it in every cell of the call."),
+        "",
+        "| functions | limit per call | constant |",
+        "|---|---|---|",
+        (f"| `BOPM_PUT`, `BOPM_CALL`, `BOPM_GREEKS`, `BOPM_IV` | {BOPM_MAX_TREE_NODES:.3g} tree nodes summed over the "
+         f"options: (N+1)(N+2)/2 a tree, x{BOPM_GREEK_TREES} for `BOPM_GREEKS`, x{BOPM_IV_TREES} for `BOPM_IV` "
+         f"({BOPM_MAX_TREE_NODES / nodes_per_n1000:,.0f} prices at N = {DEFAULT_STEPS}) | `BOPM_MAX_TREE_NODES` |"),
+        (f"| `MLMC_*` | per cell: eps >= {MLMC_MIN_EPS_REL:g} x S (>= {MLMC_MIN_EPS_REL:g} for the digital, which "
+         "pays 1) | `MLMC_MIN_EPS_REL` |"),
+        (f"| `MLMC_*` | {MLMC_MAX_PATH_STEPS:.3g} estimated path steps summed over the options: "
+         f"max({MLMC_MIN_PATH_STEPS:g}, {MLMC_WORK_FACTOR:g} V (1 + sigma^2 T)^2 / eps^2), V = S^2 e^(2 abs(r-q) T) "
+         "(e^(sigma^2 T) - 1), or (1 + sigma^2 T) / 4 for the digital | `MLMC_MAX_PATH_STEPS` |"),
+        (f"| `HESTON_*` | {HESTON_MAX_GRID_WORK:.3g} grid-cell updates: options x {HESTON_GRID[0]} x {HESTON_GRID[1]} "
+         f"x {HESTON_TIME_STEPS} ({HESTON_MAX_GRID_WORK / heston_grid_work(1):,.0f} options) "
+         "| `HESTON_MAX_GRID_WORK` |"),
+    ]
+    return "\n".join(rows)
 
 
 def decorate(spec: Function, impl: Callable, *, func: Callable, arg: Callable) -> Callable:
@@ -276,10 +476,11 @@ def reference(functions: tuple[Function, ...] = FUNCTIONS) -> str:
         out += [f"## `{f.signature()}`", "", f.description, "", f"Returns {f.returns}.", "",
                 "| argument | default | description |", "|---|---|---|"]
         for a in f.args:
-            d = "required" if not a.optional else ("TRUE" if a.default is True else
-                                                  f'"{a.default}"' if isinstance(a.default, str) else f"{a.default:g}")
+            d = ("required" if not a.optional else ("TRUE" if a.default else "FALSE") if isinstance(a.default, bool)
+                 else f'"{a.default}"' if isinstance(a.default, str) else f"{a.default:g}")
             out.append(f"| `{a.name}` | {d} | {a.doc} |")
         out.append("")
+    out += ["## Work limits", "", limits_text(), ""]
     return "\n".join(out)
 
 

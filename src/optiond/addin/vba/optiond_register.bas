@@ -75,4 +75,98 @@ Public Sub OptiondRegisterFunctions()
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
             "Optional. ""call"" (the default) or ""put"".", _
             "Optional. TRUE for American exercise (the default), FALSE for European.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_CALL", _
+        Description:="European call by adaptive multilevel Monte Carlo (Giles; Milstein scheme, Black-Scholes dynamics) to a target RMS error eps. The same seed gives the same price. Its standard error: MLMC_STDERR.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
+            "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
+            "Target accuracy: root-mean-square error of the price, in the currency of S (0.01 = one cent); > 0 and at least 0.0001 x S. Halving eps takes about four times as long.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Random seed, a whole number >= 0; default 0. The same inputs and seed give the same price at every recalculation; another seed gives an independent estimate.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_PUT", _
+        Description:="European put by adaptive multilevel Monte Carlo (Giles; Milstein scheme, Black-Scholes dynamics) to a target RMS error eps. The same seed gives the same price. Its standard error: MLMC_STDERR with kind ""put"".", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
+            "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
+            "Target accuracy: root-mean-square error of the price, in the currency of S (0.01 = one cent); > 0 and at least 0.0001 x S. Halving eps takes about four times as long.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Random seed, a whole number >= 0; default 0. The same inputs and seed give the same price at every recalculation; another seed gives an independent estimate.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_ASIAN_CALL", _
+        Description:="Arithmetic-average Asian call (payoff: average of S over [0, T], continuously monitored, minus K) by adaptive multilevel Monte Carlo to a target RMS error eps. Standard error: MLMC_STDERR, payoff ""asian"".", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
+            "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
+            "Target accuracy: root-mean-square error of the price, in the currency of S (0.01 = one cent); > 0 and at least 0.0001 x S. Halving eps takes about four times as long.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Random seed, a whole number >= 0; default 0. The same inputs and seed give the same price at every recalculation; another seed gives an independent estimate.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_DIGITAL_CALL", _
+        Description:="Cash-or-nothing digital call paying 1 at T if S(T) > K, by adaptive multilevel Monte Carlo to a target RMS error eps. The same seed gives the same price. Standard error: MLMC_STDERR with payoff ""digital"".", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
+            "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
+            "Target accuracy: root-mean-square error of the price (the digital pays 1), e.g. 0.001; > 0 and at least 0.0001. Halving eps takes about four times as long.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Random seed, a whole number >= 0; default 0. The same inputs and seed give the same price at every recalculation; another seed gives an independent estimate.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_STDERR", _
+        Description:="Standard error of the multilevel Monte Carlo price that MLMC_CALL, MLMC_PUT, MLMC_ASIAN_CALL or MLMC_DIGITAL_CALL returns for the same arguments and seed: the same run, answered from the cache.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
+            "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
+            "The eps of the MLMC_ price whose standard error you want: target root-mean-square error, in the currency of S (in units of the payout 1 for the digital); > 0, at least 0.0001 x S (x 1 for the digital).", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Random seed, a whole number >= 0; default 0. The same inputs and seed give the same price at every recalculation; another seed gives an independent estimate.", _
+            "Optional. ""call"" (the default) or ""put"": the kind of the MLMC_ price.", _
+            "Optional. The payoff of the MLMC_ price: ""vanilla"" (the default: MLMC_CALL, MLMC_PUT), ""asian"" (MLMC_ASIAN_CALL) or ""digital"" (MLMC_DIGITAL_CALL).")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!HESTON_CALL", _
+        Description:="Call price in the Heston stochastic-volatility model by ADI finite differences (200 x 100 grid, 100 time steps), American (default) or European. Ranges in any argument return a range of prices.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
+            "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Continuous dividend yield, annual, as a decimal (0.02 = 2%); 0 for none.", _
+            "Heston initial variance (>= 0), annualised: today's volatility squared (0.04 = 20% volatility).", _
+            "Heston mean-reversion speed of the variance, per year (> 0), e.g. 1.5.", _
+            "Heston long-run variance (>= 0), annualised (0.04 = 20% volatility). The variance stays off zero when 2 x kappa x theta >= xi^2 (Feller condition).", _
+            "Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", _
+            "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives the equity skew.", _
+            "Optional. TRUE for American exercise (the default), FALSE for European.", _
+            "Optional. ADI time-stepping scheme: ""mcs"" (Modified Craig-Sneyd, the default), ""hv"" (Hundsdorfer-Verwer), ""cs"" (Craig-Sneyd) or ""do"" (Douglas).")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!HESTON_PUT", _
+        Description:="Put price in the Heston stochastic-volatility model by ADI finite differences (200 x 100 grid, 100 time steps), American (default) or European. Ranges in any argument return a range of prices.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
+            "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Continuous dividend yield, annual, as a decimal (0.02 = 2%); 0 for none.", _
+            "Heston initial variance (>= 0), annualised: today's volatility squared (0.04 = 20% volatility).", _
+            "Heston mean-reversion speed of the variance, per year (> 0), e.g. 1.5.", _
+            "Heston long-run variance (>= 0), annualised (0.04 = 20% volatility). The variance stays off zero when 2 x kappa x theta >= xi^2 (Feller condition).", _
+            "Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", _
+            "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives the equity skew.", _
+            "Optional. TRUE for American exercise (the default), FALSE for European.", _
+            "Optional. ADI time-stepping scheme: ""mcs"" (Modified Craig-Sneyd, the default), ""hv"" (Hundsdorfer-Verwer), ""cs"" (Craig-Sneyd) or ""do"" (Douglas).")
 End Sub

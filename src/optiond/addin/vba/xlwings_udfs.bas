@@ -79,3 +79,94 @@ failed:
     BS_PUT = Err.Description
 End Function
 
+Function HESTON_CALL(S, K, T, r, q, v0, kappa, theta, xi, rho, Optional american, Optional scheme)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        HESTON_CALL = XLPy.CallUDF("optiond.addin.functions", "HESTON_CALL", Array(S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        HESTON_CALL = XLPy.CallUDF("optiond.addin.functions", "HESTON_CALL", Array(S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme))
+        Exit Function
+    #End If
+failed:
+    HESTON_CALL = Err.Description
+End Function
+
+Function HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, Optional american, Optional scheme)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        HESTON_PUT = XLPy.CallUDF("optiond.addin.functions", "HESTON_PUT", Array(S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        HESTON_PUT = XLPy.CallUDF("optiond.addin.functions", "HESTON_PUT", Array(S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme))
+        Exit Function
+    #End If
+failed:
+    HESTON_PUT = Err.Description
+End Function
+
+Function MLMC_ASIAN_CALL(S, K, T, r, sigma, eps, Optional q, Optional seed)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        MLMC_ASIAN_CALL = XLPy.CallUDF("optiond.addin.functions", "MLMC_ASIAN_CALL", Array(S, K, T, r, sigma, eps, q, seed), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        MLMC_ASIAN_CALL = XLPy.CallUDF("optiond.addin.functions", "MLMC_ASIAN_CALL", Array(S, K, T, r, sigma, eps, q, seed))
+        Exit Function
+    #End If
+failed:
+    MLMC_ASIAN_CALL = Err.Description
+End Function
+
+Function MLMC_CALL(S, K, T, r, sigma, eps, Optional q, Optional seed)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        MLMC_CALL = XLPy.CallUDF("optiond.addin.functions", "MLMC_CALL", Array(S, K, T, r, sigma, eps, q, seed), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        MLMC_CALL = XLPy.CallUDF("optiond.addin.functions", "MLMC_CALL", Array(S, K, T, r, sigma, eps, q, seed))
+        Exit Function
+    #End If
+failed:
+    MLMC_CALL = Err.Description
+End Function
+
+Function MLMC_DIGITAL_CALL(S, K, T, r, sigma, eps, Optional q, Optional seed)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        MLMC_DIGITAL_CALL = XLPy.CallUDF("optiond.addin.functions", "MLMC_DIGITAL_CALL", Array(S, K, T, r, sigma, eps, q, seed), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        MLMC_DIGITAL_CALL = XLPy.CallUDF("optiond.addin.functions", "MLMC_DIGITAL_CALL", Array(S, K, T, r, sigma, eps, q, seed))
+        Exit Function
+    #End If
+failed:
+    MLMC_DIGITAL_CALL = Err.Description
+End Function
+
+Function MLMC_PUT(S, K, T, r, sigma, eps, Optional q, Optional seed)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        MLMC_PUT = XLPy.CallUDF("optiond.addin.functions", "MLMC_PUT", Array(S, K, T, r, sigma, eps, q, seed), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        MLMC_PUT = XLPy.CallUDF("optiond.addin.functions", "MLMC_PUT", Array(S, K, T, r, sigma, eps, q, seed))
+        Exit Function
+    #End If
+failed:
+    MLMC_PUT = Err.Description
+End Function
+
+Function MLMC_STDERR(S, K, T, r, sigma, eps, Optional q, Optional seed, Optional kind, Optional payoff)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        MLMC_STDERR = XLPy.CallUDF("optiond.addin.functions", "MLMC_STDERR", Array(S, K, T, r, sigma, eps, q, seed, kind, payoff), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        MLMC_STDERR = XLPy.CallUDF("optiond.addin.functions", "MLMC_STDERR", Array(S, K, T, r, sigma, eps, q, seed, kind, payoff))
+        Exit Function
+    #End If
+failed:
+    MLMC_STDERR = Err.Description
+End Function
+
