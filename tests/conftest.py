@@ -1,10 +1,11 @@
 """Shared fixtures.
 
 ``daemon`` (session scope): a real ``optiond serve`` subprocess listening on 127.0.0.1, its
-connection file in a temporary directory. While it runs, ``OPTIOND_CONNECTION_FILE`` points at
-that file in this process too, so ``optiond.daemon.client.get_client()`` and anything built on
-it (the Excel functions, the panel) talk to it. A test that wants "no daemon" sets
-``OPTIOND_CONNECTION_FILE`` to a missing path with ``monkeypatch.setenv``.
+connection file and its JSON log (``OPTIOND_LOG_DIR``) in a temporary directory, its metrics on
+a free port. While it runs, ``OPTIOND_CONNECTION_FILE`` points at that file in this process too,
+so ``optiond.daemon.client.get_client()`` and anything built on it (the Excel functions, the
+panel) talk to it. A test that wants "no daemon" sets ``OPTIOND_CONNECTION_FILE`` to a missing
+path with ``monkeypatch.setenv``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,15 @@ class DaemonProcess:
 
     @property
     def pid(self) -> int:
+        """The process started (``mpiexec`` for an MPI daemon; its rank 0 is :attr:`daemon_pid`)."""
         return self.process.pid
+
+    @property
+    def daemon_pid(self) -> int:
+        """The pid of the process that serves (rank 0), from the connection file."""
+        from optiond.daemon import paths
+
+        return int(paths.read_connection_file(self.connection_file)["pid"])
 
     def client(self, **kw):
         """A new :class:`optiond.daemon.client.Client` for this daemon (keyword args passed on)."""
@@ -46,19 +55,42 @@ class DaemonProcess:
         """Everything the daemon wrote to stdout/stderr so far."""
         return self.log_path.read_text(errors="replace")
 
+    @property
+    def json_log_path(self) -> Path:
+        """The daemon's JSON-lines log (``daemon.jsonl`` in its ``logs`` directory)."""
+        return self.log_path.parent / "logs" / "daemon.jsonl"
 
-def start_daemon(directory: Path, *extra: str, env: dict | None = None) -> DaemonProcess:
-    """Start ``optiond serve`` (extra arguments ``extra``, extra environment ``env``) with its
-    connection file and log in ``directory``; return once it answers a ping (fails the test
-    with the daemon's log if it does not)."""
+    def json_log(self) -> list[dict]:
+        """The JSON log's records so far (the file is written by a thread: may lag a moment)."""
+        import json
+
+        if not self.json_log_path.exists():
+            return []
+        return [json.loads(line) for line in self.json_log_path.read_text().splitlines() if line.strip()]
+
+
+def start_daemon(directory: Path, *extra: str, env: dict | None = None,
+                 launcher: list[str] | tuple[str, ...] = ()) -> DaemonProcess:
+    """Start ``optiond serve`` (extra arguments ``extra``, extra environment ``env``, command
+    prefix ``launcher``, e.g. ``mpiexec -n 2``) with its connection file and log in
+    ``directory``; return once it answers a ping (fails the test with the daemon's log if it
+    does not). An MPI daemon (``--workers``, or a ``launcher``) counts as started when a new
+    connection file answers: its rank 0 is not the process started."""
+    from optiond.daemon import paths
     from optiond.daemon.client import Client, DaemonUnavailable
 
     conn = directory / "daemon.json"
     log_path = directory / "daemon.log"
-    full_env = {**os.environ, **(env or {}), "OPTIOND_CONNECTION_FILE": str(conn)}
+    try:
+        old_key = paths.read_connection_file(conn)["key"]
+    except (FileNotFoundError, paths.ConnectionFileError):
+        old_key = None
+    full_env = {**os.environ, "OPTIOND_LOG_DIR": str(directory / "logs"), "OPTIOND_METRICS_PORT": "0", **(env or {}),
+                "OPTIOND_CONNECTION_FILE": str(conn)}
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([*SERVE, *extra], env=full_env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([*launcher, *SERVE, *extra], env=full_env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
+    mpi = bool(launcher) or "--workers" in extra
     handle = DaemonProcess(conn, proc, log_path)
     client = Client(conn, timeout=1.0, retries=0)
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -68,9 +100,10 @@ def start_daemon(directory: Path, *extra: str, env: dict | None = None) -> Daemo
                 pytest.fail(f"daemon exited with code {proc.returncode}:\n{handle.log()}")
             if conn.exists():
                 try:
-                    if client.ping()["pid"] == proc.pid:
+                    pid = client.ping()["pid"]
+                    if pid == proc.pid or (mpi and paths.read_connection_file(conn)["key"] != old_key):
                         return handle
-                except DaemonUnavailable:
+                except (DaemonUnavailable, FileNotFoundError, paths.ConnectionFileError):
                     pass
             time.sleep(0.05)
         stop_daemon(handle)

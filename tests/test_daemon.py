@@ -166,7 +166,7 @@ def test_implied_vol_matches_in_process(client, method):
 
 def test_connection_file_is_private(daemon):
     info = paths.read_connection_file(daemon.connection_file)
-    assert info["ip"] == "127.0.0.1" and info["signature_scheme"] == "hmac-sha256" and len(info["key"]) >= 64
+    assert info["ip"] == "127.0.0.1" and info["signature_scheme"] == "hmac-sha256-framed" and len(info["key"]) >= 64
     if os.name == "posix":
         assert stat.S_IMODE(os.stat(daemon.connection_file).st_mode) == 0o600
 
@@ -390,7 +390,7 @@ def test_stale_connection_file_is_remembered_as_down(tmp_path):
     s.close(linger=0)  # the port is closed again: nobody listens there
     ctx.term()
     info = {"transport": "tcp", "ip": "127.0.0.1", "shell_port": port, "iopub_port": port, "hb_port": port,
-            "control_port": port, "signature_scheme": "hmac-sha256", "key": "k" * 64}
+            "control_port": port, "signature_scheme": "hmac-sha256-framed", "key": "k" * 64}
     paths.write_connection_file(tmp_path / "stale.json", info)
     c = Client(tmp_path / "stale.json", timeout=0.5, retries=1, connect_timeout=0.3, down_s=60)
     first = c.price_table(table(2), Method(steps=20))

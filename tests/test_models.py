@@ -89,3 +89,9 @@ def test_single_contract_errors_match_the_batch_path(bad, reason):
     fast = engine.price_table(one, Method(steps=100))
     batch = engine.price_table({k: [v] for k, v in one.items()}, Method(steps=100))
     assert fast.status[0] == batch.status[0] == "error" and fast.error[0] == batch.error[0] and reason in fast.error[0]
+
+
+@pytest.mark.parametrize("col", ["method", "eps", "payoff", "steps"])
+def test_per_row_columns_of_the_wrong_length_are_a_table_error(col):
+    with pytest.raises(InvalidInputError, match=col):
+        engine.price_table(dict(GOOD, **{col: ["binomial", "binomial"] if col in ("method", "payoff") else [1, 2]}))

@@ -242,8 +242,6 @@ def test_workbook_defaults_and_errors(recalculated):
     assert cell(values, "A17").startswith("#optiond: eps=0.0001 is below the worksheet floor of 0.0001 x S = 0.01")
 
 
-@pytest.mark.xfail(strict=True, reason="the daemon's price reply does not carry Result.std_error yet "
-                                       "(daemon/server.py and daemon/client.py)")
 def test_workbook_mlmc_stderr_through_the_daemon(recalculated):
     se = cell(recalculated[0], "A20")
     assert isinstance(se, float) and 0 < se <= EPS

@@ -210,15 +210,29 @@ def price(batch: Batch, method: Method | None = None) -> Result:
     return res
 
 
+def _row_column(columns: Mapping[str, Any], name: str, n: int) -> np.ndarray | None:
+    """An optional per-row column as an object array of length n (scalars broadcast).
+
+    Raises:
+        InvalidInputError: a column of another length or shape (a problem of the whole table).
+    """
+    raw = columns.get(name)
+    if raw is None:
+        return None
+    raw = np.asarray(raw, dtype=object)
+    if raw.ndim == 0:
+        return np.full(n, raw.item(), dtype=object)
+    if raw.shape != (n,):
+        raise InvalidInputError(name, None, f"shape {raw.shape}", f"expected a scalar or {n} values")
+    return raw
+
+
 def _method_column(columns: Mapping[str, Any], n: int, default: Method) -> tuple[np.ndarray, list[RowError]]:
-    raw = columns.get("method")
+    raw = _row_column(columns, "method", n)
     names = np.full(n, default.name, dtype=object)
     errors: list[RowError] = []
     if raw is None:
         return names, errors
-    raw = np.asarray(raw, dtype=object)
-    if raw.ndim == 0:
-        raw = np.full(n, raw.item(), dtype=object)
     for i, v in enumerate(raw.tolist()):
         if v is None or (isinstance(v, float) and np.isnan(v)) or str(v).strip() == "":
             continue
@@ -262,11 +276,9 @@ def _mlmc_columns(columns: Mapping[str, Any], n: int, method: Method, names: np.
     eps = np.broadcast_to(np.asarray(method.eps, dtype=np.float64), (n,)).copy()
     payoff = np.full(n, method.payoff, dtype=object)
     for col, out in (("eps", eps), ("payoff", payoff)):
-        raw = columns.get(col)
+        raw = _row_column(columns, col, n)
         if raw is None:
             continue
-        raw = np.asarray(raw, dtype=object)
-        raw = np.full(n, raw.item(), dtype=object) if raw.ndim == 0 else raw
         for i, v in enumerate(raw.tolist()):
             if v is None or v == "" or (isinstance(v, float) and np.isnan(v)):
                 continue

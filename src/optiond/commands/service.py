@@ -1,7 +1,11 @@
 """``optiond service``: service-manager glue for IT.
 
-* ``optiond service unit [--exec PATH]`` prints the systemd user unit (``Type=notify``,
-  watchdog, restart on failure) that ``installer/install.sh`` installs;
+* ``optiond service unit [--exec PATH] [--workers R] [--metrics-port P]`` prints the systemd
+  user unit (``Type=notify``, watchdog, restart on failure) that ``installer/install.sh``
+  installs. With ``--workers R`` the daemon runs as an MPI job of R ranks: the main process is
+  then ``mpiexec`` and the readiness and watchdog messages come from rank 0, so the unit says
+  ``NotifyAccess=all``; a rank that dies ends the job and systemd restarts it. The daemon's
+  metrics port is 9464 unless ``--metrics-port`` says otherwise (see ``optiond serve``);
 * ``optiond service windows ...`` is the Windows service entry point (pywin32's
   ``HandleCommandLine``: install / start / stop / remove), used by ``installer/install.ps1``.
 """
@@ -21,8 +25,8 @@ After=network.target
 
 [Service]
 Type=notify
-NotifyAccess=main
-ExecStart={exec} serve
+NotifyAccess={notify_access}
+ExecStart={exec} serve{serve_args}
 ExecStop={exec} stop
 Restart=on-failure
 RestartSec=2
@@ -37,14 +41,21 @@ WantedBy=default.target
 """
 
 
-def unit_text(executable: str) -> str:
-    """The systemd unit for a daemon started as ``{executable} serve``."""
-    return UNIT_TEMPLATE.format(exec=executable, watchdog=WATCHDOG_SEC)
+def unit_text(executable: str, workers: int = 0, metrics_port: int | None = None) -> str:
+    """The systemd unit for a daemon started as ``{executable} serve`` (``workers``: an MPI
+    job of that many ranks; ``metrics_port``: another port for /metrics than the daemon's default)."""
+    serve_args = ""
+    if metrics_port is not None:
+        serve_args += f" --metrics-port {int(metrics_port)}"
+    if workers and workers > 1:
+        serve_args += f" --workers {int(workers)}"
+    return UNIT_TEMPLATE.format(exec=executable, watchdog=WATCHDOG_SEC, serve_args=serve_args,
+                                notify_access="all" if workers and workers > 1 else "main")
 
 
 def _cmd_unit(args: argparse.Namespace) -> int:
     exe = args.exec or shutil.which("optiond") or f"{sys.executable} -m optiond.cli"
-    sys.stdout.write(unit_text(exe))
+    sys.stdout.write(unit_text(exe, args.workers, args.metrics_port))
     return 0
 
 
@@ -62,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ss = p.add_subparsers(dest="service_command", metavar="WHAT")
     u = ss.add_parser("unit", help="print the systemd user unit")
     u.add_argument("--exec", help="path of the optiond executable (default: the one on PATH)")
+    u.add_argument("--workers", type=int, default=0, metavar="R", help="run the daemon as an MPI job of R ranks")
+    u.add_argument("--metrics-port", type=int, default=None,
+                   help="port of /metrics, /healthz, /readyz on 127.0.0.1 (default: the daemon's, 9464)")
     u.set_defaults(func=_cmd_unit)
     w = ss.add_parser("windows", help="install/start/stop/remove the Windows service (pywin32)")
     w.add_argument("rest", nargs=argparse.REMAINDER, help="pywin32 service arguments, e.g. install, start")

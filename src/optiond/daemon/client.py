@@ -6,12 +6,43 @@ Pirate pattern: wait ``timeout`` seconds for the reply whose ``parent_header.msg
 request's (other replies are discarded), then close the socket, open a fresh one and resend,
 at most ``retries`` times; then :class:`DaemonUnavailable`. A daemon that cannot be reached at
 all (no connection file, nothing listening, heartbeat silent) fails fast, and is remembered as
-down for ``down_s`` seconds so a sheet of 10,000 cells does not wait 10,000 times.
+down for ``down_s`` seconds so a sheet of 10,000 cells does not wait 10,000 times. While a
+reply takes longer than half a second the client also watches the daemon's heartbeat: a daemon
+that dies in the middle of a batch is reported (:class:`DaemonUnavailable`) within 2 s, not
+at the end of ``timeout``; one that restarted (a new connection file) is asked again.
 
 With ``fallback=True`` (the default) the pricing calls then run the same engine function in
-this process and say so in ``Result.via = "in-process"``. Errors the daemon reports are raised:
-:class:`optiond.models.InvalidInputError` for invalid input of the whole table (invalid rows
-are marked in the result, as in-process), :class:`DaemonError` for anything else.
+this process and say so in ``Result.via = "in-process"``. A daemon's answer is always whole:
+a batch it could not finish raises, it never comes back as a partial result. Errors the daemon
+reports are raised: :class:`optiond.models.InvalidInputError` for invalid input of the whole
+table (invalid rows are marked in the result, as in-process); :class:`DaemonError` for
+anything else, with the subclasses :class:`RequestRefused` (over a limit, daemon draining,
+unknown job), :class:`JobCancelled` and :class:`DeadlineExceeded`.
+
+API (all methods thread-safe):
+
+==========================================================  ===========================================
+``get_client()``                                             the process-wide shared client
+``Client(connection_file, timeout, retries, ...)``           a client of its own
+``ping()``, ``status()``, ``shutdown()``                     see each method; ``status()`` has the queue
+                                                             depth, cache hit ratio, MPI workers alive,
+                                                             devices and GPU memory, requests by outcome
+``price_table(columns, method, *, fallback, timeout,``      price; ``job_id`` names the work (for
+``job_id, force, deadline_s, on_progress)``                  ``cancel``), ``force`` skips the daemon's
+                                                             cache, ``deadline_s`` bounds its time,
+                                                             ``on_progress(Event)`` sees its progress
+``implied_vol(prices, columns, method, *, ...)``             the same for implied volatilities
+``submit_table(columns, method, ...) -> job_id``,            start a batch and return at once
+``submit_implied_vol(prices, columns, method, ...)``
+``result(job_id, timeout) -> Result | (vol, status)``        wait for a submitted batch
+                                                             (:class:`JobPending` after ``timeout``)
+``cancel(job_id)``                                           stop a job (its waiter gets
+                                                             :class:`JobCancelled`)
+``jobs()``                                                   the jobs queued or running
+``drain(shutdown=False)``, ``resume()``                      stop taking work (and stop when done) / undo
+``subscribe(callback=None) -> Subscription``                 progress, status and heartbeat events from
+                                                             the daemon's PUB socket, in a thread
+==========================================================  ===========================================
 
 Example::
 
@@ -20,6 +51,11 @@ Example::
                                     "strike": [90.0, 100.0], "expiry": 1.0, "rate": 0.05,
                                     "volatility": 0.2}, Method(steps=500))
     res.price, res.via, res.device
+
+    c = get_client()
+    with c.subscribe(lambda ev: print(ev.job_id, ev.fraction, ev.eta_s) if ev.kind == "progress" else None):
+        job = c.submit_table(big_columns, Method(steps=1000))
+        res = c.result(job, timeout=600)      # or c.cancel(job) from another thread
 """
 
 from __future__ import annotations
@@ -27,11 +63,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import queue
 import threading
 import time
+import uuid
 import weakref
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import zmq
@@ -46,11 +84,24 @@ log = logging.getLogger("optiond.client")
 _SCALARS = (str, int, float, bool, type(None))
 _NOBLOCK = int(zmq.NOBLOCK)
 _METHOD_FIELDS = dataclasses.fields(Method)
+_ALL_OK = {"default": "ok", "rows": [], "values": []}
+_NO_ERROR = {"default": "", "rows": [], "values": []}
 _POLLIN = int(zmq.POLLIN)
+#: a reply slower than this starts the heartbeat watch (seconds)
+HB_WATCH_AFTER_S = 0.5
+#: heartbeat pings while watching (seconds apart)
+HB_INTERVAL_S = 0.4
+#: no heartbeat echo for this long: the daemon is dead (detection within 2 s of its death)
+HB_DEAD_S = 1.2
+#: the connection file is checked for a restarted daemon at most this often (seconds)
+STAT_EVERY_S = 0.25
+#: longest ``wait_s`` of one ``result`` request (longer waits are several requests)
+RESULT_POLL_S = 10.0
 
 
 class DaemonUnavailable(RuntimeError):
-    """No daemon answered: none running, unreachable, wrong key, or no reply in time."""
+    """No daemon answered: none running, unreachable, wrong key, no reply in time, or it died
+    while working on the request."""
 
 
 class _Unsendable(TypeError):
@@ -58,11 +109,80 @@ class _Unsendable(TypeError):
 
 
 class DaemonError(RuntimeError):
-    """The daemon answered with an error. ``ename`` names its kind (e.g. ``ProtocolError``)."""
+    """The daemon answered with an error. ``ename`` names its kind (e.g. ``ProtocolError``);
+    ``details`` holds the reply's other fields (e.g. ``limit``, ``job_id``)."""
 
-    def __init__(self, message: str, ename: str = "DaemonError"):
+    def __init__(self, message: str, ename: str = "DaemonError", details: dict | None = None):
         super().__init__(message)
         self.ename = ename
+        self.details = dict(details or {})
+
+
+class RequestRefused(DaemonError):
+    """The daemon refused the request before doing any work: over a limit (``ename``
+    ``LimitExceeded``, ``details["limit"]`` names it), draining (``DaemonDraining``), an
+    unknown job (``UnknownJob``)."""
+
+
+class JobCancelled(DaemonError):
+    """The work was cancelled (:meth:`Client.cancel`, or the daemon stopped) before it finished."""
+
+
+class DeadlineExceeded(DaemonError):
+    """The work ran past its ``deadline_s``; nothing is returned."""
+
+
+class JobPending(TimeoutError):
+    """:meth:`Client.result` timed out; the job goes on. ``job_id``, ``state``, ``fraction``
+    (0..1) and ``eta_s`` say where it stands."""
+
+    def __init__(self, message: str, job_id: str, state: str = "running", fraction: float = 0.0,
+                 eta_s: float | None = None):
+        super().__init__(message)
+        self.job_id, self.state, self.fraction, self.eta_s = job_id, state, fraction, eta_s
+
+
+_ERRORS: dict[str, type[DaemonError]] = {
+    "LimitExceeded": RequestRefused, "DaemonDraining": RequestRefused, "UnknownJob": RequestRefused,
+    "DaemonStopping": RequestRefused, "JobCancelled": JobCancelled, "DeadlineExceeded": DeadlineExceeded}
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One event from the daemon's PUB socket (see :meth:`Client.subscribe`).
+
+    Attributes:
+        kind: ``"progress"`` (a job's progress), ``"status"`` (the daemon's state changed, or
+            sent on subscribing), ``"heartbeat"`` (every 0.5 s), or ``"lost"`` (no event for
+            1.5 s: the daemon is gone; events resume when it, or its successor, is back).
+        data: the event's fields. progress: ``job_id``, ``msg_id`` (the request's), ``state``
+            (``queued``, ``running``, ``done``, ``failed``, ``cancelled``, ``deadline``),
+            ``fraction`` (0..1 of the work), ``eta_s``, ``elapsed_s``, ``n``, ``done_rows``,
+            ``chunks``, ``chunks_done``, ``op``, ``model``, ``client``, ``error``. status and
+            heartbeat: ``state`` (``starting``, ``serving``, ``draining``, ``stopping``),
+            ``pid``, ``queue_depth``, ``jobs_running``, ``time``.
+        received: ``time.monotonic()`` when it arrived.
+    """
+
+    kind: str
+    data: dict
+    received: float
+
+    @property
+    def job_id(self) -> str | None:
+        return self.data.get("job_id")
+
+    @property
+    def fraction(self) -> float | None:
+        return self.data.get("fraction")
+
+    @property
+    def eta_s(self) -> float | None:
+        return self.data.get("eta_s")
+
+    @property
+    def state(self) -> str | None:
+        return self.data.get("state")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +206,12 @@ def _raise_reply_error(content: dict) -> None:
                               content.get("value"), str(content.get("reason") or text))
         e.args = (text,)  # the daemon's message, word for word
         raise e
-    raise DaemonError(text, ename)
+    details = {k: v for k, v in content.items() if k not in ("status", "ename", "error")}
+    raise _ERRORS.get(ename, DaemonError)(text, ename, details)
+
+
+class _DaemonDied(Exception):
+    """The heartbeat stopped while waiting for a reply."""
 
 
 class Client:
@@ -124,6 +249,8 @@ class Client:
         self._pid = os.getpid()
         self._fixed_path = str(paths.connection_file(connection_file)) if connection_file else None
         self._env_seen: tuple[str | None, str] | None = None
+        self._checked = 0.0
+        self._methods: dict[int, tuple[Method, dict]] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -141,7 +268,13 @@ class Client:
             seen = self._env_seen = (env, str(paths.connection_file()))
         return seen[1]
 
-    def _connection(self) -> _Connection:
+    def _connection(self, force: bool = False) -> _Connection:
+        """The connection info, re-read when the file changed (checked at most every
+        :data:`STAT_EVERY_S` on the hot path; always when ``force``)."""
+        conn = self._conn
+        now = time.monotonic()
+        if conn is not None and not force and now - self._checked < STAT_EVERY_S and self._env_unchanged():
+            return conn
         path = self._resolve()
         try:
             st = os.stat(path)
@@ -151,11 +284,12 @@ class Client:
         except OSError as e:
             raise DaemonUnavailable(f"cannot read connection file {path}: {e}") from None
         sig = (path, st.st_mtime_ns, st.st_size, st.st_ino)
-        conn = self._conn
         if conn is not None and conn.signature == sig:
+            self._checked = now
             return conn
         with self._lock:
             if self._conn is not None and self._conn.signature == sig:
+                self._checked = now
                 return self._conn
             try:
                 info = paths.read_connection_file(path)
@@ -166,7 +300,12 @@ class Client:
             self._generation += 1
             self._conn = _Connection(sig, self._generation, Path(path), info,
                                      Session(info["key"].encode("ascii"), self.session_id))
+            self._checked = now
             return self._conn
+
+    def _env_unchanged(self) -> bool:
+        return self._fixed_path is not None or (self._env_seen is not None
+                                                and self._env_seen[0] == os.environ.get(paths.ENV_VAR))
 
     def _socket(self, conn: _Connection, channel: str) -> zmq.Socket:
         loc = self._local
@@ -204,30 +343,72 @@ class Client:
             s.close(linger=0)
 
     def _wait(self, sock: zmq.Socket, conn: _Connection, msg_id: str, timeout: float) -> Message | None:
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            if not sock.poll(int(remaining * 1000) + 1, _POLLIN):
-                continue
-            try:
-                msg = conn.session.recv(sock, _NOBLOCK)
-            except zmq.Again:
-                continue
-            except ProtocolError as e:
-                log.debug("discarding a reply: %s", e)
-                continue
-            if msg.parent_header.get("msg_id") == msg_id:
-                return msg
-            log.debug("discarding a stale reply")
+        """The reply to ``msg_id`` within ``timeout`` s, or None. After
+        :data:`HB_WATCH_AFTER_S` the daemon's heartbeat is watched as well.
+
+        Raises:
+            _DaemonDied: the heartbeat fell silent for :data:`HB_DEAD_S`.
+        """
+        start = time.monotonic()
+        deadline = start + timeout
+        watch_at = start + HB_WATCH_AFTER_S
+        hb: zmq.Socket | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                remaining = deadline - now
+                if remaining <= 0:
+                    return None
+                if hb is None and now >= watch_at:
+                    hb = self._ctx.socket(zmq.DEALER)
+                    hb.setsockopt(zmq.LINGER, 0)
+                    hb.connect(conn.endpoint("hb"))
+                    last_echo = now
+                    next_ping = now
+                    poller = zmq.Poller()
+                    poller.register(sock, zmq.POLLIN)
+                    poller.register(hb, zmq.POLLIN)
+                if hb is None:
+                    ready = sock.poll(int(min(remaining, watch_at - now) * 1000) + 1, _POLLIN)
+                else:
+                    if now >= next_ping:
+                        try:
+                            hb.send(b"ping", zmq.NOBLOCK)
+                        except zmq.Again:
+                            pass
+                        next_ping = now + HB_INTERVAL_S
+                    events = dict(poller.poll(int(min(remaining, max(next_ping - now, 0.0)) * 1000) + 1))
+                    ready = sock in events
+                    if hb in events:
+                        while hb.poll(0):
+                            hb.recv()
+                        last_echo = time.monotonic()
+                    elif not ready and time.monotonic() - last_echo > HB_DEAD_S:
+                        raise _DaemonDied(f"the daemon's heartbeat has been silent for {HB_DEAD_S:g} s (it died?)")
+                if not ready:
+                    continue
+                try:
+                    msg = conn.session.recv(sock, _NOBLOCK)
+                except zmq.Again:
+                    continue
+                except ProtocolError as e:
+                    log.debug("discarding a reply: %s", e)
+                    continue
+                if msg.parent_header.get("msg_id") == msg_id:
+                    return msg
+                log.debug("discarding a stale reply")
+        finally:
+            if hb is not None:
+                hb.close(linger=0)
 
     def _request(self, op: str, content: dict, buffers: list | tuple = (), *, timeout: float | None = None,
-                 channel: str = "shell", use_down_cache: bool = True, retries: int | None = None) -> Message:
+                 channel: str = "shell", use_down_cache: bool = True, retries: int | None = None,
+                 msg_id: str | None = None, metadata: dict | None = None) -> Message:
         """Send ``<op>_request``, return the matching reply (status ok).
 
         Raises:
-            DaemonUnavailable: no reply after the retries (or the daemon is known to be down).
+            DaemonUnavailable: no reply after the retries, the daemon died meanwhile, or it is
+                known to be down.
             InvalidInputError, DaemonError: the daemon answered with an error.
         """
         if os.getpid() != self._pid:
@@ -238,14 +419,23 @@ class Client:
         down = self._down
         if use_down_cache and down is not None:
             if down[0] == conn.signature and time.monotonic() < down[1]:
-                raise DaemonUnavailable(f"{down[2]} (daemon marked down; retried after {self.down_s:g} s "
-                                        f"or when its connection file changes)")
+                conn = self._connection(force=True)  # a restarted daemon clears the mark at once
+                if down[0] == conn.signature:
+                    raise DaemonUnavailable(f"{down[2]} (daemon marked down; retried after {self.down_s:g} s "
+                                            f"or when its connection file changes)")
             self._down = None
-        msg_id = new_id()
+        limit = conn.info.get("max_message_bytes")
+        if buffers and isinstance(limit, int):
+            size = sum(b.nbytes if type(b) is memoryview else len(b) for b in buffers)
+            if size > limit:  # the daemon would drop the connection without a word: say why here
+                raise RequestRefused(f"request of {size / 2**20:.0f} MiB is over the daemon's message limit of "
+                                     f"{limit / 2**20:.0f} MiB; split it", "LimitExceeded",
+                                     {"limit": "max_message_bytes"})
+        msg_id = msg_id or conn.session.next_id()
         reason = "no attempt made"
         for attempt in range(retries + 1):
             try:
-                frames = conn.session.serialize(conn.session.header(op + "_request", msg_id), content, None, None,
+                frames = conn.session.serialize(conn.session.header(op + "_request", msg_id), content, None, metadata,
                                                 buffers)
             except TypeError as e:
                 raise _Unsendable(str(e)) from None
@@ -256,9 +446,22 @@ class Client:
                 if not sock.poll(int(self.connect_timeout * 1000), zmq.POLLOUT):
                     self._drop_socket(channel)
                     reason = f"cannot connect to the daemon at {conn.endpoint(channel)} (not running?)"
+                    new = self._recheck(conn)
+                    if new is not None and attempt < retries:
+                        conn = new
+                        continue
                     break
                 send_frames(sock, frames)
-            msg = self._wait(sock, conn, msg_id, timeout)
+            try:
+                msg = self._wait(sock, conn, msg_id, timeout)
+            except _DaemonDied as e:
+                self._drop_socket(channel)
+                reason = f"{e} while waiting for the reply to {op} from {conn.endpoint(channel)}"
+                new = self._recheck(conn)
+                if new is not None and attempt < retries:
+                    conn = new  # a restarted daemon: ask it
+                    continue
+                break
             if msg is not None:
                 if msg.content.get("status") != "ok":
                     _raise_reply_error(msg.content)
@@ -268,7 +471,7 @@ class Client:
             if attempt == retries:
                 break
             try:
-                new = self._connection()
+                new = self._connection(force=True)
             except DaemonUnavailable as e:
                 reason = str(e)
                 break
@@ -280,14 +483,24 @@ class Client:
         self._down = (conn.signature, time.monotonic() + self.down_s, reason)
         raise DaemonUnavailable(reason)
 
+    def _recheck(self, conn: _Connection) -> _Connection | None:
+        """A new connection (the daemon restarted) or None."""
+        try:
+            new = self._connection(force=True)
+        except DaemonUnavailable:
+            return None
+        return new if new is not conn else None
+
     # ------------------------------------------------------------------ encoding
 
     @staticmethod
     def _encode_columns(columns: Mapping[str, Any], buffers: list) -> dict:
+        """Columns in sorted order (the daemon's cache key is the content as sent)."""
         out = {}
-        for name, v in columns.items():
+        for name in columns:
             if not isinstance(name, str):
                 raise TypeError(f"column names must be strings, got {name!r}")
+        for name, v in sorted(columns.items()):
             if isinstance(v, _SCALARS):
                 out[name] = v
                 continue
@@ -297,13 +510,29 @@ class Client:
             out[name] = encode_column(arr, buffers)
         return out
 
-    @staticmethod
-    def _encode_method(method: Method | None, buffers: list) -> dict | None:
+    def _encode_method(self, method: Method | None, buffers: list) -> dict | None:
+        """Every field of ``method``; the encoding of a method without arrays is kept (by
+        identity: a Method is immutable) for the next request with the same object."""
         if method is None:
             return None
         if not isinstance(method, Method):
             raise TypeError(f"method must be an optiond.models.Method or None, not {type(method).__name__}")
-        return {f.name: encode_column(getattr(method, f.name), buffers) for f in _METHOD_FIELDS}
+        hit = self._methods.get(id(method))
+        if hit is not None and hit[0] is method:
+            return hit[1]
+        n_buffers = len(buffers)
+        out = {}
+        for f in _METHOD_FIELDS:
+            v = getattr(method, f.name)
+            if type(v) is tuple and len(v) <= 8 and all(isinstance(x, _SCALARS) for x in v):
+                out[f.name] = list(v)  # e.g. the ADI grid: a short list, not an array buffer
+            else:
+                out[f.name] = encode_column(v, buffers)
+        if len(buffers) == n_buffers:  # no arrays: safe to reuse
+            if len(self._methods) > 256:
+                self._methods.clear()
+            self._methods[id(method)] = (method, out)
+        return out
 
     @staticmethod
     def _decode_result(msg: Message) -> Result:
@@ -315,14 +544,52 @@ class Client:
             values = decode_array(c["values"], b)
             if values.shape != (1 + len(GREEK_FIELDS), n) or values.dtype != np.float64:
                 raise ProtocolError("bad value block")
-            status = decode_sparse_strings(c["row_status"], n, b)
-            error = decode_sparse_strings(c["row_error"], n, b)
+            if n == 1 and c["row_status"] == _ALL_OK and c["row_error"] == _NO_ERROR:  # one option, priced
+                status, error = np.array(["ok"], dtype=object), np.array([""], dtype=object)
+            else:
+                status = decode_sparse_strings(c["row_status"], n, b)
+                error = decode_sparse_strings(c["row_error"], n, b)
+            std_error = None
+            if "std_error" in c:  # MLMC prices
+                std_error = decode_array(c["std_error"], b)
+                if std_error.shape != (n,) or std_error.dtype != np.float64:
+                    raise ProtocolError("bad std_error")
         except (KeyError, ProtocolError) as e:
             raise DaemonError(f"malformed reply from the daemon: {e}", "ProtocolError") from None
         diagnostics = c.get("diagnostics")
+        diagnostics = dict(diagnostics) if isinstance(diagnostics, dict) else {}
+        for k in ("job_id", "cached"):
+            if k in c:
+                diagnostics[k] = c[k]
         return Result(*values, status=status, error=error, device=str(c.get("device", "unknown")), via="daemon",
-                      elapsed_s=float(c.get("elapsed_s") or 0.0),
-                      diagnostics=dict(diagnostics) if isinstance(diagnostics, dict) else {})
+                      elapsed_s=float(c.get("elapsed_s") or 0.0), diagnostics=diagnostics, std_error=std_error)
+
+    @staticmethod
+    def _decode_iv(msg: Message) -> tuple[np.ndarray, np.ndarray]:
+        c, b = msg.content, msg.buffers
+        try:
+            n = c["n"]
+            vol = decode_array(c["vol"], b)
+            status = decode_sparse_strings(c["iv_status"], n, b)
+            if vol.shape != (n,):
+                raise ProtocolError("bad vol shape")
+        except (KeyError, TypeError, ProtocolError) as e:
+            raise DaemonError(f"malformed reply from the daemon: {e}", "ProtocolError") from None
+        return vol, status
+
+    @staticmethod
+    def _options(job_id: str | None, force: bool, deadline_s: float | None) -> dict | None:
+        """The run options, sent in the metadata (outside the daemon's cache key)."""
+        meta = {}
+        if job_id is not None:
+            if not isinstance(job_id, str) or not job_id:
+                raise TypeError("job_id must be a non-empty string")
+            meta["job_id"] = job_id
+        if force:
+            meta["force"] = True
+        if deadline_s is not None:
+            meta["deadline_s"] = float(deadline_s)
+        return meta or None
 
     # ------------------------------------------------------------------ public API
 
@@ -341,9 +608,27 @@ class Client:
         return {**msg.content, "round_trip_s": time.perf_counter() - t0}
 
     def status(self, timeout: float | None = None) -> dict:
-        """The daemon's state: ``version``, ``pid``, ``uptime_s``, ``devices`` (list of str),
-        ``requests_served``, ``by_op`` ({op: count}), ``errors``, ``auth_failures``,
-        ``malformed``, ``endpoint``, ``connection_file``.
+        """The daemon's state (on the control channel, so it answers while the daemon prices).
+
+        Returns:
+            A map with (among others):
+
+            * ``version``, ``protocol_version``, ``pid``, ``state`` (``starting``, ``serving``,
+              ``draining``, ``stopping``), ``started`` (ISO 8601), ``uptime_s``;
+            * ``devices``: ``["cpu", "gpu:0 <name>", ...]``; ``gpu_memory``: one
+              ``{"device", "rank", "used", "total", "pool_used"}`` (bytes) per GPU in use;
+              ``cuda_version``, ``cupy_version`` with a GPU; ``cpu_threads``; ``methods``;
+            * ``requests_served``, ``by_op`` ({op: count}), ``requests_by_outcome``
+              ({``ok``, ``cached``, ``invalid``, ``refused``, ``cancelled``, ``deadline``,
+              ``protocol_error``, ``failed``: count}), ``errors``, ``auth_failures``,
+              ``malformed``, ``replayed``;
+            * ``queue_depth`` (jobs queued + running), ``jobs_running``, ``jobs_queued``,
+              ``jobs_by_outcome``;
+            * ``cache_hit_ratio`` (0..1) and ``cache`` (``entries``, ``bytes``, ``hits``,
+              ``misses``, ``hit_ratio``); ``coalesced_requests``; ``gpu_fallbacks``;
+            * ``mpi_ranks``, ``mpi_workers``, ``mpi_workers_alive`` and ``mpi`` (with
+              ``rank_info``: each rank's pid, host, device, threads);
+            * ``limits``, ``endpoint``, ``connection_file``, ``metrics_url``, ``log_file``.
 
         Raises:
             DaemonUnavailable: no daemon answered.
@@ -364,7 +649,8 @@ class Client:
                                   retries=0).content)
 
     def price_table(self, columns: Mapping[str, Any], method: Method | None = None, *, fallback: bool = True,
-                    timeout: float | None = None) -> Result:
+                    timeout: float | None = None, job_id: str | None = None, force: bool = False,
+                    deadline_s: float | None = None, on_progress: Callable[[Event], None] | None = None) -> Result:
         """Price raw columns on the daemon, as :func:`optiond.engine.price_table` does in-process.
 
         Args:
@@ -373,17 +659,32 @@ class Client:
                 of one length n. Units: expiry in years, rates and volatility as decimals.
             method: default method and settings (:class:`optiond.models.Method`); ``None``:
                 the engine default (binomial, 1000 steps, Greeks).
-            fallback: price in this process when no daemon answers (``Result.via ==
-                "in-process"``); ``False``: raise :class:`DaemonUnavailable` instead.
-            timeout: seconds per attempt for this call (default: the client's).
+            fallback: price in this process when no daemon answers, or when it dies before it
+                answers (``Result.via == "in-process"``, ``diagnostics["fallback_reason"]``);
+                ``False``: raise :class:`DaemonUnavailable` instead.
+            timeout: seconds per attempt for this call (default: the client's). A dead daemon is
+                noticed within 2 s whatever the timeout, so a long batch may use a long one.
+            job_id: a name for this work (1-64 of ``A-Za-z0-9-_.:``), for :meth:`cancel` and in
+                progress events; several requests may share one.
+            force: price even if the daemon has this exact request in its cache.
+            deadline_s: seconds the daemon may spend (refused at once if it estimates more;
+                stopped with :class:`DeadlineExceeded` if it runs over).
+            on_progress: called (in another thread) with each progress :class:`Event` of this
+                request when the daemon runs it as a job (large batches).
 
         Returns:
             :class:`optiond.models.Result` of n rows (invalid rows marked ``status="error"``),
-            ``via`` ``"daemon"`` or ``"in-process"``, ``device`` what priced it.
+            ``via`` ``"daemon"`` or ``"in-process"``, ``device`` what priced it;
+            ``diagnostics`` may hold ``job_id``, ``cached`` (answered from the daemon's cache),
+            ``chunks``/``workers`` (a job), ``coalesced`` (priced in a batch with others),
+            ``gpu_fallback`` (the GPU failed; the CPU priced it).
 
         Raises:
             InvalidInputError: a problem of the whole table (missing column, lengths differ).
-            DaemonUnavailable: no daemon answered and ``fallback`` is False.
+            DaemonUnavailable: no daemon answered (or it died) and ``fallback`` is False.
+            RequestRefused: over one of the daemon's limits, or the daemon is draining (raised
+                even with ``fallback``: the request is refused, not lost).
+            JobCancelled, DeadlineExceeded: the work was stopped; nothing is returned.
             DaemonError: the daemon failed for another reason.
         """
         buffers: list = []
@@ -391,8 +692,12 @@ class Client:
         m = self._encode_method(method, buffers)
         if m is not None:
             content["method"] = m
+        if on_progress is not None and job_id is None:
+            job_id = f"progress-{uuid.uuid4().hex}"
+        meta = self._options(job_id, force, deadline_s)
         try:
-            msg = self._request("price", content, buffers, timeout=timeout)
+            with self._progress(on_progress, job_id):
+                msg = self._request("price", content, buffers, timeout=timeout, metadata=meta)
         except (DaemonUnavailable, _Unsendable) as e:
             if not fallback:
                 raise
@@ -405,14 +710,16 @@ class Client:
         return self._decode_result(msg)
 
     def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None, *,
-                    fallback: bool = True, timeout: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    fallback: bool = True, timeout: float | None = None, job_id: str | None = None,
+                    force: bool = False, deadline_s: float | None = None,
+                    on_progress: Callable[[Event], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Implied volatilities on the daemon, as :func:`optiond.engine.implied_vol_table`.
 
         Args:
             prices: option prices (currency units), a scalar or shape (n,).
             columns: the batch columns (``volatility`` not needed), scalars broadcast.
             method: binomial (steps; American or European) or black-scholes (European).
-            fallback, timeout: as :meth:`price_table`.
+            fallback, timeout, job_id, force, deadline_s, on_progress: as :meth:`price_table`.
 
         Returns:
             ``(vol, status)``: float64 (n,) annualised volatility (NaN where none) and object
@@ -420,7 +727,8 @@ class Client:
             ``not-converged``, ``american-not-supported``, ``invalid: <reason>``).
 
         Raises:
-            InvalidInputError, DaemonUnavailable, DaemonError: as :meth:`price_table`.
+            InvalidInputError, DaemonUnavailable, DaemonError (and its subclasses): as
+                :meth:`price_table`.
         """
         buffers: list = []
         content = {"prices": self._encode_columns({"prices": prices}, buffers)["prices"],
@@ -428,24 +736,166 @@ class Client:
         m = self._encode_method(method, buffers)
         if m is not None:
             content["method"] = m
+        if on_progress is not None and job_id is None:
+            job_id = f"progress-{uuid.uuid4().hex}"
+        meta = self._options(job_id, force, deadline_s)
         try:
-            msg = self._request("implied_vol", content, buffers, timeout=timeout)
+            with self._progress(on_progress, job_id):
+                msg = self._request("implied_vol", content, buffers, timeout=timeout, metadata=meta)
         except (DaemonUnavailable, _Unsendable):
             if not fallback:
                 raise
             from .. import engine
 
             return engine.implied_vol_table(prices, columns, method)
-        c, b = msg.content, msg.buffers
+        return self._decode_iv(msg)
+
+    # ------------------------------------------------------------------ jobs
+
+    def submit_table(self, columns: Mapping[str, Any], method: Method | None = None, *, job_id: str | None = None,
+                     force: bool = False, deadline_s: float | None = None, timeout: float | None = None) -> str:
+        """Start pricing a batch on the daemon and return at once (no in-process fall-back).
+
+        Args:
+            columns, method, force, deadline_s: as :meth:`price_table`.
+            job_id: the job's name (default: one the daemon makes up).
+            timeout: seconds to wait for the daemon to accept it.
+
+        Returns:
+            The job id, for :meth:`result`, :meth:`cancel` and the progress events.
+
+        Raises:
+            InvalidInputError, RequestRefused, DaemonUnavailable, DaemonError.
+            TypeError: a value that cannot be sent (e.g. a datetime in a column).
+        """
+        buffers: list = []
+        content = {"op": "price", "columns": self._encode_columns(columns, buffers)}
+        m = self._encode_method(method, buffers)
+        if m is not None:
+            content["method"] = m
+        meta = self._options(job_id, force, deadline_s)
+        return str(self._request("submit", content, buffers, timeout=timeout, metadata=meta).content["job_id"])
+
+    def submit_implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None, *,
+                           job_id: str | None = None, force: bool = False, deadline_s: float | None = None,
+                           timeout: float | None = None) -> str:
+        """:meth:`submit_table` for implied volatilities (see :meth:`implied_vol`). Returns the job id."""
+        buffers: list = []
+        content = {"op": "implied_vol", "prices": self._encode_columns({"prices": prices}, buffers)["prices"],
+                   "columns": self._encode_columns(columns, buffers)}
+        m = self._encode_method(method, buffers)
+        if m is not None:
+            content["method"] = m
+        meta = self._options(job_id, force, deadline_s)
+        return str(self._request("submit", content, buffers, timeout=timeout, metadata=meta).content["job_id"])
+
+    def result(self, job_id: str, timeout: float | None = None) -> Result | tuple[np.ndarray, np.ndarray]:
+        """Wait for a submitted job and return its whole result.
+
+        Args:
+            job_id: from :meth:`submit_table` / :meth:`submit_implied_vol`.
+            timeout: seconds to wait (None: until it ends). A dead daemon is noticed within 2 s.
+
+        Returns:
+            A :class:`optiond.models.Result` (price jobs) or ``(vol, status)`` (implied-vol jobs).
+
+        Raises:
+            JobPending: still running after ``timeout`` (call again later; it goes on).
+            JobCancelled, DeadlineExceeded, InvalidInputError, DaemonError: the job ended without
+                a result.
+            RequestRefused: no such job (``ename`` ``UnknownJob``).
+            DaemonUnavailable: no daemon answered, or it died.
+        """
+        end = None if timeout is None else time.monotonic() + float(timeout)
+        while True:
+            wait = RESULT_POLL_S if end is None else max(0.0, min(RESULT_POLL_S, end - time.monotonic()))
+            try:
+                msg = self._request("result", {"job_id": job_id, "wait_s": wait}, timeout=wait + self.timeout,
+                                    use_down_cache=False)
+            except DaemonError as e:
+                if e.ename != "JobPending":
+                    raise
+                d = e.details
+                if end is not None and time.monotonic() >= end:
+                    raise JobPending(f"job {job_id} is still {d.get('state', 'running')} "
+                                     f"({100 * float(d.get('fraction') or 0):.0f}% done)", job_id,
+                                     str(d.get("state", "running")), float(d.get("fraction") or 0.0),
+                                     d.get("eta_s")) from None
+                continue
+            return self._decode_iv(msg) if "vol" in msg.content else self._decode_result(msg)
+
+    def cancel(self, job_id: str, timeout: float | None = None) -> dict:
+        """Cancel the work named ``job_id`` (on the control channel, so it is heard even while
+        the daemon prices). The job's requester gets :class:`JobCancelled`; a request with this
+        id that arrives in the next 30 s is refused too.
+
+        Returns:
+            ``{"status": "ok", "job_id": str, "cancelled": int (jobs stopped; 0 if none was
+            running), "states": [str, ...]}``.
+
+        Raises:
+            DaemonUnavailable: no daemon answered.
+        """
+        return dict(self._request("cancel", {"job_id": str(job_id)}, timeout=timeout, channel="control",
+                                  use_down_cache=False).content)
+
+    def jobs(self, timeout: float | None = None) -> list[dict]:
+        """The jobs queued or running, each ``{job_id, msg_id, client, op, kind, state, n,
+        model, fraction, eta_s, elapsed_s, done_rows, chunks, chunks_done, error}``."""
+        return list(self._request("jobs", {}, timeout=timeout, channel="control", use_down_cache=False)
+                    .content.get("jobs", []))
+
+    def drain(self, shutdown: bool = False, timeout: float | None = None) -> dict:
+        """Stop the daemon taking new work (requests get :class:`RequestRefused`, ``/readyz``
+        says 503); the work accepted goes on. With ``shutdown`` it stops once that is done.
+
+        Returns:
+            ``{"status": "ok", "state": "draining", "queue_depth": int, "shutdown": bool}``.
+        """
+        return dict(self._request("drain", {"shutdown": bool(shutdown)}, timeout=timeout, channel="control",
+                                  use_down_cache=False, retries=0).content)
+
+    def resume(self, timeout: float | None = None) -> dict:
+        """Undo :meth:`drain` (not after a drain with ``shutdown``). Returns ``{"state": "serving"}``."""
+        return dict(self._request("resume", {}, timeout=timeout, channel="control", use_down_cache=False).content)
+
+    # ------------------------------------------------------------------ events
+
+    def subscribe(self, callback: Callable[[Event], None] | None = None, *, lost_after: float = 1.5,
+                  wait_connected: float = 1.0) -> "Subscription":
+        """Listen to the daemon's events (progress, status, heartbeat) in a background thread.
+
+        Args:
+            callback: called with each :class:`Event` in the subscription's thread (a GUI
+                should hand it to its own thread, e.g. with a Qt signal); without one, read
+                them with :meth:`Subscription.get`.
+            lost_after: seconds without any event before a ``"lost"`` event (the daemon sends
+                a heartbeat every 0.5 s, so the default notices a dead daemon within 2 s).
+            wait_connected: seconds to wait for the daemon's first event before returning (so
+                that the events of a request sent next are not missed).
+
+        Returns:
+            A running :class:`Subscription` (close it, or use it as a context manager).
+
+        Raises:
+            DaemonUnavailable: no connection file.
+        """
+        sub = Subscription(self, callback, lost_after=lost_after)
+        sub.wait_connected(wait_connected)
+        return sub
+
+    def _progress(self, on_progress: Callable[[Event], None] | None, job_id: str | None):
+        if on_progress is None:
+            return _NullContext()
+
+        def relay(ev: Event) -> None:
+            if ev.kind == "progress" and ev.data.get("job_id") == job_id:
+                on_progress(ev)
+
         try:
-            n = c["n"]
-            vol = decode_array(c["vol"], b)
-            status = decode_sparse_strings(c["iv_status"], n, b)
-            if vol.shape != (n,):
-                raise ProtocolError("bad vol shape")
-        except (KeyError, TypeError, ProtocolError) as e:
-            raise DaemonError(f"malformed reply from the daemon: {e}", "ProtocolError") from None
-        return vol, status
+            return self.subscribe(relay)
+        except DaemonUnavailable:
+            return _NullContext()
 
     def close(self) -> None:
         """Close every socket of this client (call when no thread uses it any more)."""
@@ -454,6 +904,125 @@ class Client:
         self._ctx.term()
 
     def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _NullContext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+class Subscription:
+    """The daemon's events, received in a thread of their own (see :meth:`Client.subscribe`).
+
+    Every event is signed by the daemon and checked here (forged ones are dropped). When no
+    event arrives for ``lost_after`` seconds a ``"lost"`` :class:`Event` is delivered once;
+    the subscription then follows the connection file, so events resume from a restarted
+    daemon. Events are passed to ``callback`` and also queued for :meth:`get` (the 10,000
+    newest are kept).
+    """
+
+    def __init__(self, client: Client, callback: Callable[[Event], None] | None = None, *, lost_after: float = 1.5):
+        self._client = client
+        self._callback = callback
+        self.lost_after = float(lost_after)
+        self._queue: queue.Queue = queue.Queue(maxsize=10_000)
+        self._stop = threading.Event()
+        self._connected = threading.Event()
+        self.alive = False
+        self.last_event: float | None = None
+        client._connection(force=True)  # raise DaemonUnavailable now if there is no daemon file
+        self._thread = threading.Thread(target=self._run, name="optiond-subscription", daemon=True)
+        self._thread.start()
+
+    def wait_connected(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the first event; whether one came."""
+        return self._connected.wait(timeout)
+
+    def get(self, timeout: float | None = None) -> Event | None:
+        """The next event, or None after ``timeout`` seconds."""
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def _deliver(self, ev: Event) -> None:
+        if self._queue.full():
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                pass
+        self._queue.put_nowait(ev)
+        if self._callback is not None:
+            try:
+                self._callback(ev)
+            except Exception:  # noqa: BLE001 (a faulty callback must not end the subscription)
+                log.warning("subscription callback failed", exc_info=True)
+
+    def _run(self) -> None:
+        sock = None
+        conn = None
+        last = time.monotonic()
+        lost = False
+        try:
+            while not self._stop.is_set():
+                if sock is None:
+                    try:
+                        conn = self._client._connection(force=True)
+                    except DaemonUnavailable:
+                        conn = None
+                    if conn is not None:
+                        sock = self._client._ctx.socket(zmq.SUB)
+                        sock.setsockopt(zmq.LINGER, 0)
+                        sock.setsockopt(zmq.SUBSCRIBE, b"")
+                        sock.connect(conn.endpoint("iopub"))
+                if sock is None or not sock.poll(100):
+                    now = time.monotonic()
+                    if now - last > self.lost_after and not lost:
+                        lost, self.alive = True, False
+                        self._deliver(Event("lost", {"silent_s": now - last}, now))
+                    if lost and sock is not None and now - last > self.lost_after:
+                        try:  # a restarted daemon has a new connection file: follow it
+                            new = self._client._connection(force=True)
+                        except DaemonUnavailable:
+                            new = None
+                        if new is not None and new is not conn:
+                            sock.close(linger=0)
+                            sock = None
+                        elif new is None:
+                            time.sleep(0.2)
+                    elif sock is None:
+                        time.sleep(0.2)
+                    continue
+                try:
+                    msg = conn.session.recv(sock, _NOBLOCK)
+                except (zmq.Again, ProtocolError):
+                    continue
+                now = time.monotonic()
+                last, lost = now, False
+                self.alive, self.last_event = True, now
+                self._connected.set()
+                kind = msg.header.get("msg_type", "")
+                self._deliver(Event(kind, dict(msg.content), now))
+        except zmq.ZMQError:
+            pass  # the client's context was closed
+        finally:
+            if sock is not None:
+                sock.close(linger=0)
+
+    def close(self) -> None:
+        """Stop listening (waits for the thread, at most a second)."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
+
+    def __enter__(self) -> "Subscription":
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -478,4 +1047,5 @@ def get_client() -> Client:
     return c
 
 
-__all__ = ["Client", "DaemonError", "DaemonUnavailable", "get_client"]
+__all__ = ["Client", "DaemonError", "DaemonUnavailable", "DeadlineExceeded", "Event", "JobCancelled", "JobPending",
+           "RequestRefused", "Subscription", "get_client"]

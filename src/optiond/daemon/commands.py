@@ -2,7 +2,14 @@
 
 ``register(subparsers)`` adds the three commands to the ``optiond`` CLI. The module also runs
 on its own (``python -m optiond.daemon.commands serve ...``), which is how ``serve --detach``
-starts the background daemon.
+and ``serve --workers R`` start the daemon.
+
+``optiond serve --workers R`` runs the daemon as an MPI job of R ranks on this host: it
+replaces itself by ``mpiexec -n R python -m optiond.daemon.commands serve ...`` (the
+``mpiexec`` of the ``mpich`` wheel beside this Python, else the one on PATH). Under a service
+manager the main process is then ``mpiexec``: the unit needs ``NotifyAccess=all``
+(``optiond service unit --workers R`` writes it). ``mpiexec -n R optiond serve`` with the
+site's MPI does the same across hosts.
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ from pathlib import Path
 from . import paths
 
 EXIT_OK, EXIT_DOWN, EXIT_FAILED = 0, 1, 2
+#: /metrics, /healthz and /readyz on 127.0.0.1 (a free port instead when this one is taken)
+DEFAULT_METRICS_PORT = 9464
+METRICS_PORT_ENV = "OPTIOND_METRICS_PORT"
 
 
 def _client(args: argparse.Namespace, timeout: float, retries: int = 0):
@@ -34,22 +44,98 @@ def _print_err(text: str) -> None:
 # ---------------------------------------------------------------------- serve
 
 
+def _serve_argv(args: argparse.Namespace, conn: Path) -> list[str]:
+    """The ``serve`` arguments to pass on to a detached or MPI-launched daemon."""
+    argv = ["serve", "--connection-file", str(conn)]
+    if args.no_warmup:
+        argv.append("--no-warmup")
+    for flag in ("no_cache", "no_coalesce", "no_access_log"):
+        if getattr(args, flag, False):
+            argv.append("--" + flag.replace("_", "-"))
+    for opt in ("metrics_port", "log_dir", "max_options", "max_tree_nodes", "max_request_s"):
+        v = getattr(args, opt, None)
+        if v is not None:
+            argv += ["--" + opt.replace("_", "-"), str(v)]
+    return argv
+
+
+def _limits(args: argparse.Namespace):
+    from .limits import Limits
+
+    kw = {}
+    if args.max_options is not None:
+        kw["max_options"] = args.max_options
+    if args.max_tree_nodes is not None:
+        kw["max_tree_nodes"] = args.max_tree_nodes
+    if args.max_request_s is not None:
+        kw["max_request_s"] = args.max_request_s
+    return Limits(**kw)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Run the daemon in the foreground, or with ``--detach`` in the background."""
+    """Run the daemon in the foreground, or with ``--detach`` in the background, or with
+    ``--workers R`` as an MPI job of R ranks."""
     conn = paths.connection_file(args.connection_file)
     if args.detach:
         return _detach(conn, args)
+    if args.workers and args.workers > 1:
+        from . import pool
+
+        if not pool.launched_by_mpi():
+            return _exec_mpi(args, conn)
     from .server import serve
 
-    def ready(server) -> None:
-        _print_err(f"optiond daemon {server.info['version']} (pid {server.pid}) serving on "
-                   f"{paths.endpoint(server.info)}; connection file {conn}")
+    root = logging.getLogger()
+    for h in root.handlers:  # the console keeps its level when the JSON log takes INFO records
+        if h.level == logging.NOTSET:
+            h.setLevel(root.level)
 
+    def ready(server) -> None:
+        extra = f"; {len(server.ranks)} MPI ranks" if len(server.ranks) > 1 else ""
+        metrics = f"; metrics {server.http.url}/metrics" if server.http else ""
+        _print_err(f"optiond daemon {server.info['version']} (pid {server.pid}) serving on "
+                   f"{paths.endpoint(server.info)}; connection file {conn}{extra}{metrics}")
+
+    metrics_port = args.metrics_port
+    if metrics_port is None:
+        env = os.environ.get(METRICS_PORT_ENV, "")
+        metrics_port = int(env) if env.lstrip("-").isdigit() else DEFAULT_METRICS_PORT
+    if metrics_port < 0:
+        metrics_port = None
     try:
-        return serve(conn, warmup=not args.no_warmup, on_ready=ready)
+        return serve(conn, warmup=not args.no_warmup, on_ready=ready, mpi=True if args.mpi else None,
+                     limits=_limits(args), cache_entries=0 if args.no_cache else 4096,
+                     coalesce=not args.no_coalesce, metrics_port=metrics_port, log_dir=args.log_dir,
+                     access_log=not args.no_access_log)
     except (RuntimeError, OSError) as e:  # another daemon runs already; cannot write the file
         _print_err(f"optiond serve: {e}")
         return EXIT_FAILED
+
+
+def _exec_mpi(args: argparse.Namespace, conn: Path) -> int:
+    """Replace this process by ``mpiexec -n R ... serve`` (rank 0 serves, R-1 workers)."""
+    import importlib.util
+
+    from . import pool
+
+    if importlib.util.find_spec("mpi4py") is None:
+        _print_err("optiond serve --workers: needs mpi4py and an MPI (pip install mpi4py mpich, or the site's MPI)")
+        return EXIT_FAILED
+    try:
+        cmd = pool.mpiexec_command(args.workers, [*(["-v"] * args.verbose), *_serve_argv(args, conn), "--mpi"])
+    except RuntimeError as e:
+        _print_err(f"optiond serve --workers: {e}")
+        return EXIT_FAILED
+    env = dict(os.environ)
+    if pool.BACKOFF_ENV not in env:
+        env[pool.BACKOFF_ENV] = pool.default_backoff()
+    if env.get("WATCHDOG_PID") == str(os.getpid()):
+        env.pop("WATCHDOG_PID")  # the watchdog pings come from rank 0, a grandchild of this pid
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.name == "posix":
+        os.execve(cmd[0], cmd, env)  # keeps the pid: a service manager still sees its main process
+    return subprocess.call(cmd, env=env)
 
 
 def _detach(conn: Path, args: argparse.Namespace) -> int:
@@ -62,12 +148,15 @@ def _detach(conn: Path, args: argparse.Namespace) -> int:
         return EXIT_OK
     except DaemonUnavailable:
         pass
+    try:
+        old_key = paths.read_connection_file(conn).get("key")  # a stale file: wait for a new one
+    except (FileNotFoundError, paths.ConnectionFileError):
+        old_key = None
     log_path = Path(args.log_file) if args.log_file else paths.log_file(conn)
     log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "optiond.daemon.commands", *(["-v"] * args.verbose), "serve",
-           "--connection-file", str(conn)]
-    if args.no_warmup:
-        cmd.append("--no-warmup")
+    cmd = [sys.executable, "-m", "optiond.daemon.commands", *(["-v"] * args.verbose), *_serve_argv(args, conn)]
+    if args.workers and args.workers > 1:
+        cmd += ["--workers", str(args.workers)]
     kw: dict = {}
     if os.name == "nt":
         flags = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
@@ -88,10 +177,12 @@ def _detach(conn: Path, args: argparse.Namespace) -> int:
             return EXIT_FAILED
         try:
             info = client.ping()
-            if info.get("pid") == proc.pid:
-                _print_err(f"optiond daemon started (pid {proc.pid}); connection file {conn}; log {log_path}")
+            # the daemon answering is this one: same pid, or (under --workers, where rank 0 is a
+            # grandchild of ``mpiexec``) a connection file written after the launch
+            if info.get("pid") == proc.pid or paths.read_connection_file(conn).get("key") != old_key:
+                _print_err(f"optiond daemon started (pid {info.get('pid')}); connection file {conn}; log {log_path}")
                 return EXIT_OK
-        except DaemonUnavailable:
+        except (DaemonUnavailable, FileNotFoundError, paths.ConnectionFileError):
             pass
         time.sleep(0.05)
     _print_err(f"optiond serve --detach: no answer within {args.wait:g} s (pid {proc.pid}); see {log_path}")
@@ -103,15 +194,27 @@ def _detach(conn: Path, args: argparse.Namespace) -> int:
 
 def _format_status(st: dict) -> str:
     by_op = ", ".join(f"{k} {v}" for k, v in sorted(st.get("by_op", {}).items()))
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(st.get("requests_by_outcome", {}).items()))
+    cache = st.get("cache") or {}
+    mem = "; ".join(f"{m.get('device')}: {m.get('used', 0) / 2**30:.1f} / {m.get('total', 0) / 2**30:.1f} GiB"
+                    for m in st.get("gpu_memory") or [])
     lines = [
-        f"optiond daemon {st.get('version')}: running",
+        f"optiond daemon {st.get('version')}: running ({st.get('state', 'serving')})",
         f"  pid             {st.get('pid')}",
         f"  uptime          {st.get('uptime_s', 0.0):.1f} s",
-        f"  devices         {', '.join(st.get('devices', []))}",
+        f"  devices         {', '.join(st.get('devices', []))}" + (f" ({mem})" if mem else ""),
+        f"  MPI ranks       {st.get('mpi_ranks', 1)} ({st.get('mpi_workers_alive', 0)} of "
+        f"{st.get('mpi_workers', 0)} workers alive)",
         f"  requests served {st.get('requests_served')}" + (f" ({by_op})" if by_op else ""),
+        f"  outcomes        {outcomes or 'none yet'}",
+        f"  queue depth     {st.get('queue_depth', 0)} ({st.get('jobs_running', 0)} running)",
+        f"  cache           {100 * float(st.get('cache_hit_ratio') or 0):.1f} % hits "
+        f"({cache.get('entries', 0)} entries)",
         f"  errors          {st.get('errors')} (auth failures {st.get('auth_failures')}, "
         f"malformed {st.get('malformed')})",
         f"  endpoint        {st.get('endpoint')}",
+        f"  metrics         {st.get('metrics_url') or 'off'}",
+        f"  log             {st.get('log_file') or 'off'}",
         f"  connection file {st.get('connection_file')}",
     ]
     return "\n".join(lines)
@@ -193,6 +296,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--log-file", help="log of a detached daemon (default: beside the connection file)")
     p.add_argument("--wait", type=float, default=60.0, help="seconds --detach waits for the daemon (default 60)")
     p.add_argument("--no-warmup", action="store_true", help="skip pricing a few options at start")
+    p.add_argument("--workers", type=int, default=0, metavar="R",
+                   help="run as an MPI job of R ranks on this host (rank 0 serves; needs mpi4py and an mpiexec)")
+    p.add_argument("--mpi", action="store_true", help="this process is one rank of an MPI job (set by --workers)")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help=f"port of /metrics, /healthz, /readyz on 127.0.0.1 (default ${METRICS_PORT_ENV}, else "
+                        f"{DEFAULT_METRICS_PORT}, or a free one when that is taken; 0: a free one; -1: off); the "
+                        f"connection file and 'optiond status' give the port in use")
+    p.add_argument("--log-dir", help="directory of the JSON-lines log (default: $OPTIOND_LOG_DIR, else the user "
+                                     "log directory)")
+    p.add_argument("--no-access-log", action="store_true", help="log errors only, not every request")
+    p.add_argument("--no-cache", action="store_true", help="do not answer repeated requests from the cache")
+    p.add_argument("--no-coalesce", action="store_true", help="price concurrent one-option requests one by one")
+    p.add_argument("--max-options", type=int, help="rows per request (default 1,000,000)")
+    p.add_argument("--max-tree-nodes", type=float, help="CRR tree nodes per request (default 5e11)")
+    p.add_argument("--max-request-s", type=float, help="longest time a request may take, seconds (default 600)")
     p.set_defaults(func=cmd_serve)
 
     p = subparsers.add_parser("status", help="show whether the daemon runs, and its state (exit 1 when down)")
@@ -214,7 +332,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     register(sub)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for h in logging.getLogger().handlers:  # the console keeps this level when the JSON log wants INFO
+        h.setLevel(level)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_FAILED

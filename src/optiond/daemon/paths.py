@@ -22,6 +22,8 @@ from typing import Any
 
 import platformdirs
 
+from .protocol import SIGNATURE_SCHEME
+
 ENV_VAR = "OPTIOND_CONNECTION_FILE"
 FILE_NAME = "daemon.json"
 APP = "optiond"
@@ -110,7 +112,7 @@ def read_connection_file(path: Path) -> dict[str, Any]:
     missing = [k for k in REQUIRED_KEYS if k not in info]
     if missing:
         raise ConnectionFileError(f"connection file {path} lacks {', '.join(missing)}")
-    if info["signature_scheme"] != "hmac-sha256":
+    if info["signature_scheme"] != SIGNATURE_SCHEME:
         raise ConnectionFileError(f"connection file {path}: unsupported signature scheme {info['signature_scheme']!r}")
     if info["transport"] != "tcp" or not all(isinstance(info[k], int) for k in REQUIRED_KEYS if k.endswith("_port")):
         raise ConnectionFileError(f"connection file {path}: expected tcp transport and integer ports")

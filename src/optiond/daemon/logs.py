@@ -1,0 +1,230 @@
+"""The daemon's JSON-lines log, with rotation, for IT.
+
+One JSON object per line in ``daemon.jsonl`` under ``platformdirs.user_log_dir("optiond")``
+(or ``--log-dir`` / ``$OPTIOND_LOG_DIR``), rotated by :class:`logging.handlers.RotatingFileHandler`
+(20 MiB x 5 files by default). Files and directory are private to the user (0600 / 0700).
+
+Every line has ``ts`` (ISO 8601 UTC), ``level``, ``logger`` and ``msg``. Requests are logged by
+the ``optiond.access`` logger with ``event: "request"`` and the fields ``msg_id``, ``client``
+(the sender's session id), ``op``, ``model``, ``device``, ``rows``, ``duration_ms``,
+``outcome``, and ``job_id`` / ``error`` where they apply. Authentication failures are logged
+(rate-limited) with ``event: "auth_failure"``. The connection key is never logged: nothing
+passes it to a logger, and a filter on the handler replaces it, should it ever appear, by
+``<redacted>``.
+
+The file is written by a :class:`logging.handlers.QueueListener` thread. Log records reach it
+through a :class:`logging.handlers.QueueHandler`; request lines are queued as plain maps by
+:meth:`JsonLog.access` (no :class:`logging.LogRecord` is built in the request loop: the writer
+thread makes it), which costs the request loop about a microsecond.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import os
+import queue
+import time
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+LOG_DIR_ENV = "OPTIOND_LOG_DIR"
+FILE_NAME = "daemon.jsonl"
+MAX_BYTES = 20 * 1024 * 1024
+BACKUPS = 5
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+def log_dir(path: str | os.PathLike | None = None) -> Path:
+    """Where the JSON log goes: ``path``, else ``$OPTIOND_LOG_DIR``, else the user log dir."""
+    if path:
+        return Path(path)
+    env = os.environ.get(LOG_DIR_ENV)
+    if env:
+        return Path(env)
+    return Path(platformdirs.user_log_dir("optiond", appauthor=False))
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``ts``, ``level``, ``logger``, ``msg``, the record's extra
+    fields (those passed with ``extra=``) and ``exc`` for a traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
+        for k, v in record.__dict__.items():
+            if k not in _STANDARD and not k.startswith("_"):
+                out[k] = v
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+class Redact(logging.Filter):
+    """Replaces ``secret`` in a record's message and string fields by ``<redacted>``."""
+
+    def __init__(self, secret: str):
+        super().__init__()
+        self.secret = secret
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        s = self.secret
+        if not s:
+            return True
+        msg = record.getMessage()
+        if s in msg:
+            record.msg, record.args = msg.replace(s, "<redacted>"), None
+        for k, v in list(record.__dict__.items()):
+            if k not in _STANDARD and isinstance(v, str) and s in v:
+                setattr(record, k, v.replace(s, "<redacted>"))
+        if record.exc_info and record.exc_info[1] is not None and s in str(record.exc_info[1]):
+            record.exc_info = None
+            record.msg = str(record.msg).replace(s, "<redacted>") + " (traceback withheld: it held the key)"
+        return True
+
+
+class JsonLog:
+    """The JSON-lines log of one daemon: a rotating file fed through a queue.
+
+    Args:
+        directory: see :func:`log_dir`.
+        secret: a string that must never reach the file (the connection key).
+        max_bytes, backups: rotation.
+        level: of the ``optiond`` loggers written to the file.
+        access: also log every request (``optiond.access``); False keeps only errors.
+
+    ``path`` is the file written. :meth:`close` flushes and stops the writer thread.
+    """
+
+    def __init__(self, directory: str | os.PathLike | None = None, secret: str = "", *, max_bytes: int = MAX_BYTES,
+                 backups: int = BACKUPS, level: int = logging.INFO, access: bool = True):
+        d = log_dir(directory)
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path = d / FILE_NAME
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # private from the first byte
+        os.close(fd)
+        self.file_handler = _RotatingFile(self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8",
+                                          secret=secret)
+        self.file_handler.setFormatter(JsonFormatter())
+        self.file_handler.addFilter(Redact(secret))
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.queue_handler = _Enqueue(self._queue)
+        self.listener = _Listener(self._queue, self.file_handler, respect_handler_level=False)
+        self.access_enabled = access
+        self.listener.start()
+        self.loggers = [logging.getLogger("optiond"), logging.getLogger("optiond.access")]
+        root_level = logging.getLogger("optiond")
+        root_level.addHandler(self.queue_handler)
+        if root_level.getEffectiveLevel() > level:
+            root_level.setLevel(level)
+        self.queue_handler.setLevel(level)
+        access_log = logging.getLogger("optiond.access")
+        access_log.setLevel(logging.INFO if access else logging.WARNING)
+        access_log.propagate = False  # requests go to the JSON file only, never to the console
+        access_log.addHandler(self.queue_handler)
+
+    def access(self, fields: dict[str, Any], warning: bool = False) -> None:
+        """Queue one request line (``fields``: ``msg_id``, ``client``, ``op``, ...); the writer
+        thread turns it into an ``optiond.access`` record. Thread-safe, never blocks."""
+        if self.access_enabled or warning:
+            fields["_t"] = time.time()
+            fields["_w"] = warning
+            self._queue.put_nowait(fields)
+
+    def close(self) -> None:
+        for lg in self.loggers:
+            lg.removeHandler(self.queue_handler)
+        self.listener.stop()
+        self.file_handler.close()
+
+
+class _RotatingFile(logging.handlers.RotatingFileHandler):
+    """A :class:`logging.handlers.RotatingFileHandler` for a busy log: it counts the bytes it
+    writes instead of formatting each record twice and seeking the file to decide on a
+    rollover, and leaves flushing to the writer thread (:class:`_Listener` flushes whenever
+    its queue runs dry, so lines reach the file within :data:`_BATCH_S`)."""
+
+    def __init__(self, *a: Any, secret: str = "", **kw: Any):
+        super().__init__(*a, **kw)
+        self._size = self.stream.tell() if self.stream is not None else 0
+        self.secret = secret
+
+    def _open(self):
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # a new file is private too
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+
+    def shouldRollover(self, record: logging.LogRecord) -> bool:  # noqa: N802 (logging API)
+        return False  # decided in write_line, from the bytes counted
+
+    def write_line(self, line: str) -> None:
+        """Append one line (no newline in it), rotating first when the file would pass maxBytes."""
+        if self.secret and self.secret in line:
+            line = line.replace(self.secret, "<redacted>")
+        line += "\n"
+        with self.lock:
+            if self.maxBytes > 0 and self._size and self._size + len(line) >= self.maxBytes:
+                self.doRollover()
+                self._size = 0
+            if self.stream is None:
+                self.stream = self._open()
+            self.stream.write(line)
+            self._size += len(line)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.write_line(self.format(record))
+        except Exception:  # noqa: BLE001 (logging must never raise into the daemon)
+            self.handleError(record)
+
+
+#: the writer thread lets records gather this long after a quiet spell (fewer wake-ups under load)
+_BATCH_S = 0.005
+
+
+class _Listener(logging.handlers.QueueListener):
+    """Writes the maps queued by :meth:`JsonLog.access` as ``optiond.access`` lines (straight to
+    the file: no LogRecord), the records of the loggers through the handler, and works in
+    batches: after the queue runs dry it flushes the file and waits :data:`_BATCH_S`."""
+
+    def prepare(self, record: Any) -> Any:
+        return record
+
+    _second: tuple[int, str] = (-1, "")
+
+    def _ts(self, t: float) -> str:
+        sec = int(t)
+        if self._second[0] != sec:
+            self._second = (sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)))
+        return f"{self._second[1]}.{int((t - sec) * 1000):03d}Z"
+
+    def handle(self, record: Any) -> None:
+        if isinstance(record, dict):
+            t = record.pop("_t")
+            level = "WARNING" if record.pop("_w") else "INFO"
+            try:  # the fixed head by hand (a line per request: this is the busy path), the rest by json
+                self.handlers[0].write_line(
+                    f'{{"ts": "{self._ts(t)}", "level": "{level}", "logger": "optiond.access", "msg": "request", '
+                    + json.dumps(record, default=str, ensure_ascii=False)[1:])
+            except Exception:  # noqa: BLE001
+                pass
+        else:
+            super().handle(record)
+        if self.queue.empty():
+            for h in self.handlers:
+                h.flush()
+            time.sleep(_BATCH_S)
+
+
+class _Enqueue(logging.handlers.QueueHandler):
+    """A QueueHandler that queues the record itself (the formatting happens in the writer
+    thread; the fields passed with ``extra=`` must stay on the record for the JSON)."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record
+
+
+__all__ = ["JsonLog", "JsonFormatter", "Redact", "log_dir", "LOG_DIR_ENV"]

@@ -1,0 +1,213 @@
+"""Prometheus metrics and the ``/healthz`` and ``/readyz`` probes of the daemon, for IT.
+
+One HTTP port on 127.0.0.1 (``optiond serve --metrics-port``; the connection file and
+``status`` give it) serves:
+
+* ``/metrics``: the Prometheus text format, from :mod:`prometheus_client` (a registry of the
+  daemon's own, so several daemons can live in one test process);
+* ``/healthz``: 200 while the request loop turns (it ticks at least every 0.1 s), else 503;
+* ``/readyz``: 200 once the daemon serves (warm-up done, not draining, not stopping, its MPI
+  pool up), else 503; the body is JSON saying why.
+
+Metrics (all prefixed ``optiond_``):
+
+=====================================  ======================================================
+``requests_total{op,model,device,      requests answered, by operation, pricing method,
+outcome}``                             device (``cpu``, ``gpu:0`` ...) and outcome (``ok``,
+                                       ``cached``, ``invalid``, ``refused``, ``cancelled``,
+                                       ``deadline``, ``protocol_error``, ``failed``)
+``request_duration_seconds{op}``       latency histogram, receipt to reply
+``queue_depth``                        jobs accepted and not finished (queued + running)
+``jobs_total{outcome}``                large requests run as chunked jobs
+``cache_hits_total``,                  reply cache lookups; ``cache_hit_ratio`` their ratio,
+``cache_misses_total``                 ``cache_entries`` / ``cache_bytes`` its size
+``coalesced_requests_total``           one-option requests priced together in one batch
+``gpu_memory_used_bytes{device,rank}``, GPU memory of the devices the ranks use, as of their
+``gpu_memory_total_bytes{device,rank}`` last report
+``gpu_fallbacks_total``                requests the GPU failed and the CPU priced
+``mpi_ranks``, ``mpi_workers_alive``   MPI ranks of the pool, and worker ranks alive
+``auth_failures_total``,               messages dropped for a bad signature / answered with a
+``malformed_messages_total``           protocol error
+``uptime_seconds``, ``ready``          seconds since start; 1 when ``/readyz`` says ready
+=====================================  ======================================================
+
+plus the standard ``process_*`` metrics of :class:`prometheus_client.ProcessCollector`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socketserver
+import sys
+import threading
+from typing import Any, Callable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, ProcessCollector, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+LATENCY_BUCKETS = (50e-6, 100e-6, 200e-6, 350e-6, 500e-6, 1e-3, 2e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0,
+                   2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+def gpu_memory_here() -> list[dict[str, Any]]:
+    """Memory of the GPU this process uses, when it already uses one (never creates a CUDA
+    context just to answer): ``[{"device": "gpu:<id> <name>", "used": bytes, "total": bytes,
+    "pool_used": bytes}]``, else ``[]``."""
+    if "cupy" not in sys.modules:
+        return []
+    try:
+        from ..kernels import binomial_gpu
+
+        if not binomial_gpu.available() or "info" not in getattr(binomial_gpu, "_state", {}):
+            return []
+        import cupy
+
+        free, total = cupy.cuda.runtime.memGetInfo()
+        return [{"device": binomial_gpu.device_label(), "used": int(total - free), "total": int(total),
+                 "pool_used": int(cupy.get_default_memory_pool().used_bytes())}]
+    except Exception:  # noqa: BLE001 (a failing GPU must not break a scrape or a status)
+        return []
+
+
+class _StateCollector:
+    """Gauges and counters read from the daemon's state at scrape time (nothing in the hot path)."""
+
+    def __init__(self, state: Callable[[], dict]):
+        self._state = state
+
+    def collect(self):
+        st = self._state()
+        g = GaugeMetricFamily
+        yield g("optiond_queue_depth", "Jobs accepted and not finished (queued + running)", value=st["queue_depth"])
+        yield g("optiond_jobs_running", "Jobs being priced now", value=st["jobs_running"])
+        cache = st["cache"]
+        yield CounterMetricFamily("optiond_cache_hits", "Reply cache hits", value=cache["hits"])
+        yield CounterMetricFamily("optiond_cache_misses", "Reply cache misses", value=cache["misses"])
+        yield g("optiond_cache_hit_ratio", "Reply cache hits over lookups", value=cache["hit_ratio"])
+        yield g("optiond_cache_entries", "Replies in the cache", value=cache["entries"])
+        yield g("optiond_cache_bytes", "Bytes of replies in the cache", value=cache["bytes"])
+        used = g("optiond_gpu_memory_used_bytes", "GPU memory in use on the device", labels=["device", "rank"])
+        total = g("optiond_gpu_memory_total_bytes", "GPU memory of the device", labels=["device", "rank"])
+        for m in st["gpu_memory"]:
+            labels = [str(m.get("device", "")).split(" ")[0], str(m.get("rank", 0))]
+            used.add_metric(labels, m.get("used", 0))
+            total.add_metric(labels, m.get("total", 0))
+        yield used
+        yield total
+        mpi = st["mpi"]
+        yield g("optiond_mpi_ranks", "MPI ranks of the pricing pool (1: no pool)", value=mpi["ranks"])
+        yield g("optiond_mpi_workers_alive", "MPI worker ranks alive", value=mpi["workers_alive"])
+        yield CounterMetricFamily("optiond_auth_failures", "Messages dropped for a missing or wrong signature",
+                                  value=st["auth_failures"])
+        yield CounterMetricFamily("optiond_malformed_messages", "Signed messages answered with a protocol error",
+                                  value=st["malformed"])
+        yield g("optiond_uptime_seconds", "Seconds since the daemon started", value=st["uptime_s"])
+        yield g("optiond_ready", "1 when the daemon accepts work (see /readyz)", value=1.0 if st["ready"] else 0.0)
+
+
+class Metrics:
+    """The daemon's metrics (see the module docstring).
+
+    Args:
+        state: returns the scrape-time state: ``queue_depth``, ``jobs_running``, ``cache``
+            (:meth:`optiond.daemon.cache.ReplyCache.stats`), ``gpu_memory`` (list of maps),
+            ``mpi`` (``ranks``, ``workers_alive``), ``auth_failures``, ``malformed``,
+            ``uptime_s``, ``ready``.
+        version, protocol_version: for ``optiond_info``.
+    """
+
+    def __init__(self, state: Callable[[], dict], version: str = "", protocol_version: str = ""):
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("optiond_requests", "Requests answered", ["op", "model", "device", "outcome"],
+                                registry=r)
+        self.latency = Histogram("optiond_request_duration_seconds", "Seconds from receipt to reply", ["op"],
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.jobs = Counter("optiond_jobs", "Chunked jobs finished", ["outcome"], registry=r)
+        self.coalesced = Counter("optiond_coalesced_requests", "One-option requests priced in a shared batch",
+                                 registry=r)
+        self.gpu_fallbacks = Counter("optiond_gpu_fallbacks", "Requests the GPU failed and the CPU priced", registry=r)
+        Info("optiond", "Daemon version", registry=r).info({"version": version, "protocol_version": protocol_version})
+        ProcessCollector(registry=r)
+        r.register(_StateCollector(state))
+        self._children: dict[tuple, tuple] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, op: str, model: str, device: str, outcome: str, seconds: float) -> None:
+        """Count one answered request and its latency (labelled children are cached)."""
+        key = (op, model, device, outcome)
+        pair = self._children.get(key)
+        if pair is None:
+            with self._lock:
+                pair = self._children.setdefault(key, (self.requests.labels(op, model, device, outcome),
+                                                       self.latency.labels(op)))
+        pair[0].inc()
+        pair[1].observe(seconds)
+
+    def text(self) -> str:
+        """The current metrics in the Prometheus text format."""
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry).decode()
+
+
+class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (base class signature)
+        pass
+
+
+class HttpEndpoint:
+    """``/metrics``, ``/healthz`` and ``/readyz`` on ``ip:port`` in a thread of its own.
+
+    Args:
+        metrics: the registry to expose.
+        health, ready: return ``(ok, detail map)``.
+        ip: a loopback address (anything else is refused).
+        port: 0 for a free port.
+
+    Raises:
+        ValueError: a non-loopback address.
+        OSError: the port is taken.
+    """
+
+    def __init__(self, metrics: Metrics, health: Callable[[], tuple[bool, dict]],
+                 ready: Callable[[], tuple[bool, dict]], ip: str = "127.0.0.1", port: int = 0):
+        if not ipaddress.ip_address(ip).is_loopback:
+            raise ValueError(f"the metrics endpoint binds loopback addresses only, not {ip}")
+        prom = make_wsgi_app(metrics.registry)
+
+        def app(environ, start_response):
+            path = environ.get("PATH_INFO") or "/"
+            if path in ("/healthz", "/readyz"):
+                ok, detail = (health if path == "/healthz" else ready)()
+                body = json.dumps({"ok": ok, **detail}).encode()
+                start_response("200 OK" if ok else "503 Service Unavailable",
+                               [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                                ("Cache-Control", "no-store")])
+                return [body]
+            if path in ("/metrics", "/"):
+                return prom(environ, start_response)
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: use /metrics, /healthz or /readyz\n"]
+
+        self.httpd = make_server(ip, port, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
+        self.port = int(self.httpd.server_address[1])
+        self.url = f"http://{ip}:{self.port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                                       name="optiond-metrics", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+__all__ = ["Metrics", "HttpEndpoint", "gpu_memory_here", "LATENCY_BUCKETS"]
