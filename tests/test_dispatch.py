@@ -331,11 +331,26 @@ def test_cpu_tail_continues_the_tree():
     for j in range(N + 1):
         X[j] = sign * (S * math.exp((2 * j - N) * a) - K)
         V[j] = max(X[j], 0.0)
-    p = par[0]  # levels N-1 ... 400 by the reference recurrence, then the CPU tail from 400
-    bc.backward_levels(V, X, N, 400, N, True, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], np.empty(6))
+    _partial(V, X, N, 400, par[0])
     lv = np.full(6, np.nan)
     assert bg._finish_cpu(V, X, 400, True, par[0], N, lv) == whole
     np.testing.assert_array_equal(lv, lv_full)
+
+
+@nb.njit(fastmath=True)
+def _partial(V, X, N, t0, par):
+    S, K, a, u, pu, pd, c, sign = par[0], par[1], par[2], par[3], par[4], par[5], par[6], par[7]
+    for t in range(N - 1, t0 - 1, -1):
+        if (N - t) % 64 == 0:
+            for j in range(t + 1):
+                X[j] = sign * (S * math.exp((2 * j - t) * a) - K)
+            for j in range(t + 1):
+                V[j] = max(pu * V[j + 1] + pd * V[j], X[j])
+        else:
+            for j in range(t + 1):
+                x = X[j] * u + c
+                X[j] = x
+                V[j] = max(pu * V[j + 1] + pd * V[j], x)
 
 
 def test_vectorised_implied_vol_equals_cpu():

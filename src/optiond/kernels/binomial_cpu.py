@@ -59,50 +59,6 @@ def crr_probability(T, r, q, sigma, N):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True)
-def backward_levels(V, X, t_start, t_stop, N, american, S, K, a, u, pu, pd, c, sign, levels):
-    """The backward induction from level ``t_start`` (held in ``V``, with its exercise values
-    in ``X``) down to level ``t_stop``, in place: THE recurrence of this module, shared with
-    the GPU pipeline's CPU tail and its tests so the two cannot drift apart.
-
-    ``a = sigma sqrt(dt)``, ``u = e^a``, ``pu``/``pd`` the discounted probabilities,
-    ``c = sign K (u - 1)``, ``sign`` +1 for a call, -1 for a put. Levels 1 and 2 are recorded
-    in ``levels[1:3]`` and ``levels[3:6]`` when they are reached (``t_start`` itself included);
-    ``levels[0] = V[0]`` once level 0 is reached.
-    """
-    if t_start == 2:
-        levels[3] = V[0]
-        levels[4] = V[1]
-        levels[5] = V[2]
-    elif t_start == 1:
-        levels[1] = V[0]
-        levels[2] = V[1]
-    for t in range(t_start - 1, t_stop - 1, -1):
-        if american:
-            if (N - t) % REANCHOR == 0:
-                for j in range(t + 1):
-                    X[j] = sign * (S * math.exp((2 * j - t) * a) - K)
-                for j in range(t + 1):
-                    V[j] = max(pu * V[j + 1] + pd * V[j], X[j])
-            else:
-                for j in range(t + 1):
-                    x = X[j] * u + c
-                    X[j] = x
-                    V[j] = max(pu * V[j + 1] + pd * V[j], x)
-        else:
-            for j in range(t + 1):
-                V[j] = pu * V[j + 1] + pd * V[j]
-        if t == 2:
-            levels[3] = V[0]
-            levels[4] = V[1]
-            levels[5] = V[2]
-        elif t == 1:
-            levels[1] = V[0]
-            levels[2] = V[1]
-    if t_stop == 0:
-        levels[0] = V[0]
-
-
-@nb.njit(cache=True, nogil=True, fastmath=True)
 def crr_tree(is_call, american, S, K, T, r, q, sigma, N, V, X, levels):
     """Backward induction through one CRR tree; returns the price V[0, 0].
 
@@ -126,7 +82,36 @@ def crr_tree(is_call, american, S, K, T, r, q, sigma, N, V, X, levels):
         V[j] = max(x, 0.0)
     for k in range(6):
         levels[k] = np.nan
-    backward_levels(V, X, N, 0, N, american, S, K, a, u, pu, pd, c, sign, levels)
+    if N == 2:  # the leaves are level 2
+        levels[3] = V[0]
+        levels[4] = V[1]
+        levels[5] = V[2]
+    elif N == 1:  # the leaves are level 1
+        levels[1] = V[0]
+        levels[2] = V[1]
+    for t in range(N - 1, -1, -1):
+        if american:
+            if (N - t) % REANCHOR == 0:
+                for j in range(t + 1):
+                    X[j] = sign * (S * math.exp((2 * j - t) * a) - K)
+                for j in range(t + 1):
+                    V[j] = max(pu * V[j + 1] + pd * V[j], X[j])
+            else:
+                for j in range(t + 1):
+                    x = X[j] * u + c
+                    X[j] = x
+                    V[j] = max(pu * V[j + 1] + pd * V[j], x)
+        else:
+            for j in range(t + 1):
+                V[j] = pu * V[j + 1] + pd * V[j]
+        if t == 2:
+            levels[3] = V[0]
+            levels[4] = V[1]
+            levels[5] = V[2]
+        elif t == 1:
+            levels[1] = V[0]
+            levels[2] = V[1]
+    levels[0] = V[0]
     return V[0]
 
 

@@ -441,9 +441,39 @@ def _assemble(S, T, r, sigma, steps, price, lv, bump, greeks, fwd):
 @nb.njit(cache=True, fastmath=True)
 def _finish_cpu(V, X, t0, am, par, N, lv):
     """Levels t0 - 1 ... 0 of an FP64 tree on the CPU from its level-t0 vectors (the pipeline's
-    CPU tail), by the reference recurrence :func:`binomial_cpu.backward_levels` itself. Returns
-    the price; fills ``lv`` with levels 0-2 (level t0 included when t0 <= 2)."""
-    bc.backward_levels(V, X, t0, 0, N, am, par[0], par[1], par[2], par[3], par[4], par[5], par[6], par[7], lv)
+    CPU tail); the loop of ``binomial_cpu.crr_tree``. Returns the price; fills ``lv`` with
+    levels 0-2 (level t0 included when t0 <= 2)."""
+    S, K, a, u, pu, pd, c, sign = par[0], par[1], par[2], par[3], par[4], par[5], par[6], par[7]
+    if t0 == 2:  # the starting level is one of the first three (the leaves when N <= 2)
+        lv[3] = V[0]
+        lv[4] = V[1]
+        lv[5] = V[2]
+    elif t0 == 1:
+        lv[1] = V[0]
+        lv[2] = V[1]
+    for t in range(t0 - 1, -1, -1):
+        if am:
+            if (N - t) % REANCHOR == 0:
+                for j in range(t + 1):
+                    X[j] = sign * (S * math.exp((2 * j - t) * a) - K)
+                for j in range(t + 1):
+                    V[j] = max(pu * V[j + 1] + pd * V[j], X[j])
+            else:
+                for j in range(t + 1):
+                    x = X[j] * u + c
+                    X[j] = x
+                    V[j] = max(pu * V[j + 1] + pd * V[j], x)
+        else:
+            for j in range(t + 1):
+                V[j] = pu * V[j + 1] + pd * V[j]
+        if t == 2:
+            lv[3] = V[0]
+            lv[4] = V[1]
+            lv[5] = V[2]
+        elif t == 1:
+            lv[1] = V[0]
+            lv[2] = V[1]
+    lv[0] = V[0]
     return V[0]
 
 
