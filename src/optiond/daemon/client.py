@@ -240,6 +240,7 @@ class Client:
         self.connect_timeout = float(connect_timeout)
         self.session_id = new_id()
         self._ctx = zmq.Context()
+        self._ctx.setsockopt(zmq.LINGER, 0)  # a request to a dead daemon never blocks term()
         self._local = threading.local()
         self._lock = threading.Lock()
         self._conn: _Connection | None = None
@@ -901,7 +902,7 @@ class Client:
         """Close every socket of this client (call when no thread uses it any more)."""
         for s in list(self._sockets):
             s.close(linger=0)
-        self._ctx.term()
+        self._ctx.destroy(linger=0)  # also the sockets of threads that did not close theirs
 
     def __enter__(self) -> "Client":
         return self

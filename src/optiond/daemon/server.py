@@ -326,6 +326,10 @@ class Server:
 
             self.json_log = JsonLog(self._log_dir, secret=self.key, access=self._access_on)
         ctx = self._ctx = zmq.Context()
+        # every socket defaults to no linger: a context dropped after a failed start (or any
+        # unclosed socket) can never block the process in term(); the shell and control
+        # sockets set their own short linger below so the last replies still go out
+        ctx.setsockopt(zmq.LINGER, 0)
         url = f"tcp://{self.ip}"
         max_msg = self.session.max_bytes
 
@@ -470,7 +474,7 @@ class Server:
             sock = getattr(self, name, None)
             if sock is not None:
                 sock.close()
-        self._ctx.term()
+        self._ctx.destroy(linger=0)  # closes any socket a thread left open, then terms
         self._ctx = None
         log.info("daemon (pid %d) stopped", self.pid)
         if self.json_log is not None:

@@ -441,7 +441,10 @@ def _assemble(S, T, r, sigma, steps, price, lv, bump, greeks, fwd):
 @nb.njit(cache=True, fastmath=True)
 def _finish_cpu(V, X, t0, am, par, N, lv):
     """Levels t0 - 1 ... 0 of an FP64 tree on the CPU from its level-t0 vectors (the pipeline's
-    CPU tail); the loop of ``binomial_cpu.crr_tree``. Returns the price; fills ``lv`` with
+    CPU tail); the loop of ``binomial_cpu.crr_tree``, deliberately written out again: one shared
+    jitted function is compiled (and FMA-contracted under fastmath) differently depending on
+    where LLVM inlines it, which broke this bit-exact CPU/GPU replay on some test orders.
+    Returns the price; fills ``lv`` with
     levels 0-2 (level t0 included when t0 <= 2)."""
     S, K, a, u, pu, pd, c, sign = par[0], par[1], par[2], par[3], par[4], par[5], par[6], par[7]
     if t0 == 2:  # the starting level is one of the first three (the leaves when N <= 2)
