@@ -16,9 +16,10 @@ import pytest
 from optiond import engine
 from optiond.addin import functions as F
 from optiond.addin import table
+
+from addin_support import LIMIT, CountingClient, _fresh_cache, client, col, is_error  # noqa: F401
 from optiond.daemon.client import Client
 
-LIMIT = 255
 
 
 # ---- independent references ----------------------------------------------------------------
@@ -75,51 +76,6 @@ def crr_ref(kind: str, S, K, T, r, sigma, N, q=0.0, american=False, levels=False
 
 
 # ---- a counting client over the engine -----------------------------------------------------
-
-class CountingClient:
-    """The daemon client's API, in-process, counting requests and their sizes."""
-
-    def __init__(self):
-        self.calls: list[tuple[str, int]] = []
-
-    @staticmethod
-    def _n(columns) -> int:
-        return max([np.size(v) for v in columns.values()] + [1])
-
-    def price_table(self, columns, method=None, *, fallback=True):
-        self.calls.append(("price_table", self._n(columns)))
-        res = engine.price_table(columns, method)
-        res.via = "in-process"
-        return res
-
-    def implied_vol(self, prices, columns, method=None, *, fallback=True):
-        self.calls.append(("implied_vol", np.size(prices)))
-        return engine.implied_vol_table(prices, columns, method)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cache(monkeypatch):
-    monkeypatch.delenv("OPTIOND_CACHE", raising=False)
-    monkeypatch.delenv("OPTIOND_FALLBACK", raising=False)
-    F.clear_cache()
-    yield
-    F.clear_cache()
-
-
-@pytest.fixture
-def client(monkeypatch) -> CountingClient:
-    c = CountingClient()
-    monkeypatch.setattr(F, "_client", lambda: c)
-    return c
-
-
-def is_error(x) -> bool:
-    return isinstance(x, str) and x.startswith("#optiond: ") and len(x) <= LIMIT
-
-
-def col(values) -> list[list]:
-    return [[v] for v in values]
-
 
 BASE = dict(S=100.0, K=105.0, T=0.75, r=0.04, sigma=0.3, q=0.01)
 

@@ -18,11 +18,12 @@ import pytest
 from optiond import engine
 from optiond.addin import functions as F
 from optiond.addin import table
+
+from addin_support import LIMIT, CountingClient, _fresh_cache, client, col, is_error  # noqa: F401
 from optiond.models import Result
 
 ql = pytest.importorskip("QuantLib")
 
-LIMIT = 255
 
 
 # ---- independent references ----------------------------------------------------------------
@@ -95,45 +96,6 @@ def heston_quantlib(kind: str, S, K, T, r, q, v0, kappa, theta, xi, rho) -> floa
 
 
 # ---- a counting client over the engine -----------------------------------------------------
-
-class CountingClient:
-    """The daemon client's API, in-process, counting requests, their sizes and methods."""
-
-    def __init__(self):
-        self.calls: list[tuple[str, int]] = []
-        self.methods: list = []
-
-    def price_table(self, columns, method=None, **kw):
-        self.calls.append(("price_table", max([np.size(v) for v in columns.values()] + [1])))
-        self.methods.append(method)
-        res = engine.price_table(columns, method)
-        res.via = "in-process"
-        return res
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cache(monkeypatch):
-    monkeypatch.delenv("OPTIOND_CACHE", raising=False)
-    monkeypatch.delenv("OPTIOND_FALLBACK", raising=False)
-    F.clear_cache()
-    yield
-    F.clear_cache()
-
-
-@pytest.fixture
-def client(monkeypatch) -> CountingClient:
-    c = CountingClient()
-    monkeypatch.setattr(F, "_client", lambda: c)
-    return c
-
-
-def is_error(x) -> bool:
-    return isinstance(x, str) and x.startswith("#optiond: ") and len(x) <= LIMIT
-
-
-def col(values) -> list[list]:
-    return [[v] for v in values]
-
 
 GILES = dict(S=100.0, K=100.0, T=1.0, r=0.05, sigma=0.2)  # Giles' GBM test case
 

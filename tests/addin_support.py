@@ -1,0 +1,64 @@
+"""Shared pieces of the Excel-function tests: an in-process stand-in for the daemon client that
+counts requests, the cache reset, and small cell helpers. Imported by test_addin*.py (pytest
+registers the imported fixtures in each importing module)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optiond import engine
+from optiond.addin import functions as F
+
+#: Excel's limit on a string in a cell
+LIMIT = 255
+
+
+class CountingClient:
+    """The daemon client's API, in-process, recording each request's size and method."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, int]] = []
+        self.methods: list = []
+
+    @staticmethod
+    def _n(columns) -> int:
+        return max([np.size(v) for v in columns.values()] + [1])
+
+    def price_table(self, columns, method=None, **kw):
+        self.calls.append(("price_table", self._n(columns)))
+        self.methods.append(method)
+        res = engine.price_table(columns, method)
+        res.via = "in-process"
+        return res
+
+    def implied_vol(self, prices, columns, method=None, **kw):
+        self.calls.append(("implied_vol", np.size(prices)))
+        self.methods.append(method)
+        return engine.implied_vol_table(prices, columns, method)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(monkeypatch):
+    monkeypatch.delenv("OPTIOND_CACHE", raising=False)
+    monkeypatch.delenv("OPTIOND_FALLBACK", raising=False)
+    F.clear_cache()
+    yield
+    F.clear_cache()
+
+
+@pytest.fixture
+def client(monkeypatch) -> CountingClient:
+    c = CountingClient()
+    monkeypatch.setattr(F, "_client", lambda: c)
+    return c
+
+
+def is_error(x) -> bool:
+    """A short optiond error text, as a cell shows it."""
+    return isinstance(x, str) and x.startswith("#optiond: ") and len(x) <= LIMIT
+
+
+def col(values) -> list[list]:
+    """A column range, as xlwings passes it."""
+    return [[v] for v in values]
