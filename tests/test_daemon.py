@@ -214,7 +214,8 @@ def _garbage_messages(info: dict, n: int) -> tuple[list[list[bytes]], int]:
         lambda: [DELIM, b"", *valid[2:]],                                                    # unsigned
         lambda: [DELIM, *valid[2:]],                                                         # no signature frame
         lambda: wrong.serialize(header, {"columns": {}}),                                    # wrong key
-        lambda: [DELIM, valid[1][:-1] + b"0", *valid[2:]],                                   # tampered signature
+        lambda: [DELIM, valid[1][:-1] + (b"1" if valid[1].endswith(b"0") else b"0"), *valid[2:]],  # tampered
+        # (always a different last digit: writing "0" left a signature ending in 0 intact, 1 run in 16)
         lambda: [*valid, rand_bytes(8)],                                                     # extra buffer
         lambda: [DELIM, rand_bytes(64), rand_bytes(100)],                                    # random signature
         lambda: [rand_bytes(300)] * 12 + [DELIM],                                            # too many identities
