@@ -34,17 +34,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def run(parser: argparse.ArgumentParser, argv: list[str] | None = None, *, no_command: int = 2) -> int:
+    """Parse ``argv``, set up console logging from ``-v`` and run the chosen command's
+    ``func``; the one runner of every optiond entry point (this CLI, ``python -m
+    optiond.daemon.commands``). Returns the exit status (``no_command`` when none was given,
+    130 on Ctrl-C)."""
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for h in logging.getLogger().handlers:  # the console keeps this level when a JSON log wants INFO
+        h.setLevel(level)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return no_command
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser(), argv)
 
 
 if __name__ == "__main__":

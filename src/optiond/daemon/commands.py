@@ -331,18 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     register(sub)
-    args = parser.parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    for h in logging.getLogger().handlers:  # the console keeps this level when the JSON log wants INFO
-        h.setLevel(level)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_FAILED
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return 130
+    from ..cli import run  # the shared runner (cli imports the other command modules lazily)
+
+    return run(parser, argv, no_command=EXIT_FAILED)
 
 
 if __name__ == "__main__":
