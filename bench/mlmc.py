@@ -12,6 +12,10 @@ N_l, iterations, fine path steps (Σ N_l 2^l), wall time of one whole ``mlmc_pri
 GPU, inside the kernels (CUDA events), against the 405 G/s of ARCHITECTURE.md §4; beside the
 seed's published times (its sequential GHC times divided by its published speed-ups).
 
+Level 0 is exact by default (``mlmc_price(exact_level0=True)``: its closed-form mean, no
+samples, see optiond.kernels.mlmc); ``--level0 sampled`` runs the seed's algorithm that samples
+it, ``--level0 both`` runs each case both ways (rows carry ``exact_level0``).
+
 GPU timing: ``first_s`` is the first call in the process (module load from CuPy's cache or
 NVRTC compile); ``wall_s`` the median of ``--repeat`` further calls. ``--throughput`` adds
 single-launch rates per level and layout; ``--variants`` re-times the eps = 0.001 cases with
@@ -21,6 +25,7 @@ Usage::
 
     python bench/mlmc.py --device cpu [--eps 0.005 0.0025]
     python bench/mlmc.py --device gpu --repeat 5 --throughput --variants
+    python bench/mlmc.py --device gpu --level0 both --eps 0.001
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ def seed_published(name: str, eps: float) -> dict:
     return out
 
 
-def one_case(name, eps, device, seed, repeat, gpu_options=None):
+def one_case(name, eps, device, seed, repeat, gpu_options=None, exact_level0=True):
     s0, T, sig = CASES[name]
     exact = float(bs_price_greeks(np.array([1]), s0, s0, T, RATE, 0.0, sig)["price"][0])
     walls, kernel = [], []
@@ -74,7 +79,8 @@ def one_case(name, eps, device, seed, repeat, gpu_options=None):
     res = None
     for i in range(runs):
         t0 = time.perf_counter()
-        res = mlmc_price("call", s0, s0, T, RATE, 0.0, sig, eps, seed=seed, device=device, gpu_options=gpu_options)
+        res = mlmc_price("call", s0, s0, T, RATE, 0.0, sig, eps, seed=seed, device=device, gpu_options=gpu_options,
+                         exact_level0=exact_level0)
         dt = time.perf_counter() - t0
         if device == "gpu" and i == 0:
             first = dt
@@ -85,9 +91,10 @@ def one_case(name, eps, device, seed, repeat, gpu_options=None):
     ksec = statistics.median(kernel)
     steps = res.fine_steps
     row = {
-        "case": name, "eps": eps, "device": device, "price": res.price, "black_scholes": exact,
+        "case": name, "eps": eps, "device": device, "exact_level0": res.exact_level0, "price": res.price, "black_scholes": exact,
         "error": res.price - exact, "std_error": res.std_error, "bias_estimate": res.bias, "converged": res.converged,
         "levels": res.levels, "n_samples": res.n_samples.tolist(), "iterations": res.iterations, "fine_steps": steps,
+        "model_cost": res.total_cost,
         "wall_s": wall, "walls_s": walls, "fine_steps_per_s": steps / wall,
         "sampling_s": ksec, "sampling_fine_steps_per_s": steps / ksec if ksec > 0 else None,
         "vs_405G": steps / wall / TARGET_STEPS_PER_S, "alpha": res.alpha, "beta": res.beta, "gamma": res.gamma,
@@ -137,6 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--throughput", action="store_true")
     ap.add_argument("--variants", action="store_true")
     ap.add_argument("--fast", action="store_true", help="GPU: single-precision Box-Muller variant")
+    ap.add_argument("--level0", choices=("exact", "sampled", "both"), default="exact",
+                    help="level 0 by its exact mean (default), sampled (the seed's algorithm), or both")
     ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args(argv)
 
@@ -155,15 +164,19 @@ def main(argv=None) -> int:
         props = cupy.cuda.runtime.getDeviceProperties(0)
         report["gpu"] = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
         report["cupy"] = cupy.__version__
+    modes = {"exact": [True], "sampled": [False], "both": [True, False]}[args.level0]
+    report["level0"] = args.level0
     for dev in devices:
         for name in args.cases:
             for eps in args.eps:
-                opts = {"fast": True} if (dev == "gpu" and args.fast) else None
-                row = one_case(name, eps, dev, args.seed, args.repeat if dev == "gpu" else 1, opts)
-                report["rows"].append(row)
-                print(f"# {dev} {name:4s} eps={eps:<7g} price={row['price']:.5f} err={row['error']:+.5f} "
-                      f"L={row['levels']} it={row['iterations']} wall={row['wall_s'] * 1e3:9.2f} ms "
-                      f"steps={row['fine_steps']:.3e} rate={row['fine_steps_per_s']:.3e}/s", file=sys.stderr, flush=True)
+                for exact in modes:
+                    opts = {"fast": True} if (dev == "gpu" and args.fast) else None
+                    row = one_case(name, eps, dev, args.seed, args.repeat if dev == "gpu" else 1, opts, exact)
+                    report["rows"].append(row)
+                    print(f"# {dev} {name:4s} eps={eps:<7g} level0={'exact  ' if exact else 'sampled'} "
+                          f"price={row['price']:.5f} err={row['error']:+.5f} "
+                          f"L={row['levels']} it={row['iterations']} wall={row['wall_s'] * 1e3:9.2f} ms "
+                          f"steps={row['fine_steps']:.3e} rate={row['fine_steps_per_s']:.3e}/s", file=sys.stderr, flush=True)
     if "gpu" in devices and args.throughput:
         report["throughput"] = {"default": throughput(), "fast": throughput(fast=True),
                                 "sincospi": throughput(sincospi=True), "min_blocks_2": throughput(min_blocks=2),

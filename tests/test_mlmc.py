@@ -5,6 +5,7 @@ report, and (marked ``gpu``) agreement of the GPU sampler with the CPU."""
 from __future__ import annotations
 
 import io
+import itertools
 import math
 from contextlib import redirect_stdout
 
@@ -165,6 +166,172 @@ def test_lmax_warning():
     assert not res.converged
     assert res.levels == 3
     assert any("weak convergence" in w for w in res.warnings)
+
+
+# ----------------------------------------------------------------------------- exact level 0
+
+# (payoff code, S0, K, T, r, q, sigma): ATM, deep ITM call (no real roots), OTM call, q > 0,
+# high vol, long expiry, Giles' S=50 K=60 case, a short expiry
+LEVEL0_CASES = [
+    (100.0, 100.0, 1.0, 0.05, 0.0, 0.2),
+    (100.0, 40.0, 1.0, 0.05, 0.0, 0.2),
+    (100.0, 160.0, 1.0, 0.02, 0.0, 0.2),
+    (100.0, 90.0, 1.0, 0.05, 0.03, 0.3),
+    (100.0, 120.0, 0.5, 0.01, 0.04, 0.3),
+    (100.0, 100.0, 2.0, 0.02, 0.0, 0.8),
+    (50.0, 60.0, 2.0, 0.01, 0.0, 0.4),
+    (680.0, 680.0, 2.0, 0.05, 0.0, 0.1),
+    (100.0, 103.0, 0.01, 0.05, 0.0, 0.3),
+]
+
+
+def _level0_args(S, K, T_, r, q, sig):
+    return S, K, T_, r - q, sig, math.exp(-r * T_)
+
+
+def _std_normal_pdf(z):
+    return math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+
+
+@pytest.mark.parametrize("case", LEVEL0_CASES)
+def test_level0_exact_call_put_equals_quadrature_of_the_one_step_payoff(case):
+    """The closed form against scipy quad of the kernel's own level-0 payoff times phi(z),
+    split at the kinks (the roots of S_1(z) = K)."""
+    from scipy import integrate
+
+    S, K_, T_, r, q, sig = case
+    args = _level0_args(*case)
+    C = 0.5 * sig * sig * T_
+    A, B = 1.0 + (r - q) * T_ - C, sig * math.sqrt(T_)
+    D = A - K_ / S
+    pts = [-40.0, 40.0, 0.0]
+    if B * B - 4 * C * D > 0:
+        pts += [(-B - math.sqrt(B * B - 4 * C * D)) / (2 * C), (-B + math.sqrt(B * B - 4 * C * D)) / (2 * C)]
+    pts = sorted(p for p in pts if -40.0 <= p <= 40.0)
+    for code in (mlmc_cpu.CALL, mlmc_cpu.PUT):
+        def f(z, code=code):
+            return float(mlmc_cpu.level0_payoff(code, z, 0.0, *args, 1.0)) * _std_normal_pdf(z)
+
+        ref = sum(integrate.quad(f, a, b, epsabs=0.0, epsrel=1e-13, limit=500)[0] for a, b in itertools.pairwise(pts))
+        got = mlmc_cpu.level0_mean(code, *args)
+        assert got == pytest.approx(ref, rel=1e-11, abs=1e-13 * S), (code, got, ref)
+    # no real roots: the call is the whole quadratic (one-step parity) and the put is 0
+    if B * B - 4 * C * D <= 0:
+        assert mlmc_cpu.level0_mean(mlmc_cpu.PUT, *args) == 0.0
+    # parity of the one-step scheme: call - put = disc (S (1 + mu T) - K)
+    parity = math.exp(-r * T_) * (S * (1 + (r - q) * T_) - K_)
+    diff = mlmc_cpu.level0_mean(mlmc_cpu.CALL, *args) - mlmc_cpu.level0_mean(mlmc_cpu.PUT, *args)
+    assert diff == pytest.approx(parity, rel=1e-12, abs=1e-12 * S)
+
+
+@pytest.mark.parametrize("case", LEVEL0_CASES + [(100.0, 100.0, 10.0, 0.05, 0.0, 5.0), (100.0, 300.0, 4.0, 0.0, 0.0, 2.0)])
+def test_level0_exact_asian_equals_quadrature(case):
+    """Asian: the conditional closed form E[(m + s Z_I)^+] against quad over Z_I of the kernel's
+    payoff at a few Z, and the composite Gauss–Legendre outer integral against scipy quad."""
+    from scipy import integrate
+    from scipy.special import ndtr
+
+    S, K_, T_, r, q, sig = case
+    args = _level0_args(*case)
+    C = 0.5 * sig * sig * T_
+    A, B = 1.0 + (r - q) * T_ - C, sig * math.sqrt(T_)
+    s = sig * S * math.sqrt(T_ / 12.0)
+    disc = math.exp(-r * T_)
+    for code in (mlmc_cpu.ASIAN_CALL, mlmc_cpu.ASIAN_PUT):
+        sign = 1.0 if code == mlmc_cpu.ASIAN_CALL else -1.0
+
+        def cond(z, sign=sign):
+            m = 0.5 * S * (1.0 + A + B * z + C * z * z) - K_
+            return disc * (sign * m * ndtr(sign * m / s) + s * _std_normal_pdf(m / s))
+
+        for z in (-2.0, -0.3, 0.0, 1.1):
+            def f(zi, code=code, z=z):
+                return float(mlmc_cpu.level0_payoff(code, z, zi, *args, 1.0)) * _std_normal_pdf(zi)
+
+            kink = -(0.5 * S * (1.0 + A + B * z + C * z * z) - K_) / s  # the payoff's kink in Z_I
+            inner = integrate.quad(f, -40.0, 40.0, points=[kink] if abs(kink) < 40 else None, epsabs=1e-14 * S,
+                                   epsrel=1e-12, limit=500)[0]
+            assert cond(z) == pytest.approx(inner, rel=1e-9, abs=1e-12 * S)
+        c2, c1, c0 = 0.5 * C, 0.5 * B, 0.5 * (1.0 + A) - K_ / S
+        pts = [-38.0, 0.0, 38.0]
+        if c1 * c1 - 4 * c2 * c0 > 0:
+            sq = math.sqrt(c1 * c1 - 4 * c2 * c0)
+            pts += [p for p in ((-c1 - sq) / (2 * c2), (-c1 + sq) / (2 * c2)) if -38.0 < p < 38.0]
+        pts = sorted(pts)
+        ref = sum(integrate.quad(lambda z, c=cond: c(z) * _std_normal_pdf(z), a, b, epsabs=0.0, epsrel=1e-13,
+                                 limit=1000)[0] for a, b in itertools.pairwise(pts))
+        got = mlmc_cpu.level0_mean(code, *args)
+        assert got == pytest.approx(ref, rel=1e-12, abs=1e-15 * S), (code, got, ref)
+
+
+@pytest.mark.parametrize("payoff", sorted(mlmc_cpu.PAYOFF_CODES))
+@pytest.mark.parametrize("case", [LEVEL0_CASES[0], LEVEL0_CASES[1], LEVEL0_CASES[4], LEVEL0_CASES[6]])
+def test_level0_exact_equals_the_sampled_level_0(payoff, case):
+    """The exact E[P_0] against 2^21 samples of the level-0 kernel itself (same normals as the
+    sampled MLMC): within 4 standard errors; the digital's level 0 is deterministic."""
+    code = mlmc_cpu.PAYOFF_CODES[payoff]
+    args = _level0_args(*case)
+    n = 1 << 21
+    sums = mlmc_cpu.run_level(code, 0, 0, n, n, seed_key(314), *args, 1.0).sum(axis=0)
+    mean = sums[4] / n
+    se = math.sqrt(max(sums[5] / n - mean * mean, 0.0) / n)
+    exact = mlmc_cpu.level0_mean(code, *args, 1.0)
+    assert abs(mean - exact) <= 4 * se + 1e-12 * case[0], (payoff, case, mean, exact, se)
+
+
+class _RecordingSampler(mlmc_cpu.CPUSampler):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.levels_requested = set()
+
+    def run(self, requests):
+        self.levels_requested.update(r[0] for r in requests if r[2] > 0)
+        return super().run(requests)
+
+
+def test_exact_level0_driver():
+    eps = 0.01
+    exact = mlmc_cpu.level0_mean(mlmc_cpu.CALL, *_level0_args(S0, K, T, R, 0.0, SIG))
+    s = _RecordingSampler(mlmc_cpu.CALL, S0, K, T, R, 0.0, SIG, seed_key(4))
+    res = mlmc_price("call", S0, K, T, R, 0.0, SIG, eps, seed=4, sampler=s)
+    assert res.exact_level0 and 0 not in s.levels_requested and res.converged
+    assert res.n_samples[0] == 0 and res.mean[0] == exact and res.variance[0] == 0.0 and np.all(res.sums[0] == 0)
+    assert np.all(res.n_samples[1:] > 0)
+    # MSE = Σ_{l>=1} V_l/N_l + bias^2 <= eps^2; price = E[P_0] + Σ_{l>=1} means
+    var = sum(res.variance[l] / res.n_samples[l] for l in range(1, res.levels))
+    assert res.std_error ** 2 == pytest.approx(var, rel=1e-12)
+    assert res.mse == pytest.approx(var + res.bias ** 2, rel=1e-12) and res.mse <= eps ** 2
+    assert res.price == pytest.approx(exact + float(res.mean[1:].sum()), rel=1e-13)
+    # the optimal N_l over the sampled levels only (Giles 2015 eq. (2.8)): no V_0 C_0 term
+    v, c = res.variance[1:], res.cost[1:]
+    ns = 2 / eps ** 2 * np.sqrt(v / c) * np.sum(np.sqrt(v * c))
+    assert np.all(res.n_samples[1:] >= 0.99 * np.floor(ns))
+    assert res.total_cost == pytest.approx(float(np.dot(res.n_samples[1:], res.cost[1:])))
+    # far cheaper than sampling level 0, same answer within the tolerance
+    sampled = mlmc_price("call", S0, K, T, R, 0.0, SIG, eps, seed=4, exact_level0=False)
+    assert not sampled.exact_level0 and sampled.n_samples[0] > 0
+    assert res.total_cost < 0.2 * sampled.total_cost
+    assert abs(res.price - sampled.price) < 3 * eps
+    # l_min = 0 starts at level 1; l_max = 0 falls back to sampling level 0
+    r0 = mlmc_price("call", S0, K, T, R, 0.0, SIG, 0.05, seed=1, l_min=0, l_max=5)
+    assert r0.n_samples[0] == 0 and r0.levels >= 2
+    r1 = mlmc_price("call", S0, K, T, R, 0.0, SIG, 0.05, seed=1, l_min=0, l_max=0)
+    assert not r1.exact_level0 and r1.n_samples[0] > 0 and not r1.converged
+    # the put and the Asian through the driver
+    for payoff, ref in (("put", bs(0)), ("asian_call", None)):
+        r = mlmc_price(payoff, S0, K, T, R, 0.0, SIG, 0.02, seed=2)
+        assert r.n_samples[0] == 0 and r.converged
+        if ref is not None:
+            assert abs(r.price - ref) < 3 * 0.02
+
+
+def test_mlmc_test_report_shows_exact_level0():
+    rep = mlmc_test("call", S0, K, T, R, 0.0, SIG, n=20_000, levels=4, eps_list=(0.05,), seed=3)
+    assert rep.level0_exact == pytest.approx(mlmc_cpu.level0_mean(mlmc_cpu.CALL, *_level0_args(S0, K, T, R, 0.0, SIG)))
+    # the table still samples level 0 (Giles' per-level statistics) and agrees with the exact mean
+    assert rep.variance[0] > 0 and abs(rep.mean_fine[0] - rep.level0_exact) < 4 * math.sqrt(rep.var_fine[0] / rep.n)
+    assert rep.sweep[0]["n_samples"][0] == 0
+    assert "level 0 exact" in rep.text()
 
 
 # ----------------------------------------------------------------------------- determinism

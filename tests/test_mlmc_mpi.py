@@ -1,6 +1,7 @@
 """MLMC across MPI ranks: ``mpiexec -n 2`` (the PyPI ``mpich`` wheel) gives the bit-identical
 estimate of a one-process run for the same seed, with the samples split between the ranks
-and one packed Allreduce per iteration (see :mod:`optiond.kernels.mlmc`)."""
+and one packed Allreduce per iteration (see :mod:`optiond.kernels.mlmc`), with the exact
+level 0 (default) and with level 0 sampled."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from optiond.kernels.mlmc import mlmc_price
 
 pytestmark = pytest.mark.mpi
 
-CASES = [("call", 0.01), ("asian_call", 0.01), ("digital_call", 2e-4)]
+# (payoff, eps, exact_level0): the default exact level 0 (rank 0's value broadcast) and one run
+# that samples level 0 across the ranks as well
+CASES = [("call", 0.01, True), ("asian_call", 0.01, True), ("digital_call", 2e-4, True), ("put", 0.01, False)]
 
 SCRIPT = textwrap.dedent(
     """
@@ -27,9 +30,10 @@ SCRIPT = textwrap.dedent(
     comm = MPI.COMM_WORLD
     device = sys.argv[1]
     out = []
-    for payoff, eps in json.loads(sys.argv[2]):
+    for payoff, eps, exact in json.loads(sys.argv[2]):
         s = make_sampler(payoff, 100.0, 100.0, 1.0, 0.05, 0.0, 0.2, seed=2026, device=device, comm=comm)
-        r = mlmc_price(payoff, 100.0, 100.0, 1.0, 0.05, 0.0, 0.2, eps, seed=2026, comm=comm, sampler=s)
+        r = mlmc_price(payoff, 100.0, 100.0, 1.0, 0.05, 0.0, 0.2, eps, seed=2026, comm=comm, sampler=s,
+                       exact_level0=exact)
         out.append({"price": r.price.hex(), "n": r.n_samples.tolist(), "sums": [x.hex() for x in r.sums.ravel()],
                     "iterations": r.iterations, "ranks": r.ranks, "local": s.samples_done})
         s.close()
@@ -67,8 +71,9 @@ def run_ranks(n, device, cases, tmp_path):
 
 def one_process(device, cases):
     out = []
-    for payoff, eps in cases:
-        r = mlmc_price(payoff, 100.0, 100.0, 1.0, 0.05, 0.0, 0.2, eps, seed=2026, device=device)
+    for payoff, eps, exact in cases:
+        r = mlmc_price(payoff, 100.0, 100.0, 1.0, 0.05, 0.0, 0.2, eps, seed=2026, device=device, exact_level0=exact)
+        assert (r.n_samples[0] == 0) == exact
         out.append({"price": r.price.hex(), "n": r.n_samples.tolist(), "sums": [x.hex() for x in r.sums.ravel()]})
     return out
 

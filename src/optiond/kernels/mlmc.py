@@ -23,6 +23,28 @@ simulation", Operations Research 56(3), §5 (the numerical algorithm), in the fo
 5. repeat until no extra samples are needed; then the estimated MSE ``Σ V_l/N_l + rem^2`` is
    at most ``eps^2``.
 
+Exact level 0 (default; ``exact_level0=True`` in :func:`mlmc_price`, ``level0_mean=`` in
+:func:`mlmc_adaptive`): the coarsest level is one Milstein step of length T, a function of one
+standard normal (two for the Asian), and its expectation ``E[P_0]`` has a closed form (call,
+put; the digital's level 0 is deterministic anyway) or a 1-D integral of a closed form computed
+to ~1e-13 (Asian): :func:`optiond.kernels.mlmc_cpu.level0_mean` gives the derivation. It is
+computed once on the host in FP64 (with ``comm``: on rank 0, then broadcast) and enters the
+estimate as level 0's mean with variance 0 and cost 0, so
+
+    price = E[P_0] + Σ_{l=1..L} mean(Y_l),     MSE = Σ_{l>=1} V_l/N_l + rem^2,
+
+``N_0 = 0`` (the sample-count formula gives 0 for V_0 = 0 and is applied to levels >= 1 only:
+``Σ sqrt(V_k C_k)`` runs over k >= 1), and the first iteration samples levels ``1 .. max(L_min,
+1)``. Level 0 never enters the bias test (which uses levels L, L-1, L-2 >= 1) nor the regressions
+(levels >= 1), so both are unchanged. This is the standard control variate with a known mean
+(Glasserman 2004, "Monte Carlo Methods in Financial Engineering", §4.1) applied to the
+coarsest term of the telescoping sum, which Giles derives MLMC from as a recursive control
+variate whose coarse means are *estimated* (Giles 2015, §1, "control variates and two-level
+MLMC"); here the coarsest one is known. It removes the term that dominated the cost at small
+eps (the seed's call cases at eps = 1e-3: up to 1.4e10 one-step samples, because V_0 = Var P_0
+is O(price^2) while V_l falls 4x per level). ``exact_level0=False`` samples level 0 as before
+(the seed's algorithm; used for comparisons and by :func:`mlmc_test`'s per-level table).
+
 ``alpha``, ``beta``, ``gamma`` (weak order, variance decay, cost growth: ``|m_l| ~ 2^{-alpha
 l}``, ``V_l ~ 2^{-beta l}``, ``C_l ~ 2^{gamma l}``) are estimated inside the loop by least
 squares on levels >= 1 (floored at 0.5), as ``mlmc.m`` does, and the estimate of ``alpha`` is
@@ -55,7 +77,8 @@ bit-identical level sums, sample counts and price.
 
 Public entry points: :func:`mlmc_price` (one option), :func:`mlmc_price_batch` (columns),
 :func:`mlmc_adaptive` (the driver over any level sampler), :func:`mlmc_test` (Giles'
-``mlmc_test`` report). Errors: :class:`optiond.models.InvalidInputError` for invalid inputs.
+``mlmc_test`` report), :func:`exact_level0_mean` (the exact ``E[P_0]``). Errors:
+:class:`optiond.models.InvalidInputError` for invalid inputs.
 """
 
 from __future__ import annotations
@@ -69,7 +92,14 @@ import numba as nb
 import numpy as np
 
 from ..models import InvalidInputError
-from .mlmc_cpu import NSTAT, PAYOFF_CODES, PAYOFF_NAMES, CPUSampler, unit_size
+from .mlmc_cpu import (
+    NSTAT,
+    PAYOFF_CODES,
+    PAYOFF_NAMES,
+    CPUSampler,
+    level0_mean,
+    unit_size,
+)
 from .philox import seed_key
 
 MAX_CHUNKS = 128
@@ -101,6 +131,9 @@ class MLMCResult:
       ``cost``: model cost per sample (path steps); ``seconds``: time this rank spent sampling
       each level (CPU: wall time per level; GPU: kernel time of each fused launch, shared out
       to the levels in proportion to their path steps).
+    * with ``exact_level0``: level 0 is not sampled: ``n_samples[0] = 0``, ``mean[0] =
+      mean_fine[0] =`` the exact ``E[P_0]``, ``variance[0] = var_fine[0] = 0``, ``seconds[0] = 0``,
+      ``sums[0] = 0``.
 
     Scalars: ``price`` (Σ_l mean_l, currency units), ``std_error`` (sqrt Σ V_l/N_l), ``bias``
     (the extrapolated remaining weak error ``rem``), ``mse`` (``std_error^2 + bias^2``),
@@ -136,6 +169,7 @@ class MLMCResult:
     device: str = "cpu"
     ranks: int = 1
     sums: np.ndarray = field(default_factory=lambda: np.zeros((0, NSTAT)), repr=False)
+    exact_level0: bool = False
 
     @property
     def fine_steps(self) -> int:
@@ -233,7 +267,7 @@ def chunk_layout(level: int, count: int) -> tuple[int, int]:
 
 def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEFAULT_L_MIN, l_max: int = DEFAULT_L_MAX,
                   theta: float = DEFAULT_THETA, alpha0: float = 0.0, beta0: float = 0.0, gamma0: float = 0.0,
-                  comm=None, max_iterations: int = 1000, progress=None) -> MLMCResult:
+                  comm=None, max_iterations: int = 1000, progress=None, level0_mean: float | None = None) -> MLMCResult:
     """Giles' adaptive MLMC (module docstring) over a level sampler.
 
     Args:
@@ -247,6 +281,10 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
         comm: mpi4py communicator, or None for one process.
         max_iterations: safety stop (a warning if reached).
         progress: optional callable ``progress(iteration, L, n_samples)``; raise from it to cancel.
+        level0_mean: the exact ``E[P_0]`` of the sampler's level 0 (module docstring "Exact
+            level 0"), or None to sample level 0. When given, level 0 is never requested from
+            the sampler, ``l_min`` is raised to 1 and ``l_max`` must be >= 1; with ``comm`` the
+            value of rank 0 is used on every rank.
 
     Returns:
         :class:`MLMCResult` (``price`` etc.; identical on every rank).
@@ -259,14 +297,25 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
         raise InvalidInputError("n0", None, n0, "need at least 2 initial samples per level")
     if not 0 < theta < 1:
         raise InvalidInputError("theta", None, theta, "must lie in (0, 1)")
+    exact = level0_mean is not None
+    if exact:
+        if l_max < 1:
+            raise InvalidInputError("l_max", None, l_max, "an exact level 0 needs l_max >= 1 (nothing else to sample)")
+        level0_mean = float(level0_mean)
+        if not math.isfinite(level0_mean):
+            raise InvalidInputError("level0_mean", None, level0_mean, "must be finite")
     rank, size = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
+    if exact and comm is not None and size > 1:
+        level0_mean = float(comm.bcast(level0_mean, root=0))  # one value on every rank, bit for bit
+    first = 1 if exact else 0  # the first sampled level
     t_start = time.perf_counter()
     alpha, beta, gamma = max(0.0, alpha0), max(0.0, beta0), max(0.0, gamma0)
-    L = l_min
+    L = max(l_min, first)
     nl = np.zeros(L + 1, dtype=np.int64)
     sums = np.zeros((L + 1, NSTAT))
     cl = np.array([level_cost(l) for l in range(L + 1)])
     dn = np.full(L + 1, int(n0), dtype=np.int64)
+    dn[:first] = 0
     warnings: list[str] = []
     iterations = 0
     rem = math.nan
@@ -313,6 +362,8 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
         with np.errstate(divide="ignore", invalid="ignore"):
             ml = np.abs(sums[:, 0] / nl)
             vl = np.maximum(0.0, sums[:, 1] / nl - (sums[:, 0] / nl) ** 2)
+        if exact:  # known mean, no sampling variance
+            ml[0], vl[0] = abs(level0_mean), 0.0
         for l in range(2, L + 1):
             ml[l] = max(ml[l], 0.5 * ml[l - 1] / 2 ** alpha)
             vl[l] = max(vl[l], 0.5 * vl[l - 1] / 2 ** beta)
@@ -326,7 +377,7 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
             g_ = regression_exponent(cl)
             gamma = max(0.5, g_) if math.isfinite(g_) else 1.0
         # ---- optimal sample counts
-        ns = _optimal_n(vl, cl, eps, theta)
+        ns = _optimal_n(vl, cl, eps, theta, first)
         dn = np.maximum(0, ns - nl)
         # ---- bias test when (almost) converged
         if not np.any(dn > 0.01 * nl):
@@ -341,14 +392,17 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
                     nl = np.append(nl, 0)
                     sums = np.vstack([sums, np.zeros(NSTAT)])
                     cl = np.append(cl, level_cost(L))
-                    ns = _optimal_n(vl, cl, eps, theta)
+                    ns = _optimal_n(vl, cl, eps, theta, first)
                     dn = np.maximum(0, ns - nl)
     # ---- final estimate and diagnostics
     m, v, mf, vf, kurt = _level_stats(sums, nl)
+    if exact:
+        m[0] = mf[0] = level0_mean
+        v[0] = vf[0] = 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
         ml = np.abs(m)
-    price = float(math.fsum(sums[l, 0] / nl[l] for l in range(L + 1)))
-    var = float(math.fsum(v[l] / nl[l] for l in range(L + 1)))
+    price = float(math.fsum([level0_mean] * first + [sums[l, 0] / nl[l] for l in range(first, L + 1)]))
+    var = float(math.fsum(v[l] / nl[l] for l in range(first, L + 1)))
     if not math.isfinite(rem):
         rem = _remaining_bias(ml, L, alpha)
     mse = var + rem * rem
@@ -370,14 +424,18 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
         alpha=-regression_exponent(m), beta=-regression_exponent(v), gamma=regression_exponent(cl),
         bias=float(rem), mse=float(mse), converged=bool(converged), warnings=tuple(warnings), iterations=iterations,
         elapsed_s=time.perf_counter() - t_start, device=getattr(sampler, "device", "cpu"), ranks=size, sums=sums.copy(),
+        exact_level0=exact,
     )
 
 
-def _optimal_n(vl, cl, eps, theta):
-    """Giles 2015 eq. (2.8): N_l = ceil(sqrt(V_l/C_l) Σ sqrt(V_k C_k) / ((1-theta) eps^2))."""
-    tot = float(np.sum(np.sqrt(vl * cl)))
-    ns = np.ceil(np.sqrt(vl / cl) * tot / ((1.0 - theta) * eps * eps))
-    return np.maximum(ns, 1).astype(np.int64)
+def _optimal_n(vl, cl, eps, theta, first=0):
+    """Giles 2015 eq. (2.8): N_l = ceil(sqrt(V_l/C_l) Σ sqrt(V_k C_k) / ((1-theta) eps^2)) for the
+    sampled levels l, k >= ``first`` (at least 1 sample each); 0 for the exact levels below."""
+    v, c = vl[first:], cl[first:]
+    tot = float(np.sum(np.sqrt(v * c)))
+    ns = np.zeros(len(vl), dtype=np.int64)
+    ns[first:] = np.maximum(np.ceil(np.sqrt(v / c) * tot / ((1.0 - theta) * eps * eps)), 1)
+    return ns
 
 
 def _remaining_bias(ml, L, alpha):
@@ -414,6 +472,14 @@ def _validate(payoff, spot, strike, expiry, rate, dividend_yield, volatility, ep
     return code
 
 
+def exact_level0_mean(payoff, spot, strike, expiry, rate, dividend_yield, volatility, payout=1.0) -> float:
+    """The exact ``E[P_0]`` (discounted, one Milstein step of length ``expiry``) for these inputs:
+    :func:`optiond.kernels.mlmc_cpu.level0_mean` (host FP64; the same value for every device)."""
+    code = _validate(payoff, spot, strike, expiry, rate, dividend_yield, volatility, 1.0, payout)
+    return level0_mean(code, float(spot), float(strike), float(expiry), float(rate) - float(dividend_yield),
+                       float(volatility), math.exp(-float(rate) * float(expiry)), float(payout))
+
+
 def make_sampler(payoff, spot, strike, expiry, rate, dividend_yield, volatility, seed=0, device="cpu", payout=1.0,
                  comm=None, **gpu_options):
     """A level sampler for one option on ``device`` ("cpu" or "gpu"; with ``comm`` the GPU is
@@ -438,7 +504,7 @@ def make_sampler(payoff, spot, strike, expiry, rate, dividend_yield, volatility,
 def mlmc_price(payoff, spot, strike, expiry, rate, dividend_yield, volatility, eps, *, seed: int = 0, device: str = "cpu",
                payout: float = 1.0, n0: int = DEFAULT_N0, l_min: int = DEFAULT_L_MIN, l_max: int = DEFAULT_L_MAX,
                theta: float = DEFAULT_THETA, comm=None, progress=None, sampler=None,
-               gpu_options: dict | None = None) -> MLMCResult:
+               gpu_options: dict | None = None, exact_level0: bool = True) -> MLMCResult:
     """Price one option by adaptive MLMC with the Milstein scheme under Black–Scholes dynamics.
 
     Args:
@@ -459,6 +525,10 @@ def mlmc_price(payoff, spot, strike, expiry, rate, dividend_yield, volatility, e
         progress: callable(iteration, L, n_samples) after each iteration; raising cancels.
         sampler: a ready sampler for these inputs; overrides ``device`` (not closed here).
         gpu_options: extra :class:`mlmc_gpu.GPUSampler` arguments (``fast``, ``team_levels``).
+        exact_level0: use the exact ``E[P_0]`` (:func:`mlmc_cpu.level0_mean`, module docstring
+            "Exact level 0") instead of sampling level 0 (default); levels >= 1 are sampled
+            from ``max(l_min, 1)``. False: sample level 0 as well (the seed's algorithm). With
+            ``l_max = 0`` level 0 is always sampled.
 
     Returns:
         :class:`MLMCResult`.
@@ -468,12 +538,16 @@ def mlmc_price(payoff, spot, strike, expiry, rate, dividend_yield, volatility, e
         ImportError/RuntimeError: ``device="gpu"`` without CuPy or a GPU.
     """
     code = _validate(payoff, spot, strike, expiry, rate, dividend_yield, volatility, eps, payout)
+    level0 = None
+    if exact_level0 and l_max >= 1:
+        level0 = exact_level0_mean(code, spot, strike, expiry, rate, dividend_yield, volatility, payout)
     own = sampler is None
     if own:
         sampler = make_sampler(code, spot, strike, expiry, rate, dividend_yield, volatility, seed, device, payout, comm,
                                **(gpu_options or {}))
     try:
-        res = mlmc_adaptive(sampler, float(eps), n0=n0, l_min=l_min, l_max=l_max, theta=theta, comm=comm, progress=progress)
+        res = mlmc_adaptive(sampler, float(eps), n0=n0, l_min=l_min, l_max=l_max, theta=theta, comm=comm, progress=progress,
+                            level0_mean=level0)
     finally:
         if own:
             sampler.close()
@@ -542,6 +616,8 @@ class MLMCTestReport:
     sweep: list[dict[str, Any]]
     warnings: list[str]
     header: str = ""
+    level0_exact: float = math.nan
+    exact_level0: bool = False
 
     def text(self) -> str:
         """The report in the layout of Giles' ``mlmc_test.m``."""
@@ -557,6 +633,13 @@ class MLMCTestReport:
                          f"{self.var_fine[l]:11.4e} {self.kurtosis[l]:11.4e} {self.consistency[l]:11.4e} "
                          f"{self.cost[l]:10.3e} {self.seconds[l]:9.3e}")
         lines.append("")
+        if math.isfinite(self.level0_exact):
+            se = math.sqrt(self.var_fine[0] / self.n) if self.n > 0 else math.nan
+            z = (self.mean_fine[0] - self.level0_exact) / se if se > 0 else math.nan
+            lines.append(f" level 0 exact: E[P_0] = {self.level0_exact:.10e}  (sampled ave(Pf) - exact = "
+                         f"{self.mean_fine[0] - self.level0_exact:.3e} = {z:.2f} std.err.)")
+            lines.append(f" complexity tests below: level 0 {'exact (N_0 = 0, no cost)' if self.exact_level0 else 'sampled'}")
+            lines.append("")
         lines += [f" WARNING: {w}" for w in self.warnings]
         lines += ["", "******************************************************",
                   "*** Linear regression estimates of MLMC parameters ***",
@@ -582,9 +665,15 @@ class MLMCTestReport:
 def mlmc_test(payoff, spot, strike, expiry, rate, dividend_yield, volatility, *, n: int = 20000, levels: int = 8,
               eps_list: Sequence[float] = (0.005, 0.01, 0.02, 0.05, 0.1), seed: int = 0, device: str = "cpu",
               payout: float = 1.0, n0: int = DEFAULT_N0, l_min: int = DEFAULT_L_MIN, l_max: int = DEFAULT_L_MAX,
-              theta: float = DEFAULT_THETA, comm=None, gpu_options: dict | None = None) -> MLMCTestReport:
+              theta: float = DEFAULT_THETA, comm=None, gpu_options: dict | None = None,
+              exact_level0: bool = True) -> MLMCTestReport:
     """Giles' ``mlmc_test`` (Giles 2015 §2.7; ``mlmc_test.m``): convergence tests with ``n``
     samples on each level ``0 .. levels``, then adaptive runs for each eps of ``eps_list``.
+
+    The convergence table always samples level 0 (Giles' per-level statistics); the report also
+    prints the exact ``E[P_0]`` beside the sampled mean (a check of both). The complexity sweep
+    runs :func:`mlmc_price` with ``exact_level0`` (default True: ``N_0 = 0``, and ``mlmc_cost``
+    counts levels >= 1 only).
 
     The convergence tests use seed ``seed``; the eps sweep runs use ``seed + 1 + i``. The
     standard-MC cost for comparison is ``var(P_L) 2^L / ((1 - theta) eps^2)`` with L the
@@ -634,10 +723,13 @@ def mlmc_test(payoff, spot, strike, expiry, rate, dividend_yield, volatility, *,
         warns.append(f"maximum consistency error = {chk.max():f} indicates identity E[Pf-Pc] = E[Pf] - E[Pc] not satisfied")
     report = MLMCTestReport(n=n, mean=m, mean_fine=mf, variance=v, var_fine=np.maximum(vf, 1e-10), kurtosis=kurt,
                             consistency=chk, cost=cost, seconds=seconds, alpha=-regression_exponent(m),
-                            beta=-regression_exponent(v), gamma=regression_exponent(cost), sweep=[], warnings=warns)
+                            beta=-regression_exponent(v), gamma=regression_exponent(cost), sweep=[], warnings=warns,
+                            level0_exact=exact_level0_mean(code, spot, strike, expiry, rate, dividend_yield, volatility, payout),
+                            exact_level0=bool(exact_level0))
     for i, e in enumerate(eps_list):
         res = mlmc_price(code, spot, strike, expiry, rate, dividend_yield, volatility, e, seed=seed + 1 + i, device=device,
-                         payout=payout, n0=n0, l_min=l_min, l_max=l_max, theta=theta, comm=comm, gpu_options=gpu_options)
+                         payout=payout, n0=n0, l_min=l_min, l_max=l_max, theta=theta, comm=comm, gpu_options=gpu_options,
+                         exact_level0=exact_level0)
         L = res.levels - 1
         var_l = report.var_fine[min(L, levels)] if L <= levels else res.var_fine[L]
         std_cost = float(var_l) * (1 << L) / ((1.0 - theta) * e * e)

@@ -197,6 +197,9 @@ __device__ __forceinline__ void payoffs(const Prm &p, double hf, double hc, doub
 }
 
 // ------------------------------------------------------------------------------- level 0
+// Sampled only when asked for (exact_level0=False, or mlmc_test's per-level table): by default
+// the driver uses the exact E[P_0] computed on the host (mlmc_cpu.level0_mean) and never
+// requests level 0.
 // One Milstein step of length T from the sample's normals (mlmc_cpu.level0_payoff).
 template <int P>
 __device__ __forceinline__ double level0_payoff(double z, double zi, const Prm &p) {
