@@ -286,6 +286,66 @@ def test_garbage_never_stops_the_daemon(daemon):
     good.close()
 
 
+@pytest.mark.skipif(os.name != "posix", reason="Unix-domain sockets")
+def test_local_clients_use_a_private_unix_socket(daemon, monkeypatch):
+    info = paths.read_connection_file(daemon.connection_file)
+    url = info["shell_ipc"]
+    sock_path = url[len("ipc://"):]
+    assert url.startswith("ipc://") and stat.S_ISSOCK(os.stat(sock_path).st_mode)
+    assert stat.S_IMODE(os.stat(sock_path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(sock_path)).st_mode) & 0o077 == 0  # a private directory
+    assert paths.shell_endpoint(info) == url
+    cols, m = table(), Method(steps=77)
+    c = daemon.client(timeout=10.0)
+    try:
+        via_ipc = c.price_table(cols, m, fallback=False, force=True)
+    finally:
+        c.close()
+    monkeypatch.setenv(paths.TRANSPORT_ENV, "tcp")
+    assert paths.shell_endpoint(info) == paths.endpoint(info)
+    c = daemon.client(timeout=10.0)
+    try:
+        via_tcp = c.price_table(cols, m, fallback=False, force=True)
+    finally:
+        c.close()
+    assert_same_result(via_ipc, via_tcp)
+    assert_same_result(via_ipc, engine.price_table(cols, m))
+    # the socket is signed like TCP: the wrong key gets nothing back
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(url)
+    try:
+        wrong = Session(b"0" * 64)
+        protocol.send_frames(s, wrong.serialize(wrong.header("ping_request"), {}))
+        assert not s.poll(500)
+    finally:
+        s.close()
+        ctx.term()
+
+
+@pytest.mark.parametrize("method", [Method(steps=120), Method(steps=33, greeks=False), Method(steps=1)])
+@pytest.mark.parametrize("cell", [
+    {"kind": "put", "style": "american", "spot": 100.0, "strike": 104.5, "expiry": 0.7, "rate": 0.03,
+     "dividend_yield": 0.01, "volatility": 0.27},
+    {"kind": "call", "style": "european", "spot": 50, "strike": 45, "expiry": 2, "rate": 0.0, "volatility": 0.6},
+    {"kind": "put", "style": "american", "spot": 100.0, "strike": 100.0, "expiry": 1.0, "rate": 0.5,
+     "dividend_yield": 0.0, "volatility": 0.001},  # CRR p outside [0, 1]: a row error
+])
+def test_one_option_short_path_answers_as_the_general_path(client, method, cell):
+    """A one-option request is answered by the daemon's short path; the same request with a
+    run option (``force``) takes the general path: the two replies must agree bit for bit."""
+    short = client.price_table(cell, method, fallback=False)
+    general = client.price_table(cell, method, fallback=False, force=True)
+    assert_same_result(short, general)
+    assert_same_result(short, engine.price_table(cell, method))
+    assert short.via == general.via == "daemon" and short.device == general.device
+    again = client.price_table(cell, method, fallback=False)  # now from the reply cache
+    assert_same_result(again, short)
+    if short.ok.all():
+        assert again.diagnostics.get("cached") is True
+
+
 def test_retried_request_is_answered_from_cache_not_priced_twice(daemon):
     info = paths.read_connection_file(daemon.connection_file)
     session = Session(info["key"].encode())
@@ -426,6 +486,8 @@ def test_serve_detach_status_stop(tmp_path):
     if os.name == "posix":
         assert stat.S_IMODE(os.stat(conn).st_mode) == 0o600
     pid = paths.read_connection_file(conn)["pid"]
+    ipc = paths.read_connection_file(conn).get("shell_ipc")
+    assert (ipc is not None) == (os.name == "posix")
     r = run_cli("status", "--connection-file", str(conn))
     assert r.returncode == 0 and str(pid) in r.stdout
     again = run_cli("serve", "--detach", "--connection-file", str(conn))  # already running: no second daemon
@@ -434,6 +496,8 @@ def test_serve_detach_status_stop(tmp_path):
     r = run_cli("stop", "--connection-file", str(conn))
     assert r.returncode == 0, r.stderr
     assert not conn.exists()
+    if ipc is not None:
+        assert not os.path.exists(ipc[len("ipc://"):])  # the Unix socket goes with the daemon
     assert run_cli("status", "--connection-file", str(conn)).returncode == 1
     assert run_cli("stop", "--connection-file", str(conn)).returncode == 1
 

@@ -243,12 +243,20 @@ def _method_column(columns: Mapping[str, Any], n: int, default: Method) -> tuple
     return names, errors
 
 
-def _price_scalar(row: tuple, method: Method, t0: float) -> Result | None:
-    """One valid contract priced on the CPU without batch set-up (same kernels, same bits);
-    None when the general path must handle it (GPU requested, p outside [0, 1], American
-    under the closed form)."""
+def price_one_values(row: tuple, method: Method) -> tuple | None:
+    """Price and Greeks ``(price, delta, gamma, theta, vega, rho)`` of one valid contract on
+    the CPU, without batch set-up (the batch path's kernels, the same bits; Greeks NaN when
+    ``method.greeks`` is False for the closed form), or None when the general path must handle
+    it (GPU requested, another method, p outside [0, 1], American under the closed form).
+
+    Args:
+        row: ``(kind, style, spot, strike, expiry, rate, dividend_yield, volatility)`` as
+            :func:`optiond.models.scalar_row` returns it (kind 1 = call, style codes of
+            :mod:`optiond.models`; expiry in years; rates and volatility annualised decimals).
+        method: the pricing method.
+    """
     kind, style, S, K, T, r, q, sigma = row
-    if method.device == "gpu" or method.name not in ("binomial", "black-scholes"):
+    if method.device == "gpu":
         return None
     if method.name == "binomial":
         N = method.steps
@@ -257,12 +265,18 @@ def _price_scalar(row: tuple, method: Method, t0: float) -> Result | None:
         p = binomial_cpu.crr_probability(T, r, q, sigma, N)
         if not (0.0 <= p <= 1.0):
             return None
-        vals = binomial_cpu.crr_one(kind == 1, style == AMERICAN, S, K, T, r, q, sigma, N, method.greeks)
-    else:
-        if style == AMERICAN:
-            return None
-        g = black_scholes.bs_price_greeks(kind, S, K, T, r, q, sigma)
-        vals = tuple(float(g[f][0]) if (method.greeks or f == "price") else np.nan for f in ("price",) + GREEK_FIELDS)
+        return binomial_cpu.crr_one(kind == 1, style == AMERICAN, S, K, T, r, q, sigma, N, method.greeks)
+    if method.name != "black-scholes" or style == AMERICAN:
+        return None
+    g = black_scholes.bs_price_greeks(kind, S, K, T, r, q, sigma)
+    return tuple(float(g[f][0]) if (method.greeks or f == "price") else np.nan for f in ("price",) + GREEK_FIELDS)
+
+
+def _price_scalar(row: tuple, method: Method, t0: float) -> Result | None:
+    """:func:`price_one_values` as a one-row :class:`Result` (None: use the general path)."""
+    vals = price_one_values(row, method)
+    if vals is None:
+        return None
     res = Result(*(np.array([v]) for v in vals), status=np.array(["ok"], dtype=object),
                  error=np.array([""], dtype=object), device="cpu")
     res.elapsed_s = time.perf_counter() - t0

@@ -194,6 +194,8 @@ class _Connection:
     session: Session
 
     def endpoint(self, channel: str) -> str:
+        if channel == "shell":
+            return paths.shell_endpoint(self.info)
         return paths.endpoint(self.info, f"{channel}_port")
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -141,3 +143,57 @@ def remove_connection_file(path: Path, key: str | None = None) -> bool:
 def endpoint(info: dict[str, Any], port_name: str = "shell_port") -> str:
     """``tcp://ip:port`` for one of the connection file's ports."""
     return f"{info['transport']}://{info['ip']}:{info[port_name]}"
+
+
+#: longest Unix-domain socket path used (Linux allows 107 bytes, macOS 103)
+MAX_IPC_PATH = 100
+#: ``OPTIOND_TRANSPORT=tcp`` makes clients use TCP even where the daemon offers a Unix socket
+TRANSPORT_ENV = "OPTIOND_TRANSPORT"
+
+
+def ipc_socket_path(conn_file: Path, pid: int) -> Path:
+    """Where the daemon's Unix-domain shell socket goes: beside the connection file when that
+    directory is private to the user (mode 0700, as :func:`write_connection_file` creates it)
+    and the path is short enough, else in a fresh private directory under the system temp
+    directory (``tempfile.mkdtemp``: mode 0700).
+
+    Raises:
+        OSError: no directory could be created.
+    """
+    conn_file = Path(conn_file)
+    conn_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = conn_file.parent / f"{conn_file.stem}-{pid}.sock"
+    private = stat.S_IMODE(os.stat(conn_file.parent).st_mode) & 0o077 == 0
+    if not private or len(os.fsencode(path)) > MAX_IPC_PATH:
+        path = Path(tempfile.mkdtemp(prefix="optiond-")) / "shell.sock"
+    try:
+        os.unlink(path)  # a stale socket of a killed daemon with this pid
+    except FileNotFoundError:
+        pass
+    return path
+
+
+def remove_ipc_socket(path: Path) -> None:
+    """Remove the daemon's Unix socket (and its private temp directory, if it made one)."""
+    path = Path(path)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    parent = path.parent
+    if parent.name.startswith("optiond-") and parent.parent == Path(tempfile.gettempdir()):
+        try:
+            parent.rmdir()
+        except OSError:
+            pass
+
+
+def shell_endpoint(info: dict[str, Any]) -> str:
+    """The shell channel's URL for a client on this host: the daemon's Unix socket where it
+    offers one (``shell_ipc``), the socket file is there, and ``$OPTIOND_TRANSPORT`` is not
+    ``tcp``; else ``tcp://ip:shell_port``."""
+    ipc = info.get("shell_ipc")
+    if (isinstance(ipc, str) and ipc.startswith("ipc://") and os.name == "posix"
+            and os.environ.get(TRANSPORT_ENV, "").lower() != "tcp" and os.path.exists(ipc[6:])):
+        return ipc
+    return endpoint(info)
