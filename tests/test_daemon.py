@@ -346,6 +346,42 @@ def test_one_option_short_path_answers_as_the_general_path(client, method, cell)
         assert again.diagnostics.get("cached") is True
 
 
+def test_cpu_daemon_answers_concurrent_cells_one_by_one(daemon, client):
+    """Coalescing defaults to 'auto': on for a GPU daemon, off on a CPU-only one (where each
+    one-option request is cheaper on the short path); the replies are the same either way
+    (tests/test_daemon_ops.py checks the coalesced ones on a daemon with --coalesce always)."""
+    st = client.status()
+    assert st["coalesce_mode"] == "auto" and st["coalescing"] == (len(st["devices"]) > 1)
+    info = paths.read_connection_file(daemon.connection_file)
+    session = Session(info["key"].encode())
+    m = Method(steps=40)
+    enc_m = client._encode_method(m, [])
+    cells = [{"kind": "call", "style": "american", "spot": 100.0, "strike": 80.0 + k, "expiry": 0.5, "rate": 0.03,
+              "dividend_yield": 0.02, "volatility": 0.35} for k in range(40)]
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(paths.endpoint(info))
+    ids, replies = [], {}
+    try:
+        for cell in cells:  # all sent before any reply is read
+            h = session.header("price_request")
+            ids.append(h["msg_id"])
+            protocol.send_frames(s, session.serialize(h, {"columns": cell, "method": enc_m}))
+        deadline = time.monotonic() + 30
+        while len(replies) < len(cells) and time.monotonic() < deadline:
+            if s.poll(100):
+                msg = session.recv(s)
+                replies[msg.parent_header["msg_id"]] = msg
+    finally:
+        s.close()
+        ctx.term()
+    for msg_id, cell in zip(ids, cells):
+        assert_same_result(Client._decode_result(replies[msg_id]), engine.price_table(cell, m))
+    if not st["coalescing"]:
+        assert client.status()["coalesced_requests"] == st["coalesced_requests"]
+
+
 def test_retried_request_is_answered_from_cache_not_priced_twice(daemon):
     info = paths.read_connection_file(daemon.connection_file)
     session = Session(info["key"].encode())

@@ -53,7 +53,7 @@ def assert_same(got, want) -> None:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     handle = start_daemon(tmp_path_factory.mktemp("ops"), "--max-options", str(MAX_OPTIONS), "--max-tree-nodes",
-                          "2e11", "--max-request-s", "120")
+                          "2e11", "--max-request-s", "120", "--coalesce", "always")
     yield handle
     stop_daemon(handle)
 

@@ -52,7 +52,7 @@ def _serve_argv(args: argparse.Namespace, conn: Path) -> list[str]:
     for flag in ("no_cache", "no_coalesce", "no_access_log"):
         if getattr(args, flag, False):
             argv.append("--" + flag.replace("_", "-"))
-    for opt in ("metrics_port", "log_dir", "max_options", "max_tree_nodes", "max_request_s"):
+    for opt in ("coalesce", "metrics_port", "log_dir", "max_options", "max_tree_nodes", "max_request_s"):
         v = getattr(args, opt, None)
         if v is not None:
             argv += ["--" + opt.replace("_", "-"), str(v)]
@@ -105,7 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         return serve(conn, warmup=not args.no_warmup, on_ready=ready, mpi=True if args.mpi else None,
                      limits=_limits(args), cache_entries=0 if args.no_cache else 4096,
-                     coalesce=not args.no_coalesce, metrics_port=metrics_port, log_dir=args.log_dir,
+                     coalesce="never" if args.no_coalesce else (args.coalesce or "auto"), metrics_port=metrics_port, log_dir=args.log_dir,
                      access_log=not args.no_access_log)
     except (RuntimeError, OSError) as e:  # another daemon runs already; cannot write the file
         _print_err(f"optiond serve: {e}")
@@ -307,7 +307,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                      "log directory)")
     p.add_argument("--no-access-log", action="store_true", help="log errors only, not every request")
     p.add_argument("--no-cache", action="store_true", help="do not answer repeated requests from the cache")
-    p.add_argument("--no-coalesce", action="store_true", help="price concurrent one-option requests one by one")
+    p.add_argument("--coalesce", choices=("auto", "always", "never"),
+                   help="price concurrent one-option requests together: 'auto' (default) where a GPU can take "
+                        "them in one launch, 'always', 'never' (on a CPU each is cheaper alone)")
+    p.add_argument("--no-coalesce", action="store_true", help="the same as --coalesce never")
     p.add_argument("--max-options", type=int, help="rows per request (default 1,000,000)")
     p.add_argument("--max-tree-nodes", type=float, help="CRR tree nodes per request (default 5e11)")
     p.add_argument("--max-request-s", type=float, help="longest time a request may take, seconds (default 600)")

@@ -244,7 +244,11 @@ class Server:
         max_bytes: largest message accepted (bytes); larger ones get an error reply.
         limits: per-request limits (:class:`optiond.daemon.limits.Limits`).
         cache_entries, cache_bytes: size of the reply cache (0 entries: no cache).
-        coalesce: price concurrent one-option requests together.
+        coalesce: price concurrent one-option requests together: ``"auto"`` where a GPU is
+            present (a batch of them can go to the GPU in one launch), ``"always"`` (True),
+            ``"never"`` (False). On a CPU coalescing costs more than it saves: each request is
+            then answered by the short path (8 clients on 2 cores: 5,400 against 3,900
+            requests/s coalesced).
         metrics_port: port of ``/metrics``, ``/healthz``, ``/readyz`` (0: a free one; None: off).
         log_dir: directory of the JSON-lines log (default: see :func:`optiond.daemon.logs.log_dir`);
             ``json_log=False`` writes none; ``access_log=False`` logs errors only, not every request.
@@ -258,7 +262,7 @@ class Server:
 
     def __init__(self, connection_file: str | os.PathLike | None = None, *, ip: str = "127.0.0.1",
                  warmup: bool = True, max_bytes: int | None = None, limits: Limits | None = None,
-                 cache_entries: int = 4096, cache_bytes: int = 256 << 20, coalesce: bool = True,
+                 cache_entries: int = 4096, cache_bytes: int = 256 << 20, coalesce: bool | str = "auto",
                  metrics_port: int | None = 0, log_dir: str | os.PathLike | None = None, json_log: bool = True,
                  access_log: bool = True, executor: Any = None, ranks: list[dict] | None = None,
                  inline_max_s: float = INLINE_MAX_S, ipc: bool = True):
@@ -276,7 +280,10 @@ class Server:
         self.info: dict[str, Any] = {}
         self.limits = limits or Limits()
         self.cache = ReplyCache(cache_entries, cache_bytes)
-        self.coalesce = coalesce
+        self.coalesce_mode = {True: "always", False: "never"}.get(coalesce, coalesce)  # type: ignore[call-overload]
+        if self.coalesce_mode not in ("auto", "always", "never"):
+            raise ValueError(f"coalesce must be 'auto', 'always' or 'never', not {coalesce!r}")
+        self.coalesce = self.coalesce_mode == "always"  # 'auto' is decided in start(), once the GPU is known
         self.inline_max_s = inline_max_s
         self.ns_per_node = limits_mod.DEFAULT_NS_PER_NODE
         self._metrics_port = metrics_port
@@ -380,6 +387,7 @@ class Server:
         hb_ctl_peer = ctx.socket(zmq.PAIR)
         hb_ctl_peer.connect(f"inproc://optiond-hb-{tag}")
         self._gpu = _gpu_available()
+        self.coalesce = self.coalesce_mode == "always" or (self.coalesce_mode == "auto" and self._gpu)
         if self._gpu:
             try:
                 from ..kernels import dispatch
@@ -1256,6 +1264,7 @@ class Server:
             "jobs_by_outcome": jobs["counts"],
             "cache_hit_ratio": cache["hit_ratio"], "cache": cache,
             "coalesced_requests": sum(c.coalesced for c in counters),
+            "coalescing": self.coalesce, "coalesce_mode": self.coalesce_mode,
             "gpu_fallbacks": sum(c.gpu_fallbacks for c in counters),
             "gpu_memory": gpu_mem,
             "mpi_ranks": len(self.ranks), "mpi_workers": workers, "mpi_workers_alive": alive,
