@@ -112,6 +112,38 @@ def start_daemon(directory: Path, *extra: str, env: dict | None = None,
         client.close()
 
 
+def price_burst(connection_file: Path, cells: list[dict], method_spec: dict, timeout_s: float = 30.0) -> list:
+    """Send one ``price_request`` per cell, all before reading any reply (so that the daemon
+    finds them waiting together), then collect the replies; returns the decoded
+    :class:`optiond.models.Result` of each cell, in order (None for a cell with no reply)."""
+    import zmq
+
+    from optiond.daemon import paths, protocol
+    from optiond.daemon.client import Client
+
+    info = paths.read_connection_file(connection_file)
+    session = protocol.Session(info["key"].encode())
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(paths.endpoint(info))
+    ids, replies = [], {}
+    try:
+        for cell in cells:
+            h = session.header("price_request")
+            ids.append(h["msg_id"])
+            protocol.send_frames(s, session.serialize(h, {"columns": cell, "method": method_spec}))
+        deadline = time.monotonic() + timeout_s
+        while len(replies) < len(cells) and time.monotonic() < deadline:
+            if s.poll(100):
+                msg = session.recv(s)
+                replies[msg.parent_header["msg_id"]] = msg
+    finally:
+        s.close()
+        ctx.term()
+    return [Client._decode_result(replies[i]) if i in replies else None for i in ids]
+
+
 def stop_daemon(handle: DaemonProcess) -> None:
     """Stop a daemon started by :func:`start_daemon`: a shutdown request, else terminate/kill."""
     from optiond.daemon.client import DaemonUnavailable

@@ -28,7 +28,7 @@ from optiond.daemon.client import Client, DaemonError, DaemonUnavailable, get_cl
 from optiond.daemon.protocol import DELIM, AuthenticationError, ProtocolError, Session
 from optiond.models import InvalidInputError, Method
 
-from conftest import start_daemon, stop_daemon
+from conftest import price_burst, start_daemon, stop_daemon
 
 COMMANDS = [sys.executable, "-m", "optiond.daemon.commands"]
 RESULT_ARRAYS = ("price", "delta", "gamma", "theta", "vega", "rho")
@@ -352,32 +352,13 @@ def test_cpu_daemon_answers_concurrent_cells_one_by_one(daemon, client):
     (tests/test_daemon_ops.py checks the coalesced ones on a daemon with --coalesce always)."""
     st = client.status()
     assert st["coalesce_mode"] == "auto" and st["coalescing"] == (len(st["devices"]) > 1)
-    info = paths.read_connection_file(daemon.connection_file)
-    session = Session(info["key"].encode())
     m = Method(steps=40)
-    enc_m = client._encode_method(m, [])
     cells = [{"kind": "call", "style": "american", "spot": 100.0, "strike": 80.0 + k, "expiry": 0.5, "rate": 0.03,
               "dividend_yield": 0.02, "volatility": 0.35} for k in range(40)]
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.connect(paths.endpoint(info))
-    ids, replies = [], {}
-    try:
-        for cell in cells:  # all sent before any reply is read
-            h = session.header("price_request")
-            ids.append(h["msg_id"])
-            protocol.send_frames(s, session.serialize(h, {"columns": cell, "method": enc_m}))
-        deadline = time.monotonic() + 30
-        while len(replies) < len(cells) and time.monotonic() < deadline:
-            if s.poll(100):
-                msg = session.recv(s)
-                replies[msg.parent_header["msg_id"]] = msg
-    finally:
-        s.close()
-        ctx.term()
-    for msg_id, cell in zip(ids, cells):
-        assert_same_result(Client._decode_result(replies[msg_id]), engine.price_table(cell, m))
+    got = price_burst(daemon.connection_file, cells, client._encode_method(m, []))  # all sent before any is read
+    for res, cell in zip(got, cells):
+        assert res is not None
+        assert_same_result(res, engine.price_table(cell, m))
     if not st["coalescing"]:
         assert client.status()["coalesced_requests"] == st["coalesced_requests"]
 

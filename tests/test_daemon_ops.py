@@ -26,7 +26,7 @@ from optiond.daemon.client import (Client, DaemonError, DaemonUnavailable, Deadl
 from optiond.daemon.protocol import Session
 from optiond.models import InvalidInputError, Method
 
-from conftest import start_daemon, stop_daemon
+from conftest import price_burst, start_daemon, stop_daemon
 
 RESULT_ARRAYS = ("price", "delta", "gamma", "theta", "vega", "rho")
 MAX_OPTIONS = 50_000
@@ -124,38 +124,17 @@ def test_request_key_is_canonical():
 
 
 def test_concurrent_one_option_requests_are_coalesced_bit_for_bit(served, client):
-    info = paths.read_connection_file(served.connection_file)
-    session = Session(info["key"].encode())
     m = Method(steps=64)
     strikes = 60.0 + np.arange(96) * 0.5
     cells = [{"kind": "put", "style": "american", "spot": 100.0, "strike": float(k), "expiry": 0.75, "rate": 0.04,
               "dividend_yield": 0.0, "volatility": 0.3} for k in strikes]
     cells[5] = dict(cells[5], volatility=0.001, rate=0.5)  # CRR p outside [0, 1]: a row error, same text as alone
-    enc_m = client._encode_method(m, [])
     before = client.status()["coalesced_requests"]
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.connect(paths.endpoint(info))
-    ids = []
-    try:
-        for cell in cells:  # all sent before any reply is read: the daemon reads them in batches
-            h = session.header("price_request")
-            ids.append(h["msg_id"])
-            protocol.send_frames(s, session.serialize(h, {"columns": cell, "method": enc_m}))
-        replies = {}
-        deadline = time.monotonic() + 30
-        while len(replies) < len(cells) and time.monotonic() < deadline:
-            if s.poll(100):
-                msg = session.recv(s)
-                replies[msg.parent_header["msg_id"]] = msg
-    finally:
-        s.close()
-        ctx.term()
-    assert len(replies) == len(cells)
-    for msg_id, cell in zip(ids, cells):
-        got = Client._decode_result(replies[msg_id])
-        assert_same(got, engine.price_table(cell, m))
+    # all sent before any reply is read: the daemon reads them in batches
+    got = price_burst(served.connection_file, cells, client._encode_method(m, []))
+    for res, cell in zip(got, cells):
+        assert res is not None
+        assert_same(res, engine.price_table(cell, m))
     assert client.status()["coalesced_requests"] >= before + 4
 
 
