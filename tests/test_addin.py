@@ -13,7 +13,6 @@ import math
 import numpy as np
 import pytest
 
-from optiond import engine
 from optiond.addin import functions as F
 from optiond.addin import table
 
@@ -460,3 +459,54 @@ def test_vba_golden_files_are_current():
         assert f"Function {spec.name}(" in vba
         assert f'XLPy.CallUDF("{table.UDF_MODULE}", "{spec.name}"' in vba
     assert "Function BOPM_IV(price, S, K, T, r, Optional q, Optional kind, Optional N, Optional american)" in vba
+
+
+# ---- small requests priced in this process; one cell by the short path -------------------------
+
+@pytest.mark.parametrize("call,args,local", [
+    (F.BOPM_PUT, (100.0, 95.0, 0.5, 0.03, 0.25, 100), True),           # 5,151 tree nodes
+    (F.BOPM_CALL, (100.0, 95.0, 0.5, 0.03, 0.25, 630, 0.01), True),    # 199,396
+    (F.BOPM_CALL, (100.0, 95.0, 0.5, 0.03, 0.25, 640, 0.01), False),   # 205,761: over 2e5
+    (F.BS_PUT, (100.0, 95.0, 0.5, 0.03, 0.25), True),
+    (F.BOPM_PUT, (col([100.0, 101.0, 102.0]), 95.0, 0.5, 0.03, 0.25, 200), True),   # 3 x 20,301
+    (F.BOPM_PUT, (col(np.linspace(90, 110, 20)), 95.0, 0.5, 0.03, 0.25, 200), False),  # 406,020
+    (F.MLMC_CALL, (100.0, 100.0, 1.0, 0.05, 0.2, 0.05), False),        # MLMC: always the daemon
+])
+def test_small_requests_are_priced_here_with_the_daemons_numbers(client, monkeypatch, call, args, local):
+    monkeypatch.delenv("OPTIOND_LOCAL_NODES")  # the default, 2e5 tree nodes
+    assert F.LOCAL_MAX_NODES == 2e5
+    got = call(*args)
+    assert (client.calls == []) == local
+    monkeypatch.setenv("OPTIOND_LOCAL_NODES", "0")  # everything through the client (the daemon's engine)
+    F.clear_cache()
+    assert call(*args) == got  # same bits either way
+    assert len(client.calls) == (1 if local else 2)
+
+
+def test_local_pricing_threshold_is_a_setting(client, monkeypatch):
+    monkeypatch.setenv("OPTIOND_LOCAL_NODES", "1e9")
+    F.BOPM_PUT(100.0, 95.0, 0.5, 0.03, 0.25, 5000)  # 12.5 M nodes, under 1e9
+    assert client.calls == []
+    monkeypatch.setenv("OPTIOND_LOCAL_NODES", "not a number")  # the default then
+    F.BOPM_PUT(100.0, 96.0, 0.5, 0.03, 0.25, 5000)
+    assert client.calls == [("price_table", 1)]
+
+
+@pytest.mark.parametrize("name", ["BOPM_PUT", "BOPM_CALL", "BS_PUT", "BS_CALL"])
+@pytest.mark.parametrize("cell", [
+    (100.0, 95.0, 0.5, 0.03, 0.25, 200, 0.02, False),
+    (100, 105, 2, 0.0, 0.6, 1, None, True),               # N = 1, empty q
+    (100.0, 100.0, 1.0, 0.5, 0.001, 100, 0.0, True),       # CRR p outside [0, 1]: the row's text
+    (100.0, -5.0, 1.0, 0.05, 0.2, 100, 0.0, True),         # K <= 0: the schema's text
+    (100.0, 100.0, 1.0, 0.05, 0.2, 100.5, 0.0, True),      # N not whole
+    (100.0, 100.0, 1.0, 0.05, 0.2, 1e8, 0.0, True),        # N over the schema's limit
+    (100.0, "abc", 1.0, 0.05, 0.2, 100, 0.0, True),        # text for a number
+    (100.0, 100.0, None, 0.05, 0.2, 100, 0.0, "TRUE"),     # a required cell empty
+])
+def test_one_cell_short_path_answers_as_the_general_path(client, name, cell):
+    spec = table.BY_NAME[name]
+    values = cell[:len(spec.args)] if name.startswith("BOPM") else cell[:5] + cell[6:7]
+    short = F.evaluate(spec, values)
+    F.clear_cache()
+    general = F._compute(spec, *F._read_cells(spec, values))[0]
+    assert short == general or (isinstance(short, float) and math.isnan(short) and math.isnan(general))

@@ -161,6 +161,7 @@ def recalculated(daemon, tmp_path_factory):
         if isinstance(conn, (str, os.PathLike)):
             mp.setenv("OPTIOND_CONNECTION_FILE", str(conn))
         mp.setenv("OPTIOND_FALLBACK", "0")
+        mp.setenv("OPTIOND_LOCAL_NODES", "0")  # every cell through the daemon, small ones too
         mp.delenv("OPTIOND_CACHE", raising=False)
         F.clear_cache()
         spy = _Spy()

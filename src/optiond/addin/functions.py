@@ -43,9 +43,15 @@ Behaviour, the same for every function:
   so a recalculation gives the same number. ``MLMC_STDERR`` with the same arguments (and the
   ``kind`` and ``payoff`` of the price) is the standard error of that same run: the two share
   one cached request, so the pair costs one run.
-* **Daemon first.** Requests go through :func:`optiond.daemon.client.get_client`; when no
-  daemon answers, the client prices in-process (set ``OPTIOND_FALLBACK=0`` to get an error
-  message instead).
+* **Daemon first, except where a round trip costs more than the work.** Requests go through
+  :func:`optiond.daemon.client.get_client`; when no daemon answers, the client prices
+  in-process (set ``OPTIOND_FALLBACK=0`` to get an error message instead). A CRR or
+  Black–Scholes request of at most ``OPTIOND_LOCAL_NODES`` tree nodes in all (default
+  :data:`LOCAL_MAX_NODES` = 2e5, about 70 us of one core; a loopback round trip to the daemon
+  measured 130-400 us) is priced in this process by the same engine, with the same bits, as
+  the daemon would (a single ``=BOPM_PUT`` with N up to ~630, a range of a few small trees);
+  larger CRR work, MLMC and Heston go to the daemon (its GPU, MPI pool and shared cache).
+  ``OPTIOND_LOCAL_NODES=0`` sends everything to the daemon.
 * **Cache.** Identical requests (the same canonical columns and method) are answered from a
   bounded in-memory LRU cache. :func:`clear_cache` empties it (forcing the next
   recalculation to price again); ``OPTIOND_CACHE=0`` in the environment turns it off.
@@ -402,8 +408,20 @@ def _failure_text(e: Exception) -> str:
 
 
 @functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)
 def _method(name: str, greeks: bool, steps: int | None = None) -> Method:
     return Method(name=name, greeks=greeks) if steps is None else Method(name=name, greeks=greeks, steps=steps)
+
+
+def _uniform_steps(steps: np.ndarray) -> int | None:
+    """The one valid whole number of steps all rows ask for, else None (then the steps travel
+    as a column and the schema checks each row)."""
+    if not steps.size:
+        return None
+    first = steps.flat[0]
+    if not (np.isfinite(first) and first == math.floor(first) and 1 <= first <= MAX_STEPS) or not (steps == first).all():
+        return None
+    return int(first)
 
 
 @functools.lru_cache(maxsize=16)
@@ -583,6 +601,9 @@ def _request_method(spec: Function, req: dict[str, Any], steps: np.ndarray | Non
             return _method(spec.method, False, int(steps[0]))
         return Method(name=spec.method, greeks=False, steps=_steps_column(steps))
     if steps is not None:
+        one = _uniform_steps(steps)
+        if one is not None:  # the usual case: one N for the call, in the (cached) method
+            return _method(spec.method, spec.op == "greeks", one)
         req["steps"] = _steps_column(steps)
     return _method(spec.method, spec.op == "greeks")
 
@@ -601,16 +622,68 @@ def _width(spec: Function) -> int:
     return len(GREEK_COLUMNS) if spec.op == "greeks" else 1
 
 
+def _one(v: Any) -> Any:
+    """A one-row column as a Python scalar (other values unchanged)."""
+    if isinstance(v, np.ndarray) and v.shape == (1,):
+        return v.item()
+    return v.item() if isinstance(v, np.generic) else v
+
+
+#: CRR tree nodes of one request under which the Excel functions price in this process (see
+#: the module docstring; ``OPTIOND_LOCAL_NODES`` overrides, 0 turns it off)
+LOCAL_MAX_NODES = 2e5
+
+
+def _local_max_nodes() -> float:
+    v = os.environ.get("OPTIOND_LOCAL_NODES")
+    try:
+        return LOCAL_MAX_NODES if v is None or not v.strip() else float(v)
+    except ValueError:
+        return LOCAL_MAX_NODES
+
+
+def _local_work(spec: Function, method: Method, req: Mapping[str, Any], n: int) -> float:
+    """Tree nodes of a request (the closed form counts one a row); inf for what only the
+    daemon prices (MLMC, Heston ADI, per-row steps or methods)."""
+    if spec.method not in _QUICK_METHODS or "steps" in req or "method" in req:
+        return math.inf
+    if spec.method == "black-scholes":
+        return float(n)
+    return n * float(table.bopm_tree_nodes(method.steps, spec.op))
+
+
+class _InProcess:
+    """The client's API on this process's engine (the same calls the daemon makes)."""
+
+    @staticmethod
+    def price_table(columns: Mapping[str, Any], method: Method, **_: Any) -> Any:
+        from .. import engine
+
+        return engine.price_table(columns, method)
+
+    @staticmethod
+    def implied_vol(prices: Any, columns: Mapping[str, Any], method: Method, **_: Any) -> Any:
+        from .. import engine
+
+        return engine.implied_vol_table(prices, columns, method)
+
+
+_LOCAL = _InProcess()
+
+
 def _request(spec: Function, req: dict[str, Any], method: Method, prices: Any, n: int) -> tuple[np.ndarray, list]:
     """ONE request (from the cache when it can): ``(values, errors)``, values (n, c) with c
     the reply's columns: the Greeks, (price, std_error) for MLMC, else one."""
+    if n == 1:  # one cell: scalars, for the pricers' one-contract path (in-process and in the daemon)
+        req = {k: _one(v) for k, v in req.items()}
+        prices = None if prices is None else _one(prices)
     use_cache = _env_on("OPTIOND_CACHE")
     key = _request_key("iv" if spec.op == "iv" else "price", method, req, prices) if use_cache else None
     hit = _cache.get(key) if use_cache else None
     if hit is not None:
         return hit
     fallback = _env_on("OPTIOND_FALLBACK")
-    client = _client()
+    client = _LOCAL if _local_work(spec, method, req, n) <= _local_max_nodes() else _client()
     if spec.op == "iv":
         vol, status = client.implied_vol(prices, req, method, fallback=fallback)
         vals = np.asarray(vol, dtype=np.float64).reshape(-1, 1)
@@ -713,6 +786,12 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
                 hit = _cache.get(key)
                 if hit is not None:
                     return hit[0]
+            quick = _one_price_cell(spec, values) if spec.op == "price" and spec.method in _QUICK_METHODS else None
+            if quick is not None:
+                result, complete = quick
+                if key is not None and complete:
+                    _cache.put(key, (result,), 1)
+                return result
             shape, cols, cell_err = _read_cells(spec, values)
         else:
             shape, cols, cell_err = _read_ranges(spec, values)
@@ -727,6 +806,41 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
 
 
 _CELL_TYPES = frozenset({float, int, str, bool, type(None)})
+_QUICK_METHODS = frozenset({"binomial", "black-scholes"})
+
+
+def _one_price_cell(spec: Function, values: Sequence[Any]) -> tuple[Any, bool] | None:
+    """One cell of a CRR or Black–Scholes price function (``BOPM_PUT``, ``BS_CALL``, ...) whose
+    arguments all read cleanly: ``(cell value, complete)`` as :func:`_compute` would give it,
+    by the same request (:func:`_request`) without the range machinery; None for anything
+    else (a bad argument, N outside the schema or the work limit): the general path then
+    answers, with its messages."""
+    cols: dict[str, Any] = {}
+    for a, v in zip(spec.args, values):
+        x = _PARSERS[a.parse](v, a.name)
+        if x is _EMPTY:
+            if not a.optional:
+                return None
+            x = _PARSERS[a.parse](a.default, a.name)
+        if type(x) is str and x.startswith(ERROR_PREFIX):
+            return None
+        cols[a.field] = x
+    method = _method(spec.method, False)
+    N = cols.pop("steps", None)
+    if N is not None:
+        if not (math.isfinite(N) and N == math.floor(N) and 1 <= N <= MAX_STEPS
+                and float(table.bopm_tree_nodes(N, spec.op)) <= table.BOPM_MAX_TREE_NODES):
+            return None
+        method = _method(spec.method, False, int(N))
+    cols.update(spec.fixed)
+    try:
+        vals, errs = _request(spec, cols, method, None, 1)
+    except Exception as e:
+        return _failure_text(e), False
+    if errs[0] is not None:
+        return errs[0], True
+    x = float(vals[0, 0])
+    return (x if math.isfinite(x) else None), True
 
 
 def _read_cells(spec: Function, values: Sequence[Any]) -> tuple[tuple, dict[str, np.ndarray], np.ndarray]:
