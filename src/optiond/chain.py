@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from . import engine
-from .models import GREEK_FIELDS, Method, Result
+from .models import GREEK_FIELDS, Method, Result, object_full
 
 #: default flat rate: about the US Treasury bill yield around the bundled snapshot dates
 DEFAULT_RATE = 0.04
@@ -104,7 +104,7 @@ def read_chain(path: str) -> pd.DataFrame:
 def _screen(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Quote screening: returns (status array, mid, expiry_years)."""
     n = len(df)
-    status = np.full(n, "ok", dtype=object)
+    status = object_full(n, "ok")
     bid = pd.to_numeric(df["bid"], errors="coerce").to_numpy(dtype=np.float64)
     ask = pd.to_numeric(df["ask"], errors="coerce").to_numpy(dtype=np.float64)
     quote = pd.to_datetime(df["quote_date"], errors="coerce")
@@ -158,7 +158,7 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
     t0 = time.perf_counter()
     n = len(df)
     status, mid, T = _screen(df)
-    error = np.full(n, "", dtype=object)
+    error = object_full(n, "")
     iv = np.full(n, np.nan)
     res_cols = {k: np.full(n, np.nan) for k in ("model_price",) + GREEK_FIELDS}
     kind = df["type"].astype(str).str.strip().str.lower().to_numpy(dtype=object)

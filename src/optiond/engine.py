@@ -23,8 +23,8 @@ import numpy as np
 
 from .kernels import binomial_cpu, black_scholes
 from .kernels.rootfind import IV_STATUS_NAMES
-from .models import (AMERICAN, GREEK_FIELDS, Batch, InvalidInputError, Method, Result, RowError, scalar_row,
-                     validate_columns, validate_steps)
+from .models import (AMERICAN, GREEK_FIELDS, Batch, InvalidInputError, Method, Result, RowError, object_full,
+                     scalar_row, validate_columns, validate_steps)
 
 
 def select_device(batch: Batch | None, method: Method) -> str:
@@ -221,7 +221,7 @@ def _row_column(columns: Mapping[str, Any], name: str, n: int) -> np.ndarray | N
         return None
     raw = np.asarray(raw, dtype=object)
     if raw.ndim == 0:
-        return np.full(n, raw.item(), dtype=object)
+        return object_full(n, raw.item())
     if raw.shape != (n,):
         raise InvalidInputError(name, None, f"shape {raw.shape}", f"expected a scalar or {n} values")
     return raw
@@ -229,7 +229,7 @@ def _row_column(columns: Mapping[str, Any], name: str, n: int) -> np.ndarray | N
 
 def _method_column(columns: Mapping[str, Any], n: int, default: Method) -> tuple[np.ndarray, list[RowError]]:
     raw = _row_column(columns, "method", n)
-    names = np.full(n, default.name, dtype=object)
+    names = object_full(n, default.name)
     errors: list[RowError] = []
     if raw is None:
         return names, errors
@@ -288,7 +288,7 @@ def _mlmc_columns(columns: Mapping[str, Any], n: int, method: Method, names: np.
     """Per-row MLMC ``eps`` and ``payoff`` (blank = the method's), checked on mlmc rows only."""
     errors: list[RowError] = []
     eps = np.broadcast_to(np.asarray(method.eps, dtype=np.float64), (n,)).copy()
-    payoff = np.full(n, method.payoff, dtype=object)
+    payoff = object_full(n, method.payoff)
     for col, out in (("eps", eps), ("payoff", payoff)):
         raw = _row_column(columns, col, n)
         if raw is None:
@@ -355,9 +355,15 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
     if first:
         res.mark_error(list(first), [e.message for e in first.values()])
     # rows priced together share the method (and, for MLMC, the payoff family)
-    groups = np.array([f"{a}|{b}" if a == "mlmc" else a for a, b in zip(names.tolist(), payoff.tolist())], dtype=object)
+    if _row_column(columns, "method", n) is None and _row_column(columns, "payoff", n) is None:
+        groups = object_full(n, names[0] if n else "")  # one method, one payoff: one group
+        one_group = True
+    else:
+        groups = np.array([f"{a}|{b}" if a == "mlmc" else a for a, b in zip(names.tolist(), payoff.tolist())],
+                          dtype=object)
+        one_group = bool((groups == groups[0]).all()) if n else True
     valid = np.flatnonzero(res.ok)
-    if valid.size == n and (groups == groups[0]).all():  # every row valid, one group: no split, no merge
+    if valid.size == n and one_group:  # every row valid, one group: no split, no merge
         out = price(Batch._from_valid(arrays), dataclasses.replace(method, name=names[0], steps=steps, eps=eps,
                                                                    payoff=payoff[0]))
         out.elapsed_s = time.perf_counter() - t0
@@ -445,7 +451,7 @@ def implied_vol_table(prices: Any, columns: Mapping[str, Any], method: Method | 
     if prices.shape != (n,):
         raise InvalidInputError("price", None, f"length {prices.shape}", f"expected {n} prices")
     vol = np.full(n, np.nan)
-    status = np.full(n, "invalid", dtype=object)
+    status = object_full(n, "invalid")
     bad = {e.row: e for e in errors}
     steps = method.steps_for(n) if method.name == "binomial" else None
     for r, e in bad.items():

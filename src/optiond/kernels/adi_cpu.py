@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..models import InvalidInputError
+from ..models import InvalidInputError, object_full
 from .adi import heston as _heston
 from .adi import hhw as _hhw
 from .adi.operators import BC, PDE  # noqa: F401  (re-exported for the generic solver)
@@ -258,8 +258,8 @@ def heston_price_batch(kind, style, spot, strike, expiry, rate, dividend_yield, 
         if dev == "gpu" or adi_gpu.available():
             return adi_gpu.heston_price_batch(*(cols[f] for f in BATCH_FIELDS), scheme=code, grid=g, time_steps=N, rannacher=R)
     out = {k: np.full(n, np.nan) for k in RESULT_KEYS}
-    status = np.full(n, "ok", dtype=object)
-    error = np.full(n, "", dtype=object)
+    status = object_full(n, "ok")
+    error = object_full(n, "")
     t0 = time.perf_counter()
 
     def one(i: int) -> None:

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..models import object_full
 from .adi import heston as _heston
 from .adi import solver as _solver
 from .adi.operators import PDE, assemble, boundary_values, d1_weights, d2_weights
@@ -106,8 +107,8 @@ def heston_price_batch(kind, style, spot, strike, expiry, rate, dividend_yield, 
     N, R = _cpu._steps(time_steps, rannacher)
     th = _solver.DEFAULT_THETA[code] if scheme_theta is None else float(scheme_theta)
     out = {k: np.full(n, np.nan) for k in _cpu.RESULT_KEYS}
-    status = np.full(n, "ok", dtype=object)
-    error = np.full(n, "", dtype=object)
+    status = object_full(n, "ok")
+    error = object_full(n, "")
     # ---- per-row validation and grids (host)
     rows, par, S_, V_ = [], [], [], []
     for i in range(n):
