@@ -273,6 +273,28 @@ def test_cost_model_and_hooks():
     assert all(a < b for a, b, _ in parts) and all(p[1] == q[0] for p, q in zip(parts, parts[1:]))
 
 
+@pytest.mark.parametrize("slots", [1, 2, 5])
+def test_guided_chunks_shrink_and_cover_every_row(slots):
+    total, lo, hi = 1000.0, 2.0, 60.0
+    works = jobs.guided_works(total, slots, lo, hi)
+    assert sum(works) == pytest.approx(total)
+    assert all(lo * 0.5 <= w <= hi for w in works[:-1]) and works[-1] <= 1.5 * hi
+    assert all(a >= b - 1e-9 for a, b in zip(works[:-2], works[1:-1]))  # non-increasing (the last one may gather a crumb)
+    assert works[0] == pytest.approx(min(hi, total / (2 * slots)))
+    # each chunk is 1/(2 slots) of what is left, within the clamps
+    left = total
+    for w in works[:-1]:
+        assert w == pytest.approx(min(max(left / (2 * slots), lo), hi, left)) or left - w < lo
+        left -= w
+    rng = np.random.default_rng(3)
+    for weights in (None, rng.uniform(0.5, 3.0, 777)):
+        parts = jobs.split_works(777, total, weights, works)
+        assert parts[0][0] == 0 and parts[-1][1] == 777 and all(p[1] == q[0] for p, q in zip(parts, parts[1:]))
+        assert all(a < b for a, b, _ in parts) and sum(p[2] for p in parts) == pytest.approx(total)
+        for (_, _, got), want in zip(parts, works):  # each chunk within one row of its target
+            assert abs(got - want) <= total / 777 * 3.0 + 1e-9
+
+
 def test_retry_of_a_running_job_is_answered_once(served, client):
     info = paths.read_connection_file(served.connection_file)
     session = Session(info["key"].encode())

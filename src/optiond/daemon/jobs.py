@@ -2,11 +2,13 @@
 
 A request whose estimated work is more than a few milliseconds (and every ``submit``) becomes a
 :class:`Job`. The :class:`JobManager`'s thread splits it into chunks of at least
-:data:`MIN_CHUNK_S` seconds of single-core work (about four per pricing slot, for balance
-and for progress), and keeps every slot busy: one slot is a thread of the front end itself
-(rank 0 prices too), the others are the MPI worker ranks (``mpi4py.futures``). Each option is
-priced by the same kernel whatever chunk it falls in, so the numbers are those of one
-in-process call, bit for bit, on any number of ranks.
+:data:`MIN_CHUNK_S` seconds of single-core work, shrinking towards the end of the job (guided
+self-scheduling, :func:`guided_works`, so the slots finish within about one small chunk of each
+other: with four equal chunks a slot the slower rank's last chunk was the tail, and two ranks
+on two cores measured 84 % parallel efficiency, 90-94 % guided), and keeps every slot busy: one
+slot is a thread of the front end itself (rank 0 prices too), the others are the MPI worker
+ranks (``mpi4py.futures``). Each option is priced by the same kernel whatever chunk it falls
+in, so the numbers are those of one in-process call, bit for bit, on any number of ranks.
 
 While a job runs its progress (fraction of work done, ETA) is published on the daemon's PUB
 socket (topic ``progress.<job_id>``), at most every :data:`PROGRESS_EVERY_S` and at each change
@@ -214,6 +216,52 @@ def split(n: int, total_work: float, weights: np.ndarray | None, chunk_work: flo
     return out
 
 
+def guided_works(total_work: float, slots: int, min_work: float, max_work: float) -> list[float]:
+    """Chunk sizes of guided self-scheduling (Polychronopoulos & Kuck 1987, IEEE Trans. Comput.
+    C-36(12), where a chunk is ``1/P`` of the remaining work; here, for a margin against
+    uneven ranks, each chunk is ``1 / (2 slots)`` of the work still unassigned), clamped to
+    ``[min_work, max_work]``, so chunks shrink towards the end of a job and the slots finish
+    within about one small chunk of each other (equal chunks leave the slowest slot's last
+    chunk as the tail).
+
+    Returns:
+        the chunk works, in order, summing to ``total_work``.
+    """
+    out: list[float] = []
+    left = float(total_work)
+    while left > 0 and len(out) < MAX_CHUNKS - 1:
+        w = min(max(left / (2 * max(slots, 1)), min_work), max_work, left)
+        if left - w < 0.5 * min_work:  # do not leave a crumb
+            w = left
+        out.append(w)
+        left -= w
+    if left > 0:
+        out.append(left)
+    return out
+
+
+def split_works(n: int, total_work: float, weights: np.ndarray | None, works: list[float]
+                ) -> list[tuple[int, int, float]]:
+    """Rows ``[0, n)`` cut into contiguous chunks of about the given ``works`` (in order),
+    by per-row ``weights`` (None: equal); chunks that would be empty are merged away.
+
+    Returns:
+        ``[(start, stop, work), ...]`` covering every row once, in order.
+    """
+    if len(works) <= 1 or n <= 1:
+        return [(0, n, total_work)]
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    cum = np.cumsum(w)
+    scale = total_work / cum[-1]
+    targets = np.cumsum(works[:-1]) / scale
+    cuts = np.searchsorted(cum, targets, side="left") + 1
+    edges = np.unique(np.concatenate([[0], np.clip(cuts, 1, n - 1), [n]]))
+    out = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        out.append((int(a), int(b), float((cum[b - 1] - (cum[a - 1] if a > 0 else 0.0)) * scale)))
+    return out
+
+
 def _slice_columns(columns: dict, a: int, b: int, n: int) -> dict:
     out = {}
     for k, v in columns.items():
@@ -310,12 +358,16 @@ class JobManager:
                                     f"{job.cost.bytes / 2**20:.0f} MiB more than the daemon allows "
                                     f"({self.max_inflight_bytes / 2**20:.0f} MiB); try again later")
             capacity = self.slots
-            chunk_s = max(MIN_CHUNK_S, job.cost.cpu_s / (capacity * job.chunks_per_slot))
-            if job.chunks_per_slot > 1:
-                chunk_s = min(chunk_s, max(MAX_CHUNK_S, job.cost.cpu_s / MAX_CHUNKS))
             job.total_work = max(job.cost.work, 1e-9)
-            chunk_work = job.total_work * chunk_s / job.cost.cpu_s if job.cost.cpu_s > 0 else job.total_work
-            job.chunks = split(job.n, job.total_work, job.weights, chunk_work)
+            if job.chunks_per_slot > 1 and job.cost.cpu_s > 0:  # CPUs: guided chunks, 10 ms .. 0.5 s
+                per_s = job.total_work / job.cost.cpu_s
+                max_s = max(MAX_CHUNK_S, job.cost.cpu_s / MAX_CHUNKS)
+                job.chunks = split_works(job.n, job.total_work, job.weights,
+                                         guided_works(job.total_work, capacity, MIN_CHUNK_S * per_s, max_s * per_s))
+            else:  # GPUs: one chunk per slot (of at least MIN_CHUNK_S)
+                chunk_s = max(MIN_CHUNK_S, job.cost.cpu_s / (capacity * job.chunks_per_slot))
+                chunk_work = job.total_work * chunk_s / job.cost.cpu_s if job.cost.cpu_s > 0 else job.total_work
+                job.chunks = split(job.n, job.total_work, job.weights, chunk_work)
             job.pending = deque(range(len(job.chunks)))
             self._active[job.key] = job
             self._by_id.setdefault(job.id, []).append(job.key)
