@@ -118,21 +118,25 @@ def plan_sweep(args) -> list[dict]:
         out.append({"N": N, "plan": plan, "mid": name(mid), "small": name(small), "big": name(big), **m})
         print(f"plan {out[-1]}", file=sys.stderr, flush=True)
 
-    g22 = next(v for v in bg.BENCH_PIPE_VARIANTS if (v.G, v.R) == (2, 2))
-    g48 = next(v for v in bg.BENCH_PIPE_VARIANTS if (v.G, v.R) == (4, 8))
+    big84 = next(v for v in bg.BENCH_PIPE_VARIANTS if (v.G, v.R) == (8, 4))
+    mid42 = next(v for v in bg.BENCH_PIPE_VARIANTS if (v.G, v.R) == (4, 2))
+    small64 = bg.Variant("crr_pipe_grid", "double", 4, 1, K=64, threads=128)
+    small32 = bg.Variant("crr_pipe_grid", "double", 4, 1, K=32, threads=128)
     run(1000, (inf, inf, 1000, 0))          # one block, shared memory
-    run(1000, (inf, inf, 0, 0))             # small grid
-    run(1000, (inf, inf, 0, 0), small=g22)
-    for stb in (0, 500, 1000):
+    run(1000, (inf, inf, 0, 0))             # small grid (K = 96 up to NARROW_LEVELS)
+    run(1000, (inf, inf, 0, 0), small=small64)
+    run(1000, (inf, inf, 0, 0), small=small32)
+    for stb in (0, 1000):
         run(10_000, (inf, inf, stb, 0))
+    run(10_000, (inf, inf, 0, 0), small=small64)
     run(10_000, (inf, 5000, 0, 0))
     for mts in (10_000, 30_000, 60_000):
         run(100_000, (inf, mts, 0, 0))
-    run(100_000, (inf, 30_000, 0, 0), mid=g22)
+    run(100_000, (inf, 30_000, 0, 0), mid=mid42)
     if not args.quick:
         for btm in (inf, 600_000, 300_000):
             run(1_000_000, (btm, 30_000, 0, 0), reps=1)
-        run(1_000_000, (600_000, 30_000, 0, 0), big=g48, reps=1)
+        run(1_000_000, (600_000, 30_000, 0, 0), big=big84, mid=mid42, reps=1)
     return out
 
 

@@ -207,6 +207,30 @@ def test_mixed_batch_of_10000_equals_cpu_option_by_option():
     assert_greeks(got, ref, cols, what="mixed 10k")
 
 
+def test_exercise_row_skipping_equals_cpu():
+    """Rows of nodes whose exercise value cannot be positive skip it (binomial.cu,
+    exercise_rows): exact in FP64. American calls with large dividend yields (exercise above the
+    boundary, whose row set is fixed per re-anchoring block) and puts deep in and out of the
+    money, through the warp, block and pipeline kernels, across many re-anchorings."""
+    rows = list(itertools.product((0, 1), (60.0, 100.0, 160.0), (0.15, 0.5), (0.5, 3.0), (0.08,), (0.0, 0.06, 0.12)))
+    kind, K, s, T, r, q = (np.array(c) for c in zip(*rows))
+    n = kind.size
+    for N in (300, 1000, 3000):
+        Nn = np.full(n, N)
+        ok = np.ones(n, bool)
+        ok[bc.probability_errors(T, r, q, s, Nn)] = False
+        cols = [c[ok] for c in (kind, np.ones(n, dtype=np.int64), np.full(n, 100.0), K, T, r, q, s, Nn)]
+        ref = bc.crr_batch(*cols, greeks=False)[0]
+        assert_prices(bg.crr_batch_gpu(*cols, greeks=False)[0], ref, what=f"skip batch N={N}")
+        assert_prices(bg.crr_batch_gpu(*cols, greeks=False, route="block")[0], ref, what=f"skip block N={N}")
+        sub = [c[::3] for c in cols]
+        for plan in ("default", "all-phases"):
+            got = bg.crr_pipeline_gpu(*sub, greeks=False, plan=PLANS[plan])[0]
+            assert_prices(got, ref[::3], what=f"skip pipeline {plan} N={N}")
+        g32 = bg.crr_batch_gpu(*cols, greeks=False, precision="fp32")[0]
+        assert np.all(np.abs(g32 - ref) <= bg.FP32_RTOL * np.abs(ref) + bg.FP32_ATOL_K * cols[3]), f"skip fp32 N={N}"
+
+
 # --------------------------------------------------------------------------- naive, IV, engine
 
 def test_naive_kernel():

@@ -13,38 +13,51 @@ Every tree runs the recurrence of :func:`optiond.kernels.binomial_cpu.crr_tree` 
 multiply-adds as the reference's compiled loop. The per-tree scalars ``a, u, pu, pd, c`` are
 computed on the host bit for bit as ``crr_tree`` computes them (:func:`_fill_params`,
 :func:`pd_fma_mode`): a one-ulp difference in ``u`` or ``p`` would move an N = 1e5 price by
-~1e-10 relative. The GPU then differs from ``crr_batch`` only where its ``exp`` rounds a leaf
-or re-anchored node differently: measured on an H200, max relative error 5.3e-15 (N = 1000),
-3.0e-15 (N = 4097), 1.4e-15 (N = 1e4) over the test grid; the test bound is 1e-12.
+~1e-10 relative. Leaves and re-anchored exercise values take one ``exp`` per row of G nodes and
+``e <- e u^2`` along the row (a few ulps from an ``exp`` per node). Rows of nodes whose exercise
+value cannot be positive during a run of levels (puts above, calls below the exercise boundary
+``(t + ln(K/S)/a) / 2``, with two nodes of margin) skip the ``X`` recurrence and the ``max``:
+there ``max(cont, X) == cont`` exactly, so this changes no result. Measured on an H200 against
+``crr_batch`` over the test grid: max relative error 1.7e-13 (N = 31, large steps ``a``),
+2.2e-14 (N = 1000), 1.6e-14 (N = 4097), 8e-15 (N = 1e4); the test bound is 1e-12.
 
 FP32 (``precision="fp32"``, N <= 1e4) carries values discounted to today,
-``W_t = V_t e^{-r t dt}``, with ``p`` and ``1 - p`` rounded to floats that sum exactly to 1, so
+``W_t = V_t e^{-r t dt}``. The tile kernels (block per tree, pipeline) use ``p`` and ``1 - p``
+rounded to floats that sum exactly to 1; the warp-per-tree batch kernel carries
+``U_t = W_t / s_t`` with ``s_t = lam^(N-t) 2^E`` and the larger of ``p, 1 - p`` as unit weight
+(``U[j] = max(fma(rho, U[j], U[j+1]), Y[j])``, ``rho`` = smaller / larger rounded to float,
+``lam = 1 / (1 + rho)``, so the effective probabilities again sum to 1 exactly): three float
+instructions per node; ``E`` is reset by exact powers of two at every re-anchoring. Either way
 float discount factors do not drift over N levels; trees whose step ``a = sigma sqrt(dt)`` is
 large re-anchor the exercise values every ``2 / a`` levels instead of 64 (the recurrence
 ``X <- u X + c`` multiplies rounding errors by ``u`` per level). The remaining error comes from
-rounding ``p`` to a float and from float rounding per level. Measured on an H200 against the
-FP64 reference over the test grid (moneyness 0.8-1.25, sigma 0.1-0.6, T 0.25-5, r 0-10 %,
-q 0-3 %): max relative error 8.3e-6 at N = 1000, 2.2e-5 at N = 4097, 2.7e-5 at N = 1e4,
-absolute <= 5.5e-6 * K. Stated bound: ``|fp32 - fp64| <= FP32_RTOL * price + FP32_ATOL_K * K``
-= 1e-4 * price + 1e-5 * K (the measurements use at most 8 % of it). Exponents are clamped at
-ln(FLT_MAX) minus a margin so deep in-the-money call leaves cannot overflow; the clamped nodes
-carry binomial weights below 1e-300.
+rounding the probabilities to floats and from float rounding per level. Measured on an H200
+against the FP64 reference over the test grid (moneyness 0.8-1.25, sigma 0.1-0.6, T 0.25-5,
+r 0-10 %, q 0-3 %): max relative error 1.9e-5 at N = 31, 6.2e-6 at N = 1000 (batch kernel),
+1.7e-5 at N = 1000 (block kernel), 2.5e-5 at N = 4097, 2.2e-5 at N = 1e4, absolute
+<= 6.6e-6 * K. Stated bound: ``|fp32 - fp64| <= FP32_RTOL * price + FP32_ATOL_K * K``
+= 1e-4 * price + 1e-5 * K (the measurements use at most 8.4 % of it). Exponents are clamped at
+ln(FLT_MAX) minus a margin (46 more in the batch kernel, for ``1 / s_t <= 2^65``) so deep
+in-the-money call leaves cannot overflow; the clamped nodes carry binomial weights below
+1e-300 (tile kernels) and 1e-130 (batch kernel) for ``sigma^2 T <= 2``.
 
 Kernels (see the .cu file for the layout)
 -----------------------------------------
 * batch: one warp per tree with the whole tree in registers (N + 1 <= 1024: 32 nodes per lane,
-  4 consecutive nodes per lane and row, one shuffle per row and level; rows above the live
-  part of the tree skipped), one block per tree for wider trees (tiles of K levels with
-  recomputed halos, tree in L2-resident scratch); persistent grids pulling trees from an
-  atomic queue, longest first, so one launch prices a portfolio of mixed N. Greeks from the
-  tree: delta, gamma, theta from levels 1-2 of the base tree, vega and rho by central bumps
-  (``binomial_cpu.VEGA_BUMP`` / ``RHO_BUMP``), launched as four more "virtual" trees per option
-  in the same launch.
+  8 consecutive nodes per lane and row, one shuffle per row and level; rows above the live
+  part of the tree skipped, rows without a positive exercise value run the continuation
+  only), one block per tree for wider trees (tiles of K levels with recomputed halos, tree in
+  L2-resident scratch); persistent grids pulling trees from an atomic queue, longest first,
+  so one launch prices a portfolio of mixed N. Greeks from the tree: delta, gamma, theta from
+  levels 1-2 of the base tree, vega and rho by central bumps (``binomial_cpu.VEGA_BUMP`` /
+  ``RHO_BUMP``), launched as four more "virtual" trees per option in the same launch.
 * pipeline (one option, large N): a throughput phase over the whole GPU (cooperative launch,
-  one grid barrier per slab of K levels, 1024-node register chunks), then grid phases with
-  256- and 128-node chunks (more, shorter warps: less latency per level), a latency phase in
-  one block with the tree in shared memory, and an optional CPU tail; phase boundaries from
-  the calibration (:mod:`optiond.kernels.dispatch`, :class:`PipelinePlan`).
+  one grid barrier per slab of K levels, 1024-node register chunks, each slab's outputs
+  spread evenly over the resident warps), then grid phases with 256- and 128-node chunks
+  (more, shorter warps: less latency per level; K = 96 instead of 64 when the phase starts at
+  or below ``NARROW_LEVELS``), a latency phase in one block with the tree in shared memory,
+  and an optional CPU tail; phase boundaries from the calibration
+  (:mod:`optiond.kernels.dispatch`, :class:`PipelinePlan`).
 * naive: one launch per level (the baseline of the benchmark).
 
 Errors: CUDA failures and out-of-memory raise :class:`GPUError`; callers (the engine) fall back
@@ -86,7 +99,7 @@ from .rootfind import (
 log = logging.getLogger(__name__)
 
 CUDA_SOURCE = Path(__file__).with_name("cuda") / "binomial.cu"
-NPAR = 12
+NPAR = 16
 REANCHOR = bc.REANCHOR
 FP32_MAX_STEPS = 10_000
 #: dynamic shared memory the latency-phase block may take (H100/H200 allow 227 KB per block)
@@ -117,6 +130,12 @@ class Variant:
     R: int
     K: int = 0
     threads: int = 128
+    #: tile kernels: chunk slots per SM sub-partition over which a slab's outputs are spread
+    #: evenly (0: fixed chunks of cw - K outputs; -1: one slot per resident warp)
+    spread: int = 0
+    #: grid phases starting at or below NARROW_LEVELS use K_narrow levels per slab instead of K
+    #: (0: always K): fewer grid barriers where the GPU is far from full anyway
+    K_narrow: int = 0
 
     @property
     def cw(self) -> int:
@@ -136,26 +155,28 @@ def _warp(dtype, G, R):
 
 
 #: warp-per-tree variants by precision, narrowest first (the narrowest that holds the widest
-#: tree of a launch is used: fewer registers, more warps per SM)
+#: tree of a launch is used: fewer registers, more warps per SM); at most 4 rows of 32 G nodes
+#: (CRR_SKIP_ROWS in binomial.cu): the kernel skips the exercise value in rows where it is <= 0
 WARP_VARIANTS = {
-    "fp64": [_warp("double", 4, 1), _warp("double", 4, 2), _warp("double", 4, 4), _warp("double", 4, 8)],
+    "fp64": [_warp("double", 8, 1), _warp("double", 8, 2), _warp("double", 8, 4)],
     "fp32": [_warp("float", 8, 1), _warp("float", 8, 2), _warp("float", 8, 4)],
 }
-#: extra shapes compiled for the benchmark's comparison of thread coarsening
-BENCH_WARP_VARIANTS = [_warp("double", 2, 16), _warp("double", 8, 4), _warp("float", 4, 8), _warp("float", 16, 2)]
+#: extra shapes compiled for the benchmark's comparison (8 rows: no exercise-row skipping)
+BENCH_WARP_VARIANTS = [_warp("double", 4, 8), _warp("float", 4, 8)]
 BLOCK_VARIANT = {"fp64": Variant("crr_batch_block", "double", 4, 4, K=64, threads=256),
                  "fp32": Variant("crr_batch_block", "float", 8, 2, K=64, threads=256)}
-PIPE_BLOCK = {"fp64": Variant("crr_pipe_block", "double", 4, 1, K=64, threads=512),
-              "fp32": Variant("crr_pipe_block", "float", 8, 1, K=128, threads=512)}
-PIPE_GRID_BIG = {"fp64": Variant("crr_pipe_grid", "double", 2, 16, K=128, threads=128),
-                 "fp32": Variant("crr_pipe_grid", "float", 4, 8, K=128, threads=128)}
-PIPE_GRID_MID = {"fp64": Variant("crr_pipe_grid", "double", 2, 4, K=64, threads=128),
-                 "fp32": Variant("crr_pipe_grid", "float", 4, 2, K=64, threads=128)}
-PIPE_GRID_SMALL = {"fp64": Variant("crr_pipe_grid", "double", 4, 1, K=64, threads=128),
-                   "fp32": Variant("crr_pipe_grid", "float", 8, 1, K=128, threads=128)}
-#: extra pipeline shapes compiled for the benchmark's sweep
-BENCH_PIPE_VARIANTS = [Variant("crr_pipe_grid", "double", 4, 8, K=128), Variant("crr_pipe_grid", "double", 2, 2, K=64),
-                       Variant("crr_pipe_block", "double", 2, 2, K=32, threads=512)]
+PIPE_BLOCK = {"fp64": Variant("crr_pipe_block", "double", 4, 1, K=32, threads=1024),
+              "fp32": Variant("crr_pipe_block", "float", 8, 1, K=64, threads=1024)}
+PIPE_GRID_BIG = {"fp64": Variant("crr_pipe_grid", "double", 2, 16, K=128, threads=128, spread=-1),
+                 "fp32": Variant("crr_pipe_grid", "float", 4, 8, K=128, threads=128, spread=-1)}
+PIPE_GRID_MID = {"fp64": Variant("crr_pipe_grid", "double", 2, 4, K=64, threads=128, spread=-1),
+                 "fp32": Variant("crr_pipe_grid", "float", 4, 2, K=64, threads=128, spread=-1)}
+PIPE_GRID_SMALL = {"fp64": Variant("crr_pipe_grid", "double", 4, 1, K=64, threads=128, K_narrow=96),
+                   "fp32": Variant("crr_pipe_grid", "float", 8, 1, K=64, threads=128)}
+NARROW_LEVELS = 15_000
+#: extra pipeline shapes compiled for the benchmark's sweep (4 rows: with exercise-row skipping)
+BENCH_PIPE_VARIANTS = [Variant("crr_pipe_grid", "double", 8, 4, K=128, spread=-1),
+                       Variant("crr_pipe_grid", "double", 4, 2, K=64, spread=-1)]
 
 
 def _plain_names() -> list[str]:
@@ -319,6 +340,10 @@ def _fill_params(is_call, S, K, T, r, q, sigma, N, fwd, pd_fma, out):
     out[7] = sign
     out[10] = REANCHOR
     out[11] = 0.0
+    out[12] = 0.0
+    out[13] = 0.0
+    out[14] = 0.0
+    out[15] = 0.0
     if fwd:
         # p and 1 - p as floats summing exactly to 1 (Sterbenz: 1 - x is exact for x in [0.5, 1])
         p32 = np.float32(p)
@@ -336,6 +361,21 @@ def _fill_params(is_call, S, K, T, r, q, sigma, N, fwd, pd_fma, out):
         period = REANCHOR if REANCHOR * a <= 2.0 else max(1, int(2.0 / a))
         out[10] = period
         out[9] = _FLT_LOG_MAX - math.log(max(S, K, 1.0)) - abs(r) * T - min(period, N) * a - 2.0
+        # the batch kernel's scaled scheme (binomial.cu, "FP32 warp per tree"): the larger of
+        # p, 1 - p is the unit weight, rho = smaller / larger rounded to float, lambda = 1 / (1 + rho)
+        # the effective larger probability (so the two sum to 1 exactly)
+        pc = 1.0 - p
+        if p >= pc:
+            out[11] = 1.0
+            rho = np.float64(np.float32(pc / p))
+        else:
+            rho = np.float64(np.float32(p / pc))
+        lam = 1.0 / (1.0 + rho)
+        erdt = math.exp(r * dt)
+        out[12] = rho
+        out[13] = lam
+        out[14] = u * erdt / lam
+        out[15] = erdt / lam
     else:
         out[3] = u
         out[4] = pu
@@ -657,12 +697,13 @@ class PipelinePlan:
     * ``t > big_to_mid``: cooperative grid kernel, 1024-node chunks, K = 128 (throughput);
     * ``big_to_mid >= t > mid_to_small``: grid kernel, 256-node chunks, K = 64;
     * ``mid_to_small >= t > small_to_block``: grid kernel, 128-node chunks (4 per lane),
-      K = 64: more, shorter warps, so less latency per level;
+      K = 64 (96 if the phase starts at or below ``NARROW_LEVELS``): more, shorter warps, so
+      less latency per level;
     * ``small_to_block >= t > cpu_tail``: one block, the tree in shared memory (latency);
     * ``t <= cpu_tail``: the CPU finishes (FP64 only; 0 disables it).
     """
 
-    big_to_mid: int = 600_000
+    big_to_mid: int = 300_000
     mid_to_small: int = 30_000
     small_to_block: int = 0
     cpu_tail: int = 0
@@ -672,13 +713,20 @@ def _phase_launch(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t_
                   Vb, Xb, stride: int, d_price, d_lv) -> int:
     """Launch one pipeline phase (levels t_hi -> t_lo); returns the buffer index of level t_lo."""
     k = kernel(v.name, coop=coop)
-    vw = v.cw - v.K
-    chunks = min(t_hi, out_cap + v.K) // vw + 1
-    args = (d_par, np.int32(N), np.int32(am), np.int32(t_hi), np.int32(t_lo), np.int32(v.K), np.int32(src),
+    K = v.K_narrow if coop and v.K_narrow and t_hi <= NARROW_LEVELS else v.K
+    vw = v.cw - K
+    chunks = min(t_hi, out_cap + K) // vw + 1
+    args = (d_par, np.int32(N), np.int32(am), np.int32(t_hi), np.int32(t_lo), np.int32(K), np.int32(src),
             np.int32(out_cap), Vb, Xb, np.uint64(stride), d_price, d_lv)
     if coop:
         wpb = v.threads // 32
         grid = max(1, min((chunks + wpb - 1) // wpb, resident_blocks(k, v.threads)))
+        units = 0
+        if v.spread > 0:
+            units = v.spread * 4 * device_info()["sms"]
+        elif v.spread < 0:
+            units = grid * wpb
+        args = args[:8] + (np.int32(units),) + args[8:]
         while True:
             try:
                 k((grid,), (v.threads,), args)
@@ -687,6 +735,8 @@ def _phase_launch(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t_
                 if grid == 1 or "COOPERATIVE" not in str(e).upper():
                     raise
                 grid //= 2
+                if v.spread < 0:
+                    args = args[:8] + (np.int32(grid * wpb),) + args[9:]
     else:
         # the tree in shared memory when it fits (4 arrays: V and X, double-buffered)
         itemsize = 8 if v.dtype == "double" else 4
@@ -697,8 +747,11 @@ def _phase_launch(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t_
         elif smem > 48 * 1024 and _state.get(("smem", v.name), 0) < smem:
             k.max_dynamic_shared_size_bytes = SMEM_MAX
             _state[("smem", v.name)] = SMEM_MAX
-        k((1,), (min(v.threads, 32 * chunks),), args + (np.int32(sstride),), shared_mem=smem)
-    nslabs = -(-(t_hi - t_lo) // v.K)
+        threads = min(v.threads, 32 * chunks)
+        units = threads // 32 if v.spread != 0 else 0
+        args = args[:8] + (np.int32(units),) + args[8:]
+        k((1,), (threads,), args + (np.int32(sstride),), shared_mem=smem)
+    nslabs = -(-(t_hi - t_lo) // K)
     return src ^ (nslabs & 1)
 
 

@@ -11,14 +11,25 @@
 // with the per-tree scalars (a, u, pu, pd, c, sign) computed on the host bit for bit as the CPU
 // reference computes them, and the node arithmetic written with the same fused multiply-adds
 // as the reference's compiled loop (cont = fma(pd, V[j], pu V[j+1]), X = fma(X, u, c),
-// x = sign fma(S, e, -K)). FP64 results then differ from the CPU's only where the GPU's exp
-// and the CPU's libm exp round a leaf or re-anchored node differently (an ulp at that node;
-// backward induction is a convex average, so such differences do not grow).
+// x = sign fma(S, e, -K)). Leaves and re-anchored exercise values take one exp per row of G
+// nodes and e <- e u^2 along the row (exercise_row): within a few ulps of an exp per node.
+// FP64 results then differ from the CPU's only by those few ulps at leaves and re-anchored
+// nodes (backward induction is a convex average, so such differences do not grow; measured
+// <= 1.7e-13 relative at N = 31, ~1e-14 from N = 1000 up).
 //
-// FP32 ("FWD" scheme): values are carried discounted to time 0, W_t = V_t e^{-r t dt}, so the
-// update is W[j] <- max(p W[j+1] + (1 - p) W[j], X'[j]) with p + (1 - p) == 1 exactly in
+// Exercise rows: at a node where the exercise value X <= 0, max(cont, X) == cont (cont >= 0),
+// so a row of nodes that cannot hold a positive X during a run of levels skips the X
+// recurrence and the max (exercise_rows: puts below, calls above (t + ln(K/S)/a) / 2, two nodes
+// of margin; X of such rows is left stale until the next re-anchoring, which recomputes it).
+// For FP64 this changes no result. Near the money about half the rows skip: FP64 nodes cost
+// DMUL + DFMA there instead of DMUL + 2 DFMA + DSETP + 2 FSEL. Kernels of at most
+// CRR_SKIP_ROWS rows per chunk are instantiated per (live rows, exercise rows) pair.
+//
+// FP32 tiles ("FWD" scheme): values are carried discounted to time 0, W_t = V_t e^{-r t dt}, so
+// the update is W[j] <- max(p W[j+1] + (1 - p) W[j], X'[j]) with p + (1 - p) == 1 exactly in
 // float, X'[j] <- X'[j] (u e^{r dt}) + c e^{-r t dt}; this removes the systematic drift of
-// float discount factors over N levels. W_0 = V_0.
+// float discount factors over N levels. W_0 = V_0. The FP32 batch kernel uses the scaled
+// variant of this (three instructions per node; see "FP32 warp per tree, scaled scheme").
 //
 // Data layout inside one warp: a chunk of CW = 32 G R consecutive nodes; lane l holds, in
 // registers, nodes j0 + r (32 G) + l G + g for r < R, g < G ("rows" of 32 G nodes). One
@@ -35,10 +46,12 @@
 //   crr_batch_block   one block per tree for trees wider than one warp's registers; the tree
 //                     lives in global scratch (L2), processed in slabs of K levels by chunks
 //                     of CW nodes with K-node halos recomputed (temporal blocking); one
-//                     __syncthreads per slab.
+//                     __syncthreads per slab; once the remaining tree fits one chunk, that
+//                     warp finishes it alone.
 //   crr_pipe_block    the same for one tree and one block over a level range (latency phase).
 //   crr_pipe_grid     the same over the whole GPU with one cooperative grid barrier per slab
-//                     (throughput phase; only in the module built with -DCRR_COOP).
+//                     (throughput phase; only in the module built with -DCRR_COOP); a slab's
+//                     outputs spread evenly over the resident warps (units).
 //   crr_naive_*       one launch per level, one thread per node, global memory (baseline).
 //
 // Sources: Cox, Ross & Rubinstein (1979); V. Podlozhnyuk, "Binomial option pricing model",
@@ -49,8 +62,15 @@
 #include <cooperative_groups.h>
 #endif
 
-#define CRR_NPAR 12
+#define CRR_NPAR 16
 #define CRR_FULL 0xffffffffu
+
+// levels per iteration of the straight-line level loops
+#ifndef CRR_UNROLL
+#define CRR_UNROLL 2
+#endif
+#define CRR_STR(x) #x
+#define CRR_PRAGMA_UNROLL(n) _Pragma(CRR_STR(unroll n))
 
 // per-tree parameter vector (float64 on the device, built by binomial_gpu._tree_table)
 #define P_S 0
@@ -64,10 +84,18 @@
 #define P_RDT 8     // r dt (FWD only)
 #define P_ARGMAX 9  // clamp of the exp argument (FP32 overflow guard)
 #define P_ANCHOR 10 // re-anchoring period in levels: 64 (FP64, as the CPU) or less (FP32, large a)
+#define P_UR 11     // FP32 scaled scheme: 1 if p >= 1 - p (unit weight on the up node), else 0
+#define P_RHO 12    // FP32 scaled scheme: rho = min(p, 1-p) / max(p, 1-p), rounded to float
+#define P_LAM 13    //   lambda = 1 / (1 + rho): the per-level scale of the values
+#define P_MY 14     //   u e^{r dt} / lambda: exercise multiplier
+#define P_KAP 15    //   e^{r dt} / lambda: per-level factor of the exercise offset
 
 template <typename T> struct Par {
     T S, K, a, xm, wu, wd, c, sign, argmax;
+    T sS, msK;  // sign S and -sign K: x = fma(sS, e, msK) == sign fma(S, e, -K) exactly
+    T u2, emax; // e^{2a} (exercise values along a row) and e^{argmax} (FP32 clamp)
     double rdt;
+    double La;  // ln(K / S) / a: the exercise value of node j at level t is > 0 iff sign (2j - t - La) > 0
     int N, anchor;
 };
 
@@ -101,7 +129,36 @@ template <typename T> __device__ __forceinline__ Par<T> load_par(const double* _
     P.rdt = p[P_RDT];
     P.N = N;
     P.anchor = (int)p[P_ANCHOR];
+    P.sS = (T)(p[P_SIGN] * p[P_S]);
+    P.msK = (T)(-p[P_SIGN] * p[P_K]);
+    P.u2 = (T)exp(2.0 * p[P_A]);
+    P.emax = (T)exp(p[P_ARGMAX]);
+    P.La = log(p[P_K] / p[P_S]) / p[P_A];
     return P;
+}
+
+// Rows that can hold a positive exercise value during a run of levels (the others need neither
+// the exercise recurrence nor the max: max(cont, X) == cont when X <= 0, as cont >= 0).
+// A put's exercise value is > 0 exactly at nodes j < (t + La) / 2, a call's at j > (t + La) / 2.
+// Put: X at a fixed node only falls as t falls, so the rows that matter at the run's top
+// level t_top cover the whole run (and later runs). Call: X rises as t falls, so the rows are
+// taken at the last level t_low before the next re-anchoring (which recomputes every X), for
+// every run up to it, so no row skipped early in a block is needed later in it. Two nodes of
+// margin: the skipped exercise values are at least ~2a K below zero, far beyond rounding.
+// Returns the number of such rows among the ra live rows of a chunk at j0 (rows of `row` nodes):
+// the first na rows (pfx, put) or the last na (call).
+__device__ __forceinline__ int exercise_rows(double sign, double La, int j0, int row, int ra, int t_top, int t_low,
+                                             bool& pfx) {
+    pfx = sign < 0.0;
+    if (pfx) {
+        const double jp = fmin(fmax(floor(0.5 * ((double)t_top + La)) + 2.0, -1.0), 1.0e9);
+        const int jpi = (int)jp;
+        return jpi < j0 ? 0 : min(ra, (jpi - j0) / row + 1);
+    }
+    const double jc = fmin(fmax(ceil(0.5 * ((double)t_low + La)) - 2.0, -1.0), 1.0e9);
+    const int jci = (int)jc;
+    const int rf = jci <= j0 ? 0 : (jci - j0) / row;
+    return ra - min(rf, ra);
 }
 
 // discount factor e^{-r t dt} of level t to time 0 (FWD scheme), 1 otherwise
@@ -115,6 +172,25 @@ template <typename T, bool FWD> __device__ __forceinline__ T exercise(const Par<
     if (FWD) arg = arg < P.argmax ? arg : P.argmax;
     T x = P.sign * crr_fma<T>(P.S, crr_exp<T>(arg), -P.K);
     return FWD ? x * g : x;
+}
+
+// Exercise values of the G consecutive nodes j .. j + G - 1 of level t (leaves and re-anchoring):
+// one exp for the first node, then e <- e u^2 along the row (each value within a few ulps of
+// exp per node; costs one exp per G nodes instead of G).
+template <typename T, bool FWD, int G>
+__device__ __forceinline__ void exercise_row(const Par<T>& P, int j, int t, T g, T (&x)[G]) {
+    T arg = (T)(2 * j - t) * P.a;
+    if (FWD) arg = arg < P.argmax ? arg : P.argmax;
+    T e = crr_exp<T>(arg);
+#pragma unroll
+    for (int k = 0; k < G; ++k) {
+        if (k > 0) {
+            e *= P.u2;
+            if (FWD) e = e < P.emax ? e : P.emax;
+        }
+        const T v = crr_fma<T>(P.sS, e, P.msK);
+        x[k] = FWD ? v * g : v;
+    }
 }
 
 // Values of level t <= 2 (nodes 0..t, held by chunk 0) into lv = [V00, V10, V11, V20, V21, V22].
@@ -146,6 +222,8 @@ __device__ __forceinline__ void neighbours(const T (&V)[R][G], T (&nb)[R]) {
 template <typename T, int G, int R, bool AM, bool ANCHOR, bool FWD>
 __device__ __forceinline__ void update_row(T (&V)[R][G], T (&X)[R][G], const Par<T>& P, int r, T nb, int jrow, int t,
                                            T g, T ct) {
+    T xa[G];
+    if (AM && ANCHOR) exercise_row<T, FWD, G>(P, jrow, t, g, xa);
 #pragma unroll
     for (int k = 0; k < G; ++k) {
         const T right = (k < G - 1) ? V[r][(k < G - 1) ? k + 1 : k] : nb;
@@ -153,7 +231,7 @@ __device__ __forceinline__ void update_row(T (&V)[R][G], T (&X)[R][G], const Par
         if (AM) {
             T x;
             if (ANCHOR)
-                x = exercise<T, FWD>(P, jrow + k, t, g);
+                x = xa[k];
             else
                 x = crr_fma<T>(X[r][k], P.xm, ct);
             X[r][k] = x;
@@ -178,28 +256,61 @@ __device__ __forceinline__ void level_generic(T (&V)[R][G], T (&X)[R][G], const 
 }
 
 // `n` recurrence levels (no anchor among them) from level t - 1 down, with exactly RA rows
-// live: straight-line code over the rows, so the RA*G independent nodes interleave.
-template <typename T, int G, int R, int RA, bool AM, bool FWD>
+// live: straight-line code over the rows, so the RA*G independent nodes interleave. Of these,
+// NA rows (the first NA if PFX, else the last NA) carry the exercise value; the others are
+// continuation only (exercise_rows).
+template <typename T, int G, int R, int RA, int NA, bool PFX, bool AM, bool FWD>
 __device__ __forceinline__ void levels_fixed(T (&V)[R][G], T (&X)[R][G], const Par<T>& P, int t, int n) {
-#pragma unroll 2
+    CRR_PRAGMA_UNROLL(CRR_UNROLL)
     for (int i = 0; i < n; ++i, --t) {
         const T g = level_scale<T, FWD>(P, t - 1);
         const T ct = FWD ? P.c * g : P.c;
         T nb[R];
         neighbours<T, G, R, RA>(V, nb);
 #pragma unroll
-        for (int r = 0; r < RA; ++r) update_row<T, G, R, AM, false, FWD>(V, X, P, r, nb[r], 0, t - 1, g, ct);
+        for (int r = 0; r < RA; ++r) {
+            if (AM && (PFX ? r < NA : r >= RA - NA))
+                update_row<T, G, R, true, false, FWD>(V, X, P, r, nb[r], 0, t - 1, g, ct);
+            else
+                update_row<T, G, R, false, false, FWD>(V, X, P, r, nb[r], 0, t - 1, g, ct);
+        }
     }
 }
 
-// levels_fixed<RA = ra>: a switch made of templates (RA = 1 .. R).
+// Exercise rows are skipped (NA < RA) only in kernels of at most CRR_SKIP_ROWS rows (code size).
+#ifndef CRR_SKIP_ROWS
+#define CRR_SKIP_ROWS 4
+#endif
+
+template <typename T, int G, int R, int RA, int NA, bool AM, bool FWD>
+__device__ __forceinline__ void na_dispatch(T (&V)[R][G], T (&X)[R][G], const Par<T>& P, int t, int n, int na, bool pfx) {
+    if constexpr (NA >= 0) {
+        if (na == NA) {
+            if constexpr (NA == 0 || NA == RA)
+                levels_fixed<T, G, R, RA, NA, true, AM, FWD>(V, X, P, t, n);
+            else if (pfx)
+                levels_fixed<T, G, R, RA, NA, true, AM, FWD>(V, X, P, t, n);
+            else
+                levels_fixed<T, G, R, RA, NA, false, AM, FWD>(V, X, P, t, n);
+        } else {
+            na_dispatch<T, G, R, RA, NA - 1, AM, FWD>(V, X, P, t, n, na, pfx);
+        }
+    }
+}
+
+// levels_fixed<RA = ra, NA = na>: a switch made of templates (RA = 1 .. R).
 template <typename T, int G, int R, int RA, bool AM, bool FWD>
-__device__ __forceinline__ void levels_dispatch(T (&V)[R][G], T (&X)[R][G], const Par<T>& P, int t, int n, int ra) {
+__device__ __forceinline__ void levels_dispatch(T (&V)[R][G], T (&X)[R][G], const Par<T>& P, int t, int n, int ra,
+                                                int na, bool pfx) {
     if constexpr (RA >= 1) {
-        if (ra == RA)
-            levels_fixed<T, G, R, RA, AM, FWD>(V, X, P, t, n);
-        else
-            levels_dispatch<T, G, R, RA - 1, AM, FWD>(V, X, P, t, n, ra);
+        if (ra == RA) {
+            if constexpr (AM && R <= CRR_SKIP_ROWS)
+                na_dispatch<T, G, R, RA, RA, AM, FWD>(V, X, P, t, n, na, pfx);
+            else
+                levels_fixed<T, G, R, RA, RA, true, AM, FWD>(V, X, P, t, n);
+        } else {
+            levels_dispatch<T, G, R, RA - 1, AM, FWD>(V, X, P, t, n, ra, na, pfx);
+        }
     }
 }
 
@@ -233,7 +344,9 @@ __device__ __forceinline__ void run_levels(T (&V)[R][G], T (&X)[R][G], const Par
         int n = pmax - (ra - 1) * ROW + 1;
         if (AM) n = min(n, P.anchor - d);
         n = min(n, min(t - 2, t - t_to + 1));
-        levels_dispatch<T, G, R, R, AM, FWD>(V, X, P, t + 1, n, ra);
+        bool pfx = true;
+        const int na = AM ? exercise_rows((double)P.sign, P.La, j0, ROW, ra, t, max(t - (P.anchor - d) + 1, 0), pfx) : 0;
+        levels_dispatch<T, G, R, R, AM, FWD>(V, X, P, t + 1, n, ra, na, pfx);
         t -= n;
     }
 }
@@ -248,19 +361,16 @@ __device__ __forceinline__ void warp_tree(const double* __restrict__ par, int N,
     T V[R][G], X[R][G];
     const T gN = level_scale<T, FWD>(P, N);
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
+        T x[G];
+        if (r * 32 * G <= N) exercise_row<T, FWD, G>(P, r * 32 * G + lane * G, N, gN, x);
 #pragma unroll
         for (int k = 0; k < G; ++k) {
             const int j = r * 32 * G + lane * G + k;
-            if (j <= N) {
-                const T x = exercise<T, FWD>(P, j, N, gN);
-                X[r][k] = x;
-                V[r][k] = crr_max<T>(x, (T)0);
-            } else {
-                X[r][k] = (T)0;
-                V[r][k] = (T)0;
-            }
+            X[r][k] = j <= N ? x[k] : (T)0;
+            V[r][k] = j <= N ? crr_max<T>(x[k], (T)0) : (T)0;
         }
+    }
     record_level<T, G, R>(V, 0, N, lv);  // N <= 2: the leaves are one of the first levels
     if (am)
         run_levels<T, G, R, true, FWD>(V, X, P, 0, N, 0, 1 << 30, lv);
@@ -269,10 +379,248 @@ __device__ __forceinline__ void warp_tree(const double* __restrict__ par, int N,
     if (lane == 0) *price = (double)V[0][0];
 }
 
+// ------------------------------------------------------------------ FP32 warp per tree, scaled scheme
+//
+// The float batch kernel carries U_t = W_t / s_t, where W_t = V_t e^{-r t dt} are the values
+// discounted to time 0 (FWD above) and s_t = lam^{N-t} 2^{E} a per-level scale. With the larger
+// of p, 1 - p as the "unit" side, W_t[j] = lam (W[j+1] + rho W[j]) when p >= 1 - p
+// (lam = 1 / (1 + rho), rho rounded to float, so the effective probabilities lam, rho lam sum
+// to 1 exactly: no drift), which gives
+//
+//   U_t[j] = max(fma(rho, U[j], U[j+1]), Y[j]),   Y[j] <- fma(Y[j], u e^{r dt} / lam, c g_t / s_t)
+//
+// three float instructions per node instead of four (European: one); c g_t / s_t is a double
+// recurrence (factor e^{r dt} / lam), computed one level ahead. At the re-anchoring levels
+// (every P_ANCHOR levels, American or not) the integer E is reset so that s lies in [0.5, 1),
+// the values multiplied by the same power of two (exact), the exercise values recomputed and
+// the offset recomputed from exp; so U stays below 2^65 W (the exponent clamp is lowered by 46
+// for that). W_t = U_t s_t for the price and the first levels. Rows without a positive exercise
+// value skip Y and the max (exercise_rows).
+
+struct ParS {
+    float S, K, a, sS, msK, rho, my, u2, emax, argmax;
+    double kap, c, sign, rdt, l2lam, La;
+    int N, period;
+    bool ur;
+};
+
+__device__ __forceinline__ ParS load_par_s(const double* __restrict__ p, int N) {
+    ParS P;
+    P.S = (float)p[P_S];
+    P.K = (float)p[P_K];
+    P.a = (float)p[P_A];
+    P.sS = (float)(p[P_SIGN] * p[P_S]);
+    P.msK = (float)(-p[P_SIGN] * p[P_K]);
+    P.rho = (float)p[P_RHO];
+    P.my = (float)p[P_MY];
+    P.u2 = (float)exp(2.0 * p[P_A]);
+    P.argmax = (float)(p[P_ARGMAX] - 46.0);
+    P.emax = (float)exp(p[P_ARGMAX] - 46.0);
+    P.kap = p[P_KAP];
+    P.c = p[P_C];
+    P.sign = p[P_SIGN];
+    P.rdt = p[P_RDT];
+    P.l2lam = log2(p[P_LAM]);
+    P.La = log(p[P_K] / p[P_S]) / p[P_A];
+    P.N = N;
+    P.period = (int)p[P_ANCHOR];
+    P.ur = p[P_UR] != 0.0;
+    return P;
+}
+
+// One row's node update (scaled scheme); nb: right neighbour of the row's last node.
+template <int G, int R, bool AM, bool UR, bool SPECIAL>
+__device__ __forceinline__ void scl_row(float (&U)[R][G], float (&Y)[R][G], const ParS& P, int r, float nb, float ct,
+                                        float sc, float fac, int jrow, int t) {
+    float e = 0.f;
+    if (AM && SPECIAL) {
+        float arg = (float)(2 * jrow - t) * P.a;
+        arg = arg < P.argmax ? arg : P.argmax;
+        e = expf(arg);
+    }
+#pragma unroll
+    for (int k = 0; k < G; ++k) {
+        const float right = (k < G - 1) ? U[r][(k < G - 1) ? k + 1 : k] : nb;
+        float cont = UR ? fmaf(P.rho, U[r][k], right) : fmaf(P.rho, right, U[r][k]);
+        if (SPECIAL) cont *= sc;
+        if (AM) {
+            float y;
+            if (SPECIAL) {
+                if (k > 0) e = fminf(e * P.u2, P.emax);
+                y = fmaf(P.S, e, -P.K) * fac;
+            } else {
+                y = fmaf(Y[r][k], P.my, ct);
+            }
+            Y[r][k] = y;
+            U[r][k] = fmaxf(cont, y);
+        } else {
+            U[r][k] = cont;
+        }
+    }
+}
+
+// A generic level (re-anchoring or t <= 2): rows r < ra, every row with the exercise value.
+template <int G, int R, bool AM, bool UR, bool SPECIAL>
+__device__ __forceinline__ void scl_level(float (&U)[R][G], float (&Y)[R][G], const ParS& P, int t, int ra, float ct,
+                                          float sc, float fac) {
+    const int lane = threadIdx.x & 31;
+    float nb[R];
+    neighbours<float, G, R, R>(U, nb);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+        if (r < ra) scl_row<G, R, AM, UR, SPECIAL>(U, Y, P, r, nb[r], ct, sc, fac, r * 32 * G + lane * G, t);
+}
+
+// n plain levels with exactly RA live rows, NA of them (first if PFX, else last) with the
+// exercise value; gsc: c g_t / s_t of the last level done, updated.
+template <int G, int R, int RA, int NA, bool PFX, bool AM, bool UR>
+__device__ __forceinline__ void scl_fixed(float (&U)[R][G], float (&Y)[R][G], const ParS& P, int n, double& gsc) {
+    double gn = gsc * P.kap;
+    float ctn = (float)gn;
+    CRR_PRAGMA_UNROLL(CRR_UNROLL)
+    for (int i = 0; i < n; ++i) {
+        const float ct = ctn;
+        if (AM) {
+            gsc = gn;
+            gn = gsc * P.kap;
+            ctn = (float)gn;
+        }
+        float nb[R];
+        neighbours<float, G, R, RA>(U, nb);
+#pragma unroll
+        for (int r = 0; r < RA; ++r) {
+            if (AM && (PFX ? r < NA : r >= RA - NA))
+                scl_row<G, R, true, UR, false>(U, Y, P, r, nb[r], ct, 1.f, 0.f, 0, 0);
+            else
+                scl_row<G, R, false, UR, false>(U, Y, P, r, nb[r], ct, 1.f, 0.f, 0, 0);
+        }
+    }
+}
+
+template <int G, int R, int RA, int NA, bool AM, bool UR>
+__device__ __forceinline__ void scl_na(float (&U)[R][G], float (&Y)[R][G], const ParS& P, int n, double& gsc, int na,
+                                       bool pfx) {
+    if constexpr (NA >= 0) {
+        if (na == NA) {
+            if constexpr (NA == 0 || NA == RA)
+                scl_fixed<G, R, RA, NA, true, AM, UR>(U, Y, P, n, gsc);
+            else if (pfx)
+                scl_fixed<G, R, RA, NA, true, AM, UR>(U, Y, P, n, gsc);
+            else
+                scl_fixed<G, R, RA, NA, false, AM, UR>(U, Y, P, n, gsc);
+        } else {
+            scl_na<G, R, RA, NA - 1, AM, UR>(U, Y, P, n, gsc, na, pfx);
+        }
+    }
+}
+
+template <int G, int R, int RA, bool AM, bool UR>
+__device__ __forceinline__ void scl_dispatch(float (&U)[R][G], float (&Y)[R][G], const ParS& P, int n, int ra,
+                                             double& gsc, int na, bool pfx) {
+    if constexpr (RA >= 1) {
+        if (ra == RA) {
+            if constexpr (AM && R <= CRR_SKIP_ROWS)
+                scl_na<G, R, RA, RA, AM, UR>(U, Y, P, n, gsc, na, pfx);
+            else
+                scl_fixed<G, R, RA, AM ? RA : 0, true, AM, UR>(U, Y, P, n, gsc);
+        } else {
+            scl_dispatch<G, R, RA - 1, AM, UR>(U, Y, P, n, ra, gsc, na, pfx);
+        }
+    }
+}
+
+template <int G, int R, bool AM, bool UR>
+__device__ __forceinline__ void scl_levels(float (&U)[R][G], float (&Y)[R][G], const ParS& P, double* __restrict__ price,
+                                           double* __restrict__ lv) {
+    const int ROW = 32 * G;
+    const int lane = threadIdx.x & 31;
+    int E = 0;                             // s_t = lam^{N-t} 2^E
+    double gsc = P.c * exp(-P.rdt * P.N);  // c g_N / s_N
+    int t = P.N - 1;
+    while (t >= 0) {
+        const int ra = min(R, t / ROW + 1);
+        const int d = (P.N - t) % P.period;
+        if (d == 0 || t <= 2) {
+            if (d == 0) {  // s into [0.5, 1) by E -= e; values times 2^e; re-anchor
+                const double lg = (double)(P.N - t) * P.l2lam + (double)E;
+                const int e = (int)floor(lg) + 1;
+                E -= e;
+                const double s = exp2(lg - (double)e);
+                const double g = exp(-P.rdt * (double)t);
+                gsc = P.c * g / s;
+                scl_level<G, R, AM, UR, true>(U, Y, P, t, ra, 0.f, ldexpf(1.f, e), (float)(P.sign * g / s));
+            } else {
+                gsc *= P.kap;
+                scl_level<G, R, AM, UR, false>(U, Y, P, t, ra, (float)gsc, 1.f, 0.f);
+            }
+            if (lv != nullptr && t <= 2) {
+                const double s = exp2((double)(P.N - t) * P.l2lam + (double)E);
+                const int base = t == 2 ? 3 : (t == 1 ? 1 : 0);
+#pragma unroll
+                for (int k = 0; k < G; ++k)
+                    if (lane * G + k <= t) lv[base + lane * G + k] = (double)U[0][k] * s;
+            }
+            --t;
+            continue;
+        }
+        int n = t - (ra - 1) * ROW + 1;
+        n = min(n, P.period - d);
+        n = min(n, t - 2);
+        bool pfx = true;
+        const int na = AM ? exercise_rows(P.sign, P.La, 0, ROW, ra, t, max(t - (P.period - d) + 1, 0), pfx) : 0;
+        scl_dispatch<G, R, R, AM, UR>(U, Y, P, n, ra, gsc, na, pfx);
+        t -= n;
+    }
+    if (lane == 0) *price = (double)U[0][0] * exp2((double)P.N * P.l2lam + (double)E);
+}
+
+template <int G, int R>
+__device__ __forceinline__ void warp_tree_scl(const double* __restrict__ par, int N, bool am, double* __restrict__ price,
+                                              double* __restrict__ lv) {
+    const ParS P = load_par_s(par, N);
+    const int lane = threadIdx.x & 31;
+    float U[R][G], Y[R][G];
+    const float gN = (float)exp(-P.rdt * N);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            const int j = r * 32 * G + lane * G + k;
+            if (j <= N) {
+                float arg = (float)(2 * j - N) * P.a;
+                arg = arg < P.argmax ? arg : P.argmax;
+                const float y = fmaf(P.sS, expf(arg), P.msK) * gN;
+                Y[r][k] = y;
+                U[r][k] = fmaxf(y, 0.f);
+            } else {
+                Y[r][k] = 0.f;
+                U[r][k] = 0.f;
+            }
+        }
+    if (lv != nullptr && N <= 2) {
+        const int base = N == 2 ? 3 : (N == 1 ? 1 : 0);
+#pragma unroll
+        for (int k = 0; k < G; ++k)
+            if (lane * G + k <= N) lv[base + lane * G + k] = (double)U[0][k];
+    }
+    if (P.ur) {
+        if (am)
+            scl_levels<G, R, true, true>(U, Y, P, price, lv);
+        else
+            scl_levels<G, R, false, true>(U, Y, P, price, lv);
+    } else {
+        if (am)
+            scl_levels<G, R, true, false>(U, Y, P, price, lv);
+        else
+            scl_levels<G, R, false, false>(U, Y, P, price, lv);
+    }
+}
+
 // Persistent warps; tree order[idx] for idx = warp id, then from the atomic counter (which the
-// host zeroes before the launch). Trees must satisfy N + 1 <= 32 G R.
+// host zeroes before the launch). Trees must satisfy N + 1 <= 32 G R. Blocks of 128 threads;
+// float: at most 128 registers (4 blocks per SM; the (rows, exercise rows) bodies would take more).
 template <typename T, int G, int R, bool FWD>
-__global__ void crr_batch_warp(const double* __restrict__ par, const int* __restrict__ steps,
+__global__ void __launch_bounds__(128, sizeof(T) == 4 ? 4 : 1) crr_batch_warp(const double* __restrict__ par, const int* __restrict__ steps,
                                                       const int* __restrict__ flags, const int* __restrict__ order,
                                                       int ntrees, int* __restrict__ counter, double* __restrict__ price,
                                                       double* __restrict__ lv) {
@@ -281,7 +629,12 @@ __global__ void crr_batch_warp(const double* __restrict__ par, const int* __rest
     int idx = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     while (idx < ntrees) {
         const int i = order[idx];
-        warp_tree<T, G, R, FWD>(par + (size_t)i * CRR_NPAR, steps[i], (flags[i] & 1) != 0, price + i, lv + (size_t)6 * i);
+        if constexpr (FWD)
+            warp_tree_scl<G, R>(par + (size_t)i * CRR_NPAR, steps[i], (flags[i] & 1) != 0, price + i,
+                                lv + (size_t)6 * i);
+        else
+            warp_tree<T, G, R, FWD>(par + (size_t)i * CRR_NPAR, steps[i], (flags[i] & 1) != 0, price + i,
+                                    lv + (size_t)6 * i);
         int nxt = 0;
         if (lane == 0) nxt = atomicAdd(counter, 1) + nw;
         idx = __shfl_sync(CRR_FULL, nxt, 0);
@@ -291,52 +644,74 @@ __global__ void crr_batch_warp(const double* __restrict__ par, const int* __rest
 // ------------------------------------------------------------------ tiles: chunks x slabs
 
 // Backward induction of one tree from level t_hi (in buffers [src]; or the leaves if
-// t_hi == N) down to level t_lo (left in buffers [src ^ (number of slabs & 1)]), K levels per
-// slab, chunks distributed over warps [warp_id, nwarps); SYNC() between slabs.
+// t_hi == N) down to level t_lo, K levels per slab, chunks distributed over warps
+// [warp_id, nwarps); SYNC() between slabs. Level t_lo is left in buffers
+// [src ^ (ceil((t_hi - t_lo) / K) & 1)] (the host relies on this parity).
 // Vb/Xb hold two buffers of `stride` elements each. Only output nodes <= out_cap are produced.
+//
+// Chunk widths: at most CW nodes (CW - K outputs, K halo nodes recomputed). With units > 0 the
+// outputs of a slab are spread evenly over `units` chunk slots per round (chunk widths rounded
+// up to whole rows of 32 G nodes; rows beyond a chunk's width are skipped), so that no slot
+// gets two chunks while another gets one. Once the whole remaining tree fits one chunk, that
+// chunk runs every remaining level without a further slab barrier.
 template <typename T, int G, int R, bool AM, bool FWD, bool LDCG, typename Sync>
 __device__ __forceinline__ void tiles_tree(const Par<T>& P, T* __restrict__ Vb, T* __restrict__ Xb, size_t stride,
                                            int t_hi, int t_lo, int K, int src, int out_cap, int warp_id, int nwarps,
-                                           double* __restrict__ price, double* __restrict__ lv, Sync sync) {
+                                           int units, double* __restrict__ price, double* __restrict__ lv,
+                                           Sync sync) {
     const int CW = 32 * G * R;
-    const int VW = CW - K;
+    const int ROW = 32 * G;
     const int lane = threadIdx.x & 31;
+    const int nslabs = (t_hi - t_lo + K - 1) / K;
+    const int last = src ^ (nslabs & 1);  // buffer of level t_lo
     int t = t_hi;
+    int cur = src;
     while (t > t_lo) {
-        const int kk = min(K, t - t_lo);
+        const bool fits = t + 1 <= CW;  // the whole level t in chunk 0
+        const int kk = fits ? t - t_lo : min(K, t - t_lo);
+        const int dst = fits ? last : cur ^ 1;
         const int out_last = min(t - kk, out_cap);
-        const int nchunks = out_last / VW + 1;
-        const T* Vin = Vb + (size_t)src * stride;
-        const T* Xin = Xb + (size_t)src * stride;
-        T* Vout = Vb + (size_t)(src ^ 1) * stride;
-        T* Xout = Xb + (size_t)(src ^ 1) * stride;
+        int vw = CW - K;  // outputs per chunk
+        if (fits) {
+            vw = CW;
+        } else if (units > 0) {
+            const int nmax = out_last / vw + 1;
+            const int slots = ((nmax + units - 1) / units) * units;
+            const int vb = (out_last + slots) / slots;  // ceil((out_last + 1) / slots)
+            vw = min(vw, ((vb + K + ROW - 1) / ROW) * ROW - K);
+        }
+        const int lim = fits ? CW : vw + K;  // positions p < lim of a chunk are loaded
+        const int nchunks = out_last / vw + 1;
+        const T* Vin = Vb + (size_t)cur * stride;
+        const T* Xin = Xb + (size_t)cur * stride;
+        T* Vout = Vb + (size_t)dst * stride;
+        T* Xout = Xb + (size_t)dst * stride;
         for (int c = warp_id; c < nchunks; c += nwarps) {
-            const int j0 = c * VW;
+            const int j0 = c * vw;
             T V[R][G], X[R][G];
             if (t == P.N) {
                 const T gN = level_scale<T, FWD>(P, t);
 #pragma unroll
-                for (int r = 0; r < R; ++r)
+                for (int r = 0; r < R; ++r) {
+                    T x[G];
+                    if (r * ROW < lim) exercise_row<T, FWD, G>(P, j0 + r * ROW + lane * G, t, gN, x);
 #pragma unroll
                     for (int k = 0; k < G; ++k) {
-                        const int j = j0 + r * 32 * G + lane * G + k;
-                        if (j <= t) {
-                            const T x = exercise<T, FWD>(P, j, t, gN);
-                            X[r][k] = x;
-                            V[r][k] = crr_max<T>(x, (T)0);
-                        } else {
-                            X[r][k] = (T)0;
-                            V[r][k] = (T)0;
-                        }
+                        const int p = r * ROW + lane * G + k;
+                        const bool in = p < lim && j0 + p <= t;
+                        X[r][k] = in ? x[k] : (T)0;
+                        V[r][k] = in ? crr_max<T>(x[k], (T)0) : (T)0;
                     }
+                }
                 record_level<T, G, R>(V, j0, t, lv);
             } else {
 #pragma unroll
                 for (int r = 0; r < R; ++r)
 #pragma unroll
                     for (int k = 0; k < G; ++k) {
-                        const int j = j0 + r * 32 * G + lane * G + k;
-                        if (j <= t) {
+                        const int p = r * ROW + lane * G + k;
+                        const int j = j0 + p;
+                        if (p < lim && j <= t) {
                             V[r][k] = LDCG ? crr_ldcg<T>(Vin + j) : Vin[j];
                             X[r][k] = AM ? (LDCG ? crr_ldcg<T>(Xin + j) : Xin[j]) : (T)0;
                         } else {
@@ -345,15 +720,15 @@ __device__ __forceinline__ void tiles_tree(const Par<T>& P, T* __restrict__ Vb, 
                         }
                     }
             }
-            run_levels<T, G, R, AM, FWD>(V, X, P, j0, t, t - kk, CW, lv);
+            run_levels<T, G, R, AM, FWD>(V, X, P, j0, t, t - kk, lim, lv);
             const int tn = t - kk;
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
                 for (int k = 0; k < G; ++k) {
-                    const int p = r * 32 * G + lane * G + k;
+                    const int p = r * ROW + lane * G + k;
                     const int j = j0 + p;
-                    if (p < VW && j <= out_last) {
+                    if (p < vw && j <= out_last) {
                         Vout[j] = V[r][k];
                         if (AM) Xout[j] = X[r][k];
                     }
@@ -361,7 +736,7 @@ __device__ __forceinline__ void tiles_tree(const Par<T>& P, T* __restrict__ Vb, 
             if (tn == 0 && j0 == 0 && lane == 0 && price != nullptr) *price = (double)V[0][0];
         }
         sync();
-        src ^= 1;
+        cur = dst;
         t -= kk;
     }
 }
@@ -388,10 +763,10 @@ __global__ void crr_batch_block(const double* __restrict__ par, const int* __res
         const Par<T> P = load_par<T>(par + (size_t)i * CRR_NPAR, N);
         if (flags[i] & 1)
             tiles_tree<T, G, R, true, FWD, false>(P, Vb, Xb, stride, N, 0, K, 0, 1 << 30, threadIdx.x >> 5,
-                                                  blockDim.x >> 5, price + i, lv + (size_t)6 * i, BlockSync());
+                                                  blockDim.x >> 5, 0, price + i, lv + (size_t)6 * i, BlockSync());
         else
             tiles_tree<T, G, R, false, FWD, false>(P, Vb, Xb, stride, N, 0, K, 0, 1 << 30, threadIdx.x >> 5,
-                                                   blockDim.x >> 5, price + i, lv + (size_t)6 * i, BlockSync());
+                                                   blockDim.x >> 5, 0, price + i, lv + (size_t)6 * i, BlockSync());
         if (threadIdx.x == 0) s_idx = atomicAdd(counter, 1) + gridDim.x;
         __syncthreads();
         idx = s_idx;
@@ -399,14 +774,15 @@ __global__ void crr_batch_block(const double* __restrict__ par, const int* __res
     }
 }
 
-// One tree, one block, levels t_hi -> t_lo (latency phase of the single-option pipeline).
-// With smem_stride > 0 the tree lives in shared memory (4 arrays of smem_stride elements,
+// One tree, one block, levels t_hi -> t_lo (latency phase of the single-option pipeline; units
+// as tiles_tree). With smem_stride > 0 the tree lives in shared memory (4 arrays of smem_stride elements,
 // dynamic shared memory): level t_hi is copied in from buffer `src` of Vb/Xb (unless it is
 // the leaves), and level t_lo, if > 0, is copied back to buffer src ^ (slabs & 1), as the
 // global-memory path leaves it.
 template <typename T, int G, int R, bool FWD>
-__global__ void __launch_bounds__(512) crr_pipe_block(const double* __restrict__ par, int N, int am, int t_hi,
-                                                       int t_lo, int K, int src, int out_cap, T* __restrict__ Vb,
+__global__ void __launch_bounds__(1024) crr_pipe_block(const double* __restrict__ par, int N, int am, int t_hi,
+                                                       int t_lo, int K, int src, int out_cap, int units,
+                                                       T* __restrict__ Vb,
                                                        T* __restrict__ Xb, size_t stride, double* __restrict__ price,
                                                        double* __restrict__ lv, int smem_stride) {
     extern __shared__ __align__(16) unsigned char crr_smem[];
@@ -430,10 +806,10 @@ __global__ void __launch_bounds__(512) crr_pipe_block(const double* __restrict__
     }
     if (am)
         tiles_tree<T, G, R, true, FWD, false>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
-                                              blockDim.x >> 5, price, lv, BlockSync());
+                                              blockDim.x >> 5, units, price, lv, BlockSync());
     else
         tiles_tree<T, G, R, false, FWD, false>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
-                                               blockDim.x >> 5, price, lv, BlockSync());
+                                               blockDim.x >> 5, units, price, lv, BlockSync());
     if (smem_stride > 0 && t_lo > 0) {
         const int nslabs = (t_hi - t_lo + K - 1) / K;
         const int b = nslabs & 1;
@@ -450,22 +826,23 @@ struct GridSync {
     __device__ __forceinline__ void operator()() const { cooperative_groups::this_grid().sync(); }
 };
 
-// One tree over the whole GPU, levels t_hi -> t_lo, one grid barrier per slab. Launch
-// cooperatively with no more blocks than can be resident.
+// One tree over the whole GPU, levels t_hi -> t_lo, one grid barrier per slab (units as
+// tiles_tree). Launch cooperatively with no more blocks than can be resident.
 template <typename T, int G, int R, bool FWD>
 __global__ void crr_pipe_grid(const double* __restrict__ par, int N, int am, int t_hi,
-                                                      int t_lo, int K, int src, int out_cap, T* __restrict__ Vb,
+                                                      int t_lo, int K, int src, int out_cap, int units,
+                                                      T* __restrict__ Vb,
                                                       T* __restrict__ Xb, size_t stride, double* __restrict__ price,
                                                       double* __restrict__ lv) {
     const Par<T> P = load_par<T>(par, N);
     const int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int nw = (gridDim.x * blockDim.x) >> 5;
     if (am)
-        tiles_tree<T, G, R, true, FWD, true>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, w, nw, price, lv,
-                                             GridSync());
+        tiles_tree<T, G, R, true, FWD, true>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, w, nw, units, price,
+                                             lv, GridSync());
     else
-        tiles_tree<T, G, R, false, FWD, true>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, w, nw, price, lv,
-                                              GridSync());
+        tiles_tree<T, G, R, false, FWD, true>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, w, nw, units, price,
+                                              lv, GridSync());
 }
 #endif
 
