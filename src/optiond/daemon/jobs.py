@@ -262,6 +262,25 @@ def split_works(n: int, total_work: float, weights: np.ndarray | None, works: li
     return out
 
 
+class SparseColumn:
+    """A job's per-row string column (status, error) gathered from its chunks' sparse parts
+    (:func:`optiond.daemon.pool.sparse_column`): only the rows that differ from the default."""
+
+    def __init__(self) -> None:
+        self._parts: list[tuple[int, np.ndarray, list]] = []
+
+    def add(self, start: int, rows: np.ndarray, values: list) -> None:
+        """A chunk's part: ``rows`` relative to the chunk, which starts at row ``start``."""
+        if len(rows):
+            self._parts.append((start, np.asarray(rows, dtype=np.int64) + start, list(values)))
+
+    def rows_values(self) -> tuple[np.ndarray, list]:
+        """All the rows that differ (ascending) and their values."""
+        parts = sorted(self._parts, key=lambda p: p[0])
+        rows = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, dtype=np.int64)
+        return rows, [v for p in parts for v in p[2]]
+
+
 def _slice_columns(columns: dict, a: int, b: int, n: int) -> dict:
     out = {}
     for k, v in columns.items():
@@ -535,20 +554,23 @@ class JobManager:
         return None
 
     def _dispatch(self) -> None:
-        """Give every free slot a chunk: rank 0's thread first takes chunks to run again."""
+        """Give every free slot a chunk: the MPI workers first (their chunks must travel, and
+        rank 0's own pricing thread would hold this process's interpreter lock while they
+        are sent), then rank 0's thread, which first takes chunks to run again."""
         while True:
             progressed = False
-            if not self._local_busy:
-                with self._cv:
-                    item = self._pop_local() or self._next_chunk()
-                if item is not None:
-                    self._submit_chunk(*item, "local")
-                    progressed = True
             if self._executor is not None and self._mpi_inflight < self._mpi_capacity:
                 with self._cv:
                     item = self._next_chunk()
                 if item is not None:
                     self._submit_chunk(*item, "mpi")
+                    progressed = True
+                    continue
+            if not self._local_busy:
+                with self._cv:
+                    item = self._pop_local() or self._next_chunk()
+                if item is not None:
+                    self._submit_chunk(*item, "local")
                     progressed = True
             if not progressed:
                 return
@@ -624,20 +646,20 @@ class JobManager:
         if r is None:
             n = job.n
             if job.op == "price":
-                r = job.result = {"values": np.full((1 + len(GREEK_FIELDS), n), np.nan),
-                                  "status": np.empty(n, dtype=object), "error": np.empty(n, dtype=object)}
+                r = job.result = {"values": np.full((1 + len(GREEK_FIELDS), n), np.nan), "status": SparseColumn(),
+                                  "error": SparseColumn()}
             else:
-                r = job.result = {"vol": np.full(n, np.nan), "status": np.empty(n, dtype=object)}
+                r = job.result = {"vol": np.full(n, np.nan), "status": SparseColumn()}
         if job.op == "price":
             r["values"][:, a:b] = part["values"]
-            r["error"][a:b] = part["error"]
+            r["error"].add(a, *part["error"])
             if part.get("std_error") is not None:
                 if "std_error" not in r:
                     r["std_error"] = np.full(job.n, np.nan)
                 r["std_error"][a:b] = part["std_error"]
         else:
             r["vol"][a:b] = part["vol"]
-        r["status"][a:b] = part["status"]
+        r["status"].add(a, *part["status"])
         dev = part.get("device", "cpu")
         job.devices[dev] = job.devices.get(dev, 0) + (b - a)
         if part.get("diagnostics"):

@@ -171,6 +171,14 @@ def rank_info() -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the task
 
 
+def sparse_column(arr: np.ndarray, default: str) -> tuple[np.ndarray, list]:
+    """A per-row string column as ``(rows, values)``: the rows (int64, ascending) whose value is
+    not ``default``, and those values. A chunk's "ok" statuses then cost nothing to send
+    between ranks or to gather at rank 0."""
+    rows = np.flatnonzero(arr != default)
+    return rows, arr[rows].tolist()
+
+
 def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
     """Price one chunk (on any rank, or in the front end's own pricing thread).
 
@@ -180,7 +188,7 @@ def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
 
     Returns:
         ``{"values": (6, m) float64 (price), "std_error": (m,) (MLMC prices), "vol": (m,)
-        (implied_vol), "status": (m,) object, "error": (m,) object (price), "device": str,
+        (implied_vol), "status", "error" (price): :func:`sparse_column` pairs, "device": str,
         "elapsed_s": float, "diagnostics": dict, "pid": int, "gpu_memory": [...]}``.
 
     Raises:
@@ -198,13 +206,13 @@ def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
         values = np.empty((1 + len(GREEK_FIELDS), len(res)))
         for i, name in enumerate(("price",) + GREEK_FIELDS):
             values[i] = getattr(res, name)
-        out.update(values=values, status=res.status, error=res.error, device=res.device,
-                   diagnostics=dict(res.diagnostics))
+        out.update(values=values, status=sparse_column(res.status, "ok"), error=sparse_column(res.error, ""),
+                   device=res.device, diagnostics=dict(res.diagnostics))
         if getattr(res, "std_error", None) is not None:  # MLMC: the estimate's standard error
             out["std_error"] = np.asarray(res.std_error, dtype=np.float64)
     else:
         vol, status = engine.implied_vol_table(task["prices"], task["columns"], task["method"])
-        out.update(vol=np.asarray(vol, dtype=np.float64), status=np.asarray(status, dtype=object),
+        out.update(vol=np.asarray(vol, dtype=np.float64), status=sparse_column(np.asarray(status, dtype=object), "ok"),
                    device=engine.select_device(None, task["method"]), diagnostics={})
     out["elapsed_s"] = time.perf_counter() - t0
     out["gpu_memory"] = gpu_memory_here()
@@ -217,4 +225,4 @@ def ping(_: Any = None) -> dict[str, Any]:
 
 
 __all__ = ["launched_by_mpi", "find_mpiexec", "mpiexec_command", "bootstrap", "worker_loop", "configure_rank",
-           "run_chunk", "rank_info"]
+           "run_chunk", "rank_info", "sparse_column"]

@@ -326,8 +326,14 @@ def encode_sparse_strings(arr: np.ndarray, default: str, buffers: list) -> dict:
     ``"ok"`` rows cost nothing on the wire.
     """
     rows = np.flatnonzero(arr != default)
-    enc_rows = rows.tolist() if len(rows) <= 64 else encode_array(rows.astype(np.int64), buffers)
-    return {"default": default, "rows": enc_rows, "values": [str(v) for v in arr[rows].tolist()]}
+    return encode_sparse_rows(rows, arr[rows].tolist(), default, buffers)
+
+
+def encode_sparse_rows(rows: Any, values: Sequence[Any], default: str, buffers: list) -> dict:
+    """:func:`encode_sparse_strings` from the rows that differ (ascending) and their values."""
+    rows = np.asarray(rows, dtype=np.int64)
+    enc_rows = rows.tolist() if len(rows) <= 64 else encode_array(rows, buffers)
+    return {"default": default, "rows": enc_rows, "values": [str(v) for v in values]}
 
 
 def _filled(n: int, value: str) -> np.ndarray:

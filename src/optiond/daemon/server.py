@@ -72,8 +72,8 @@ from .jobs import FINAL_STATES, Job, JobManager, Waiter
 from .limits import GREEK_TREES, LimitExceeded, Limits
 from .metrics import HttpEndpoint, Metrics, gpu_memory_here
 from .protocol import (PROTOCOL_VERSION, SIGNATURE_SCHEME, AuthenticationError, Message, ProtocolError, Session,
-                       decode_column, encode_array, encode_sparse_strings, is_array_spec, packb, send_frames,
-                       unpackb, utcnow)
+                       decode_column, encode_array, encode_sparse_rows, encode_sparse_strings, is_array_spec, packb,
+                       send_frames, unpackb, utcnow)
 
 log = logging.getLogger("optiond.daemon")
 
@@ -1485,14 +1485,14 @@ class Server:
         elapsed = (job.finished or time.monotonic()) - (job.started or job.submitted)
         if job.op == "price":
             content = {"n": job.n, "values": encode_array(r["values"], out),
-                       "row_status": encode_sparse_strings(r["status"], "ok", out),
-                       "row_error": encode_sparse_strings(r["error"], "", out), "device": device,
+                       "row_status": encode_sparse_rows(*r["status"].rows_values(), "ok", out),
+                       "row_error": encode_sparse_rows(*r["error"].rows_values(), "", out), "device": device,
                        "elapsed_s": elapsed, "via": "daemon", "diagnostics": diagnostics}
             if "std_error" in r:
                 content["std_error"] = encode_array(r["std_error"], out)
         else:
             content = {"n": job.n, "vol": encode_array(r["vol"], out),
-                       "iv_status": encode_sparse_strings(r["status"], "ok", out), "device": device,
+                       "iv_status": encode_sparse_rows(*r["status"].rows_values(), "ok", out), "device": device,
                        "elapsed_s": elapsed, "via": "daemon"}
         content["job_id"] = job.id
         content["status"] = "ok"
