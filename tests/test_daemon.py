@@ -166,7 +166,7 @@ def test_implied_vol_matches_in_process(client, method):
 
 def test_connection_file_is_private(daemon):
     info = paths.read_connection_file(daemon.connection_file)
-    assert info["ip"] == "127.0.0.1" and info["signature_scheme"] == "hmac-sha256-framed" and len(info["key"]) >= 64
+    assert info["ip"] == "127.0.0.1" and info["signature_scheme"] == "hmac-sha256-framed-leaves" and len(info["key"]) >= 64
     if os.name == "posix":
         assert stat.S_IMODE(os.stat(daemon.connection_file).st_mode) == 0o600
 
@@ -468,7 +468,7 @@ def test_stale_connection_file_is_remembered_as_down(tmp_path):
     s.close(linger=0)  # the port is closed again: nobody listens there
     ctx.term()
     info = {"transport": "tcp", "ip": "127.0.0.1", "shell_port": port, "iopub_port": port, "hb_port": port,
-            "control_port": port, "signature_scheme": "hmac-sha256-framed", "key": "k" * 64}
+            "control_port": port, "signature_scheme": "hmac-sha256-framed-leaves", "key": "k" * 64}
     paths.write_connection_file(tmp_path / "stale.json", info)
     c = Client(tmp_path / "stale.json", timeout=0.5, retries=1, connect_timeout=0.3, down_s=60)
     first = c.price_table(table(2), Method(steps=20))
@@ -594,6 +594,45 @@ def test_signature_covers_buffers(pair):
     frames = s.serialize(s.header("x_request"), {"a": 1}, buffers=[b"12345678"])
     frames[-1] = b"12345679"
     a.send_multipart(frames)
+    with pytest.raises(AuthenticationError):
+        s.recv(b)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_large_buffers_are_signed_leaf_by_leaf(pair, monkeypatch, parallel):
+    """A frame over 1 MiB enters the HMAC as its 1 MiB leaves' SHA-256 digests: the signature
+    still covers every byte (one changed byte in any leaf, or a leaf boundary moved, fails),
+    and the parallel and serial digests agree."""
+    import hashlib
+    import hmac as hmac_mod
+
+    monkeypatch.setattr(protocol, "PARALLEL_LEAF_BYTES", 0 if parallel else 1 << 40)
+    a, b = pair
+    s = Session(b"key")
+    rng = np.random.default_rng(5)
+    big = rng.integers(0, 256, 3 * protocol.LEAF_BYTES + 12345, dtype=np.uint8).tobytes()
+    small = b"x" * 100
+    frames = s.serialize(s.header("x_request"), {"a": 1}, buffers=[small, big])
+    # the signature, recomputed from the definition: framing, small frames raw, big ones by leaves
+    signed = frames[2:]
+    h = hmac_mod.new(b"key", digestmod=hashlib.sha256)
+    h.update(protocol.framing(signed))
+    for f in signed:
+        if len(f) > protocol.LEAF_BYTES:
+            f = b"".join(hashlib.sha256(f[i:i + protocol.LEAF_BYTES]).digest()
+                         for i in range(0, len(f), protocol.LEAF_BYTES))
+        h.update(f)
+    assert frames[1] == h.hexdigest().encode()
+    a.send_multipart(frames)
+    assert s.recv(b).buffers[1] == big
+    for where in (0, protocol.LEAF_BYTES - 1, 2 * protocol.LEAF_BYTES + 7, len(big) - 1):
+        bad = bytearray(big)
+        bad[where] ^= 1
+        a.send_multipart(frames[:-1] + [bytes(bad)])
+        with pytest.raises(AuthenticationError):
+            s.recv(b)
+    moved = frames[:-2] + [small + big[:1], big[1:]]  # a byte moved across the frame boundary
+    a.send_multipart(moved)
     with pytest.raises(AuthenticationError):
         s.recv(b)
 

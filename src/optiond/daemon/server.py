@@ -895,7 +895,9 @@ class Server:
         if self._state == "draining" or self._stop.is_set() or msg.header["version"] != PROTOCOL_VERSION:
             return False
         try:
-            mkey = tuple((k, tuple(v) if type(v) is list else v) for k, v in spec.items())
+            # the value's type is part of the key: 1 == True and 1.0 == 1 hash alike, and the
+            # general path refuses greeks=1 and steps=100.0
+            mkey = tuple((k, type(v), tuple(v) if type(v) is list else v) for k, v in spec.items())
             method = self._fast_methods.get(mkey)
         except TypeError:  # an unhashable field
             return False
