@@ -703,7 +703,7 @@ class PipelinePlan:
     * ``t <= cpu_tail``: the CPU finishes (FP64 only; 0 disables it).
     """
 
-    big_to_mid: int = 300_000
+    big_to_mid: int = 200_000
     mid_to_small: int = 30_000
     small_to_block: int = 0
     cpu_tail: int = 0

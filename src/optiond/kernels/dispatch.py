@@ -43,8 +43,9 @@ DEFAULTS: dict[str, Any] = {
     "pipeline_min_steps": 5_000,
     "pipeline_max_options": 4,
     # phase boundaries of the pipeline (binomial_gpu.PipelinePlan)
-    # (big_to_mid measured on an H200 with the row-skipping kernels: N = 1e6 326 ms at 300,000, 341 ms at 600,000)
-    "plan": {"big_to_mid": 300_000, "mid_to_small": 30_000, "small_to_block": 0, "cpu_tail": 0},
+    # (big_to_mid measured on an H200 with the row-skipping kernels: N = 1e6 318 ms at 200,000, 326 ms at 300,000,
+    # 341 ms at 600,000)
+    "plan": {"big_to_mid": 200_000, "mid_to_small": 30_000, "small_to_block": 0, "cpu_tail": 0},
 }
 
 _cache_lock = threading.Lock()
