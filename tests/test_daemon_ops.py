@@ -217,6 +217,42 @@ def test_cancel_a_submitted_job_and_a_waiting_request(client):
     assert client.cancel("nothing-running")["cancelled"] == 0
 
 
+MLMC_CELL = {"kind": "call", "style": "european", "spot": 280.0, "strike": 280.0, "expiry": 1.0, "rate": 0.05,
+             "dividend_yield": 0.0, "volatility": 0.25}  # the seed's AAPL case
+
+
+def test_mlmc_job_reports_progress_within_the_run(client):
+    m = Method(name="mlmc", eps=0.0015, seed=3, device="cpu")  # about a second on one core
+    events = []
+    got = client.price_table(MLMC_CELL, m, fallback=False, on_progress=events.append)
+    want = engine.price_table(MLMC_CELL, m)
+    assert got.price[0] == want.price[0] and got.std_error[0] == want.std_error[0]  # the same run, bit for bit
+    inside = [e.fraction for e in events if e.state == "running" and 0.0 < e.fraction < 1.0]
+    assert inside, [(e.state, e.fraction) for e in events]  # one option, one chunk: reported from inside MLMC
+    fractions = [e.fraction for e in events]
+    assert fractions == sorted(fractions) and events[-1].state == "done"
+
+
+def test_cancelled_mlmc_run_stops_between_iterations(client):
+    m = Method(name="mlmc", eps=0.0002, seed=4, device="cpu")  # minutes on one core if left to run
+    job = client.submit_table(MLMC_CELL, m, job_id="ops-mlmc-cancel")
+    with client.subscribe() as sub:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ev = sub.get(timeout=0.5)
+            if ev is not None and ev.kind == "progress" and ev.job_id == job and ev.fraction > 0.0:
+                break
+        else:
+            pytest.fail("no progress from inside the MLMC run")
+    t0 = time.monotonic()
+    assert client.cancel(job)["cancelled"] == 1
+    with pytest.raises(JobCancelled):
+        client.result(job, timeout=30)
+    # the run itself stopped: the pricing thread takes the next job at once
+    got = client.price_table(table(300, seed=41), SLOW, fallback=False, force=True)
+    assert got.ok.all() and time.monotonic() - t0 < 30
+
+
 def test_deadlines(client):
     big = table(2000, seed=30)
     with pytest.raises(RequestRefused) as refused:  # estimated far over the deadline: refused at once

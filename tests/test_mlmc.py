@@ -499,3 +499,39 @@ def test_bias_test_does_not_stop_early_when_the_weak_error_changes_sign():
     # the estimator's MSE target is eps^2 (bias^2 <= eps^2 / 2): allow sampling slack on 8 seeds
     assert np.sqrt(np.mean(errs ** 2)) < 1.6
     assert abs(errs.mean()) < 1.2
+
+
+# ---- under a daemon job's control: progress, cancellation, same bits -------------------------
+
+def test_controlled_run_reports_progress_and_gives_the_same_bits(monkeypatch):
+    from optiond import runctl
+    from optiond.kernels import mlmc_cpu as mc
+
+    args = ("call", 100.0, 100.0, 1.0, 0.05, 0.0, 0.2, 0.005)
+    plain = mlmc_price(*args, seed=11)
+    monkeypatch.setattr(mc, "PIECE_PATH_STEPS", 1 << 12)  # many small pieces per level
+    seen: list[float] = []
+    with runctl.controlled(runctl.RunControl(seen.append, lambda: False)):
+        fracs: list[float] = []
+        ctl = mlmc_price(*args, seed=11, progress=lambda *_: runctl.check(),
+                              on_fraction=lambda f: (fracs.append(f), runctl.report(f)))
+    assert ctl.price == plain.price and ctl.std_error == plain.std_error
+    assert np.array_equal(ctl.n_samples, plain.n_samples)
+    assert fracs and fracs[-1] == 1.0 and all(0.0 <= f <= 1.0 for f in fracs) and seen == fracs
+
+
+def test_cancelled_run_stops_inside_an_iteration(monkeypatch):
+    from optiond import runctl
+    from optiond.kernels import mlmc_cpu as mc
+
+    monkeypatch.setattr(mc, "PIECE_PATH_STEPS", 1 << 12)
+    checks = {"n": 0}
+
+    def cancelled() -> bool:
+        checks["n"] += 1
+        return checks["n"] > 3  # the fourth check: in the middle of the first big level
+
+    with runctl.controlled(runctl.RunControl(None, cancelled)), pytest.raises(runctl.Cancelled):
+        mlmc_price("call", 100.0, 100.0, 1.0, 0.05, 0.0, 0.2, 0.002, seed=2)
+    assert checks["n"] == 4
+    assert not runctl.active()  # the control ends with the block

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from . import runctl
 from .kernels import binomial_cpu, black_scholes
 from .kernels.rootfind import IV_STATUS_NAMES
 from .models import (AMERICAN, GREEK_FIELDS, Batch, InvalidInputError, Method, Result, RowError, object_full,
@@ -132,19 +133,24 @@ def _price_mlmc(batch: Batch, method: Method, res: Result) -> None:
     eps = np.broadcast_to(np.asarray(method.eps, dtype=np.float64), (n,))
     device = "gpu" if method.device == "gpu" or (method.device == "auto" and _gpu_available()) else "cpu"
     levels, warnings = np.zeros(n, dtype=np.int64), {}
-    for i in np.flatnonzero(res.ok).tolist():
+    todo = np.flatnonzero(res.ok).tolist()
+    hooks: dict = {}
+    for k, i in enumerate(todo):
         args = (_mlmc_payoff(int(batch.kind[i]), method.payoff), batch.spot[i], batch.strike[i], batch.expiry[i],
                 batch.rate[i], batch.dividend_yield[i], batch.volatility[i], float(eps[i]))
+        if runctl.active():  # a daemon job: progress per adaptive iteration, cancellation between them
+            hooks = {"progress": lambda *_: runctl.check(),
+                     "on_fraction": lambda f, k=k: runctl.report((k + f) / len(todo))}
         try:
             try:
-                r = mlmc.mlmc_price(*args, seed=int(method.seed), device=device)
+                r = mlmc.mlmc_price(*args, seed=int(method.seed), device=device, **hooks)
             except (ImportError, RuntimeError) as e:  # GPU unusable: the CPU gives the same estimate
                 if device != "gpu":
                     raise
                 logging.getLogger(__name__).warning("GPU MLMC failed (%s); priced on the CPU instead", e)
                 res.diagnostics["gpu_fallback"] = f"{type(e).__name__}: {e}"
                 device = "cpu"
-                r = mlmc.mlmc_price(*args, seed=int(method.seed), device=device)
+                r = mlmc.mlmc_price(*args, seed=int(method.seed), device=device, **hooks)
         except InvalidInputError as e:
             res.mark_error([i], str(e))
             continue

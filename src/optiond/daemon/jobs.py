@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import runctl
 from ..models import GREEK_FIELDS, InvalidInputError, Method
 from . import pool
 from .limits import Cost
@@ -129,6 +130,8 @@ class Job:
     devices: dict[str, int] = field(default_factory=dict)
     diagnostics: dict = field(default_factory=dict)
     pids: set = field(default_factory=set)
+    #: fraction done of the chunks running on rank 0's thread that report from inside (MLMC)
+    partial: dict[int, float] = field(default_factory=dict)
     _last_progress: float = 0.0
 
     @property
@@ -139,7 +142,10 @@ class Job:
     def fraction(self) -> float:
         if self.state == "done":
             return 1.0
-        return self.done_work / self.total_work if self.total_work > 0 else 0.0
+        if self.total_work <= 0:
+            return 0.0
+        partial = sum(f * self.chunks[i][2] for i, f in list(self.partial.items()))
+        return min(1.0, (self.done_work + partial) / self.total_work)
 
     def eta_s(self, capacity: float) -> float | None:
         """Seconds left: from the progress so far, else from the estimate."""
@@ -586,7 +592,7 @@ class JobManager:
                 fut = self._executor.submit(pool.run_chunk, task)
                 self._mpi_inflight += 1
             else:
-                fut = self._local.submit(pool.run_chunk, task)
+                fut = self._local.submit(self._run_controlled, job, i, task)
                 self._local_busy = True
         except Exception as e:  # noqa: BLE001 (a broken pool: price the chunk here instead)
             if where == "mpi":
@@ -596,6 +602,18 @@ class JobManager:
             raise
         job._inflight += 1
         self._inflight[fut] = (job, i, where, time.monotonic())
+
+    @staticmethod
+    def _run_controlled(job: Job, i: int, task: dict) -> dict:
+        """Price a chunk on rank 0's thread under a :class:`optiond.runctl.RunControl`: pricers
+        that loop (MLMC's adaptive iterations) report their progress into the job and stop
+        at their next safe point once it is cancelled (:class:`optiond.runctl.Cancelled`).
+        Chunks on worker ranks run to the end; a cancelled job drops their results."""
+        def on_progress(f: float) -> None:  # never backwards (MLMC's estimate can step back)
+            job.partial[i] = max(f, job.partial.get(i, 0.0))
+
+        with runctl.controlled(runctl.RunControl(on_progress, lambda: job.state in FINAL_STATES)):
+            return pool.run_chunk(task)
 
     def _release(self, where: str) -> None:
         if where == "mpi":
@@ -642,6 +660,7 @@ class JobManager:
 
     def _store(self, job: Job, i: int, part: dict) -> None:
         a, b, work = job.chunks[i]
+        job.partial.pop(i, None)
         r = job.result
         if r is None:
             n = job.n

@@ -267,7 +267,8 @@ def chunk_layout(level: int, count: int) -> tuple[int, int]:
 
 def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEFAULT_L_MIN, l_max: int = DEFAULT_L_MAX,
                   theta: float = DEFAULT_THETA, alpha0: float = 0.0, beta0: float = 0.0, gamma0: float = 0.0,
-                  comm=None, max_iterations: int = 1000, progress=None, level0_mean: float | None = None) -> MLMCResult:
+                  comm=None, max_iterations: int = 1000, progress=None, level0_mean: float | None = None,
+                  on_fraction=None) -> MLMCResult:
     """Giles' adaptive MLMC (module docstring) over a level sampler.
 
     Args:
@@ -281,6 +282,10 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
         comm: mpi4py communicator, or None for one process.
         max_iterations: safety stop (a warning if reached).
         progress: optional callable ``progress(iteration, L, n_samples)``; raise from it to cancel.
+        on_fraction: optional callable ``on_fraction(f)`` at the end of each iteration with the
+            estimated fraction of the run's cost done: ``sum N_l C_l / sum max(N_l, target_l) C_l``
+            (the targets of the latest optimal sample counts; it can step back when a level is
+            added).
         level0_mean: the exact ``E[P_0]`` of the sampler's level 0 (module docstring "Exact
             level 0"), or None to sample level 0. When given, level 0 is never requested from
             the sampler, ``l_min`` is raised to 1 and ``l_max`` must be >= 1; with ``comm`` the
@@ -394,6 +399,9 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
                     cl = np.append(cl, level_cost(L))
                     ns = _optimal_n(vl, cl, eps, theta, first)
                     dn = np.maximum(0, ns - nl)
+        if on_fraction is not None:
+            done = float(np.dot(nl, cl))
+            on_fraction(done / (done + float(np.dot(dn, cl))) if dn.any() else 1.0)
     # ---- final estimate and diagnostics
     m, v, mf, vf, kurt = _level_stats(sums, nl)
     if exact:
@@ -504,7 +512,7 @@ def make_sampler(payoff, spot, strike, expiry, rate, dividend_yield, volatility,
 def mlmc_price(payoff, spot, strike, expiry, rate, dividend_yield, volatility, eps, *, seed: int = 0, device: str = "cpu",
                payout: float = 1.0, n0: int = DEFAULT_N0, l_min: int = DEFAULT_L_MIN, l_max: int = DEFAULT_L_MAX,
                theta: float = DEFAULT_THETA, comm=None, progress=None, sampler=None,
-               gpu_options: dict | None = None, exact_level0: bool = True) -> MLMCResult:
+               gpu_options: dict | None = None, exact_level0: bool = True, on_fraction=None) -> MLMCResult:
     """Price one option by adaptive MLMC with the Milstein scheme under Black–Scholes dynamics.
 
     Args:
@@ -523,6 +531,8 @@ def mlmc_price(payoff, spot, strike, expiry, rate, dividend_yield, volatility, e
         n0, l_min, l_max, theta: algorithm parameters (see :func:`mlmc_adaptive`).
         comm: mpi4py communicator for a run across ranks (all ranks call this function).
         progress: callable(iteration, L, n_samples) after each iteration; raising cancels.
+        on_fraction: callable(fraction of the run's cost done) after each iteration (see
+            :func:`mlmc_adaptive`).
         sampler: a ready sampler for these inputs; overrides ``device`` (not closed here).
         gpu_options: extra :class:`mlmc_gpu.GPUSampler` arguments (``fast``, ``team_levels``).
         exact_level0: use the exact ``E[P_0]`` (:func:`mlmc_cpu.level0_mean`, module docstring
@@ -547,7 +557,7 @@ def mlmc_price(payoff, spot, strike, expiry, rate, dividend_yield, volatility, e
                                **(gpu_options or {}))
     try:
         res = mlmc_adaptive(sampler, float(eps), n0=n0, l_min=l_min, l_max=l_max, theta=theta, comm=comm, progress=progress,
-                            level0_mean=level0)
+                            level0_mean=level0, on_fraction=on_fraction)
     finally:
         if own:
             sampler.close()

@@ -101,6 +101,7 @@ import time
 import numba as nb
 import numpy as np
 
+from .. import runctl
 from .philox import _MASK, _S32, box_muller_r, box_muller_theta, philox4x32_10
 
 CALL, PUT, DIGITAL_CALL, DIGITAL_PUT, ASIAN_CALL, ASIAN_PUT = 0, 1, 2, 3, 4, 5
@@ -491,6 +492,11 @@ def run_level(payoff, level, start, count, chunk_size, key, S0, K, T, mu, sig, d
     return _chunk_sums(units, chunk_size // unit)
 
 
+#: fine path steps of one piece of a level run under a daemon job's control (about 0.1-0.3 s
+#: of one core): the granularity of cancellation inside an MLMC iteration
+PIECE_PATH_STEPS = 1 << 23
+
+
 class CPUSampler:
     """The level sampler interface of :func:`optiond.kernels.mlmc.mlmc_adaptive` on the CPU.
 
@@ -515,12 +521,32 @@ class CPUSampler:
 
     def run(self, requests):
         out = []
+        controlled = runctl.active()
         for level, start, count, chunk_size in requests:
             self.samples_done += max(0, int(count))
             t0 = time.perf_counter()
-            out.append(run_level(self.payoff, level, start, count, chunk_size, self.key, *self.args))
+            if controlled and count > chunk_size:
+                out.append(self._run_in_pieces(level, start, count, chunk_size))
+            else:
+                out.append(run_level(self.payoff, level, start, count, chunk_size, self.key, *self.args))
             self.level_seconds[level] = self.level_seconds.get(level, 0.0) + time.perf_counter() - t0
         return np.concatenate(out) if out else np.zeros((0, NSTAT))
+
+    def _run_in_pieces(self, level, start, count, chunk_size):
+        """:func:`run_level` in pieces of whole chunks of about :data:`PIECE_PATH_STEPS`, with
+        :func:`optiond.runctl.check` between them (a cancelled daemon job stops within a piece,
+        not after a whole iteration, which can take most of a run). Each chunk's sums do not
+        depend on the piece that computes it, so the result is the same bits."""
+        steps = 1.0 if level == 0 else 1.5 * (1 << level)
+        per = max(1, int(PIECE_PATH_STEPS // (steps * chunk_size)))
+        n_chunks = -(-count // chunk_size)
+        parts = []
+        for c0 in range(0, n_chunks, per):
+            runctl.check()
+            a = c0 * chunk_size
+            b = min((c0 + per) * chunk_size, count)
+            parts.append(run_level(self.payoff, level, start + a, b - a, chunk_size, self.key, *self.args))
+        return np.concatenate(parts)
 
     def close(self):
         pass
