@@ -234,3 +234,23 @@ def test_tree_greeks_on_the_shortest_trees(N):
         assert out[3] == pytest.approx((node(2, 1) - out[0]) / (2 * dt), rel=1e-10)
     else:
         assert np.isnan(out[2]) and np.isnan(out[3])
+
+
+def test_one_contract_path_and_batch_kernels_agree_bit_for_bit():
+    """A contract gets the same bits from the one-contract path (crr_one: a single Excel cell,
+    the daemon's short path), the serial batch kernel and the parallel one (the daemon's
+    replies are matched to their requests by these bits in the load test)."""
+    rng = np.random.default_rng(2026)
+    n = 400
+    cols = [rng.integers(0, 2, n), rng.integers(0, 2, n), rng.uniform(50, 150, n), rng.uniform(50, 150, n),
+            rng.uniform(0.05, 3, n), rng.choice([0.0, 0.03, 0.08], n), rng.uniform(0, 0.05, n),
+            rng.uniform(0.08, 0.7, n), rng.integers(1, 700, n)]
+    ok = np.ones(n, bool)
+    ok[bc.probability_errors(cols[4], cols[5], cols[6], cols[7], cols[8])] = False
+    cols = [c[ok] for c in cols]
+    par = bc.crr_batch(*cols, greeks=True, parallel=True)
+    ser = bc.crr_batch(*cols, greeks=True, parallel=False)
+    one = np.array([bc.crr_one(k == 1, s == 1, S, K, T, r, q, v, int(N), True)
+                    for k, s, S, K, T, r, q, v, N in zip(*cols)]).T
+    np.testing.assert_array_equal(par, ser)
+    np.testing.assert_array_equal(one, par)
