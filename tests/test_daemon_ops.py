@@ -82,6 +82,23 @@ def raw_request(served, msg_type: str, content: dict, buffers=(), metadata=None,
         ctx.term()
 
 
+# ---------------------------------------------------------------------------- reply size
+
+
+@pytest.mark.parametrize("rows,greeks,steps", [(5, False, 60), (5, True, 60), (700, False, 900), (700, True, 300)])
+def test_price_replies_send_greeks_only_when_asked(served, client, rows, greeks, steps):
+    """Without Greeks the reply's value block is the prices alone, (1, n): the client fills
+    the Greeks with NaN; inline and job-sized tables alike."""
+    cols, m = table(rows, seed=60 + rows), Method(steps=steps, greeks=greeks)
+    buffers: list = []
+    content = {"columns": client._encode_columns(cols, buffers), "method": client._encode_method(m, buffers)}
+    reply = raw_request(served, "price_request", content, buffers, metadata={"force": True})
+    assert reply.content["values"]["__nd__"][1] == [6 if greeks else 1, rows]
+    got = Client._decode_result(reply)
+    assert_same(got, engine.price_table(cols, m))
+    assert np.isnan(got.delta).all() != greeks
+
+
 # ---------------------------------------------------------------------------- cache
 
 

@@ -545,8 +545,12 @@ class Client:
             if type(n) is not int or n < 0:
                 raise ProtocolError("bad row count")
             values = decode_array(c["values"], b)
-            if values.shape != (1 + len(GREEK_FIELDS), n) or values.dtype != np.float64:
+            if values.dtype != np.float64 or values.shape not in ((1 + len(GREEK_FIELDS), n), (1, n)):
                 raise ProtocolError("bad value block")
+            if values.shape[0] == 1:  # prices only (no Greeks were asked for): the Greeks are NaN
+                full = np.full((1 + len(GREEK_FIELDS), n), np.nan)
+                full[0] = values[0]
+                values = full
             if n == 1 and c["row_status"] == _ALL_OK and c["row_error"] == _NO_ERROR:  # one option, priced
                 status, error = np.array(["ok"], dtype=object), np.array([""], dtype=object)
             else:

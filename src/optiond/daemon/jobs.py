@@ -132,6 +132,10 @@ class Job:
     pids: set = field(default_factory=set)
     #: fraction done of the chunks running on rank 0's thread that report from inside (MLMC)
     partial: dict[int, float] = field(default_factory=dict)
+    #: per chunk ``[where, dispatched, collected, pricing seconds]``, times in seconds after
+    #: :attr:`t0` (the job's submission, ``time.perf_counter``): the job's timeline
+    timeline: dict[int, list] = field(default_factory=dict)
+    t0: float = field(default_factory=time.perf_counter)
     _last_progress: float = 0.0
 
     @property
@@ -602,6 +606,7 @@ class JobManager:
             raise
         job._inflight += 1
         self._inflight[fut] = (job, i, where, time.monotonic())
+        job.timeline[i] = [where, time.perf_counter() - job.t0, None, None]
 
     @staticmethod
     def _run_controlled(job: Job, i: int, task: dict) -> dict:
@@ -661,6 +666,9 @@ class JobManager:
     def _store(self, job: Job, i: int, part: dict) -> None:
         a, b, work = job.chunks[i]
         job.partial.pop(i, None)
+        tl = job.timeline.get(i)
+        if tl is not None:
+            tl[2], tl[3] = time.perf_counter() - job.t0, part.get("elapsed_s")
         r = job.result
         if r is None:
             n = job.n

@@ -20,9 +20,11 @@ and report it (or price in-process when allowed); the service manager restarts t
 the engine could not absorb) is re-run on rank 0 (:class:`optiond.daemon.jobs.JobManager`).
 
 ``MPI4PY_FUTURES_BACKOFF`` (the longest sleep of a rank polling for work, and of rank 0's
-thread polling for results) is left as set; unset, it is :func:`default_backoff`: ``1e-5`` s
+thread polling for results) is left as set; unset, it is :func:`default_backoff`: ``1e-4`` s
 on a GPU host, where chunks take milliseconds and a millisecond lost per chunk would cost 10 %
-of the scaling, and ``1e-3`` s on a CPU-only host. Measured on the 2-core machine with two
+of the scaling (at 1e-5 rank 0's polling thread took the interpreter lock so often that rank
+0's own GPU chunk of a 4-GPU job ran 7 % longer than the workers'), and ``1e-3`` s on a
+CPU-only host. Measured on the 2-core machine with two
 ranks: at 1e-5 each idle rank polls away a quarter of a core, and rank 0's polling thread
 contends for the interpreter lock with the request loop, adding ~150 us (+35 %) to every
 one-option round trip; at 1e-3 both costs vanish, and a >= 10 ms CPU chunk waits at most 1 ms
@@ -45,7 +47,7 @@ import numpy as np
 log = logging.getLogger("optiond.daemon.pool")
 
 BACKOFF_ENV = "MPI4PY_FUTURES_BACKOFF"
-GPU_BACKOFF = "1e-5"
+GPU_BACKOFF = "1e-4"
 CPU_BACKOFF = "1e-3"
 
 #: environment variables by which MPI launchers announce the job size
@@ -84,7 +86,7 @@ def mpiexec_command(ranks: int, argv: list[str]) -> list[str]:
 
 
 def default_backoff() -> str:
-    """``MPI4PY_FUTURES_BACKOFF`` for this host when none is set: ``1e-5`` with a GPU, else
+    """``MPI4PY_FUTURES_BACKOFF`` for this host when none is set: ``1e-4`` with a GPU, else
     ``1e-3`` (see the module docstring)."""
     return GPU_BACKOFF if _gpu_count() > 0 else CPU_BACKOFF
 

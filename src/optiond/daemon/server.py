@@ -96,6 +96,8 @@ HEARTBEAT_S = 0.5
 INLINE_MAX_S = 0.002
 #: messages read in one go by the shell thread (the pool from which requests are coalesced)
 BATCH_READ = 128
+#: jobs of at most this many chunks report their timeline in the reply's diagnostics
+TIMELINE_CHUNKS = 64
 #: fewest one-option requests priced together (fewer are priced one by one: same bits, and on
 #: a CPU a batch of two costs more set-up than it saves)
 COALESCE_MIN = 4
@@ -165,6 +167,18 @@ def _serial_nodes() -> float:
     from ..kernels import binomial_cpu
 
     return float(getattr(binomial_cpu, "PARALLEL_MIN_NODES", 200_000)) - 1.0
+
+
+def _prices_only(method: Method, columns: dict) -> bool:
+    """Whether a request's Greeks are all NaN by construction (no Greeks asked for, a method
+    that then computes none, no per-row methods): its reply sends a ``(1, n)`` value block."""
+    return (not method.greeks and method.name in ("binomial", "black-scholes", "mlmc")
+            and columns.get("method") is None)
+
+
+def _value_block(values: np.ndarray, method: Method, columns: dict) -> np.ndarray:
+    """A job's ``(6, n)`` values, or their price row alone when :func:`_prices_only`."""
+    return values[:1] if _prices_only(method, columns) else values
 
 
 def _nbytes(buffers: list) -> int:
@@ -1469,6 +1483,18 @@ class Server:
                                       msg.header["msg_id"], t0))
         return True
 
+    @staticmethod
+    def _timeline(job: Job) -> dict:
+        """Where a job's time went, seconds from its submission: when the request was read
+        (``received``, negative: decoding, checks, costing), each chunk's rank-0 slot or MPI
+        worker with its dispatch, collection and pricing time (the rest of a chunk's span is
+        transfer and waiting), and when the reply was built (``reply``)."""
+        received = min((w.received for w in job.waiters), default=job.t0) - job.t0
+        chunks = [[i, tl[0], round(tl[1], 6), None if tl[2] is None else round(tl[2], 6),
+                   None if tl[3] is None else round(float(tl[3]), 6)] for i, tl in sorted(job.timeline.items())]
+        return {"received": round(received, 6), "chunks": chunks,
+                "reply": round(time.perf_counter() - job.t0, 6)}
+
     def _final_reply(self, job: Job) -> tuple[dict, list]:
         """The reply content and buffers of a finished job (built once)."""
         if job.reply is not None:
@@ -1484,9 +1510,11 @@ class Server:
         merged = {**job.merged_diagnostics(), **job.diagnostics}
         diagnostics = {k: v for k, v in merged.items() if not k.startswith("_") and _plain(v)}
         diagnostics.update(chunks=len(job.chunks), workers=len(job.pids))
+        if len(job.timeline) <= TIMELINE_CHUNKS:
+            diagnostics["timeline"] = self._timeline(job)
         elapsed = (job.finished or time.monotonic()) - (job.started or job.submitted)
         if job.op == "price":
-            content = {"n": job.n, "values": encode_array(r["values"], out),
+            content = {"n": job.n, "values": encode_array(_value_block(r["values"], job.method, job.columns), out),
                        "row_status": encode_sparse_rows(*r["status"].rows_values(), "ok", out),
                        "row_error": encode_sparse_rows(*r["error"].rows_values(), "", out), "device": device,
                        "elapsed_s": elapsed, "via": "daemon", "diagnostics": diagnostics}
@@ -1629,9 +1657,12 @@ class Server:
                     row_status = _OK_STRINGS if st == "ok" else {"default": "ok", "rows": [0], "values": [str(st)]}
                     row_error = _NO_ERRORS if not er else {"default": "", "rows": [0], "values": [str(er)]}
                 else:
-                    values = np.empty((len(VALUE_FIELDS), n))
-                    for i, name in enumerate(VALUE_FIELDS):
-                        values[i] = getattr(res, name)
+                    if _prices_only(req.method, req.columns):
+                        values = res.price.reshape(1, n)
+                    else:
+                        values = np.empty((len(VALUE_FIELDS), n))
+                        for i, name in enumerate(VALUE_FIELDS):
+                            values[i] = getattr(res, name)
                     row_status = encode_sparse_strings(res.status, "ok", out)
                     row_error = encode_sparse_strings(res.error, "", out)
                 content = {"n": n, "values": encode_array(values, out), "row_status": row_status,
