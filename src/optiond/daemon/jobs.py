@@ -250,6 +250,20 @@ def guided_works(total_work: float, slots: int, min_work: float, max_work: float
     return out
 
 
+def slot_shares(total_work: float, slots: int, local_speed: float | None, worker_speed: float | None
+                ) -> list[float]:
+    """The work of each slot's one chunk of a GPU job: the MPI workers' chunks first (they are
+    dispatched first), rank 0's last, all in proportion to the slots' measured speeds (rank 0's
+    GPU chunk runs a few per cent slower than a worker's: its process also serves requests and
+    collects results), so that they finish together. Equal shares until both speeds are known;
+    the ratio is clamped to [0.5, 1.5]."""
+    ratio = 1.0
+    if local_speed and worker_speed:
+        ratio = min(1.5, max(0.5, local_speed / worker_speed))
+    unit = total_work / (slots - 1 + ratio)
+    return [unit] * (slots - 1) + [total_work - unit * (slots - 1)]
+
+
 def split_works(n: int, total_work: float, weights: np.ndarray | None, works: list[float]
                 ) -> list[tuple[int, int, float]]:
     """Rows ``[0, n)`` cut into contiguous chunks of about the given ``works`` (in order),
@@ -347,6 +361,9 @@ class JobManager:
         self._ids = itertools.count(1)
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "deadline": 0}
         self.chunk_reruns = 0
+        #: measured pricing speed (work per second) of rank 0's slot and of a worker on
+        #: one-chunk-per-slot (GPU) jobs, exponentially averaged: splits the next such job
+        self._speed: dict[str, float] = {}
         self._thread = threading.Thread(target=self._run, name="optiond-jobs", daemon=True)
         self._thread.start()
 
@@ -397,6 +414,9 @@ class JobManager:
                 chunk_s = max(MIN_CHUNK_S, job.cost.cpu_s / (capacity * job.chunks_per_slot))
                 chunk_work = job.total_work * chunk_s / job.cost.cpu_s if job.cost.cpu_s > 0 else job.total_work
                 job.chunks = split(job.n, job.total_work, job.weights, chunk_work)
+                if len(job.chunks) == capacity > 1 and job.chunks_per_slot == 1:
+                    works = slot_shares(job.total_work, capacity, self._speed.get("local"), self._speed.get("mpi"))
+                    job.chunks = split_works(job.n, job.total_work, job.weights, works)
             job.pending = deque(range(len(job.chunks)))
             self._active[job.key] = job
             self._by_id.setdefault(job.id, []).append(job.key)
@@ -669,6 +689,11 @@ class JobManager:
         tl = job.timeline.get(i)
         if tl is not None:
             tl[2], tl[3] = time.perf_counter() - job.t0, part.get("elapsed_s")
+            seconds = part.get("elapsed_s")
+            if job.chunks_per_slot == 1 and isinstance(seconds, float) and seconds >= MIN_CHUNK_S:
+                old = self._speed.get(tl[0])
+                speed = work / seconds
+                self._speed[tl[0]] = speed if old is None else 0.5 * (old + speed)
         r = job.result
         if r is None:
             n = job.n
