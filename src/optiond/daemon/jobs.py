@@ -53,6 +53,8 @@ from .limits import Cost
 log = logging.getLogger("optiond.daemon.jobs")
 
 MIN_CHUNK_S = 0.010
+#: chunks of each kind of slot whose speed is remembered (for GPU jobs' shares)
+SPEED_MEMORY = 4
 #: longest chunk on a CPU (single-core estimate): bounds how long a cancelled job keeps a slot
 MAX_CHUNK_S = 0.5
 CHUNKS_PER_SLOT = 4
@@ -362,7 +364,9 @@ class JobManager:
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "deadline": 0}
         self.chunk_reruns = 0
         #: measured pricing speed (work per second) of rank 0's slot and of a worker on
-        #: one-chunk-per-slot (GPU) jobs, exponentially averaged: splits the next such job
+        #: one-chunk-per-slot (GPU) jobs: the best of the last SPEED_MEMORY chunks of each;
+        #: splits the next such job
+        self._speeds: dict[str, deque] = {}
         self._speed: dict[str, float] = {}
         self._thread = threading.Thread(target=self._run, name="optiond-jobs", daemon=True)
         self._thread.start()
@@ -691,9 +695,9 @@ class JobManager:
             tl[2], tl[3] = time.perf_counter() - job.t0, part.get("elapsed_s")
             seconds = part.get("elapsed_s")
             if job.chunks_per_slot == 1 and isinstance(seconds, float) and seconds >= MIN_CHUNK_S:
-                old = self._speed.get(tl[0])
-                speed = work / seconds
-                self._speed[tl[0]] = speed if old is None else 0.5 * (old + speed)
+                recent = self._speeds.setdefault(tl[0], deque(maxlen=SPEED_MEMORY))
+                recent.append(work / seconds)
+                self._speed[tl[0]] = max(recent)  # a cold start (kernels loading) only looks slower
         r = job.result
         if r is None:
             n = job.n
@@ -703,7 +707,8 @@ class JobManager:
             else:
                 r = job.result = {"vol": np.full(n, np.nan), "status": SparseColumn()}
         if job.op == "price":
-            r["values"][:, a:b] = part["values"]
+            v = part["values"]
+            r["values"][:v.shape[0], a:b] = v  # (1, m): the prices alone; the Greeks stay NaN
             r["error"].add(a, *part["error"])
             if part.get("std_error") is not None:
                 if "std_error" not in r:

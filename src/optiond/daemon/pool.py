@@ -189,7 +189,8 @@ def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
             "method": Method, "prices": (m,) array (implied_vol), "rank": int}``.
 
     Returns:
-        ``{"values": (6, m) float64 (price), "std_error": (m,) (MLMC prices), "vol": (m,)
+        ``{"values": (6, m) float64, or (1, m) (the prices) without Greeks (price),
+        "std_error": (m,) (MLMC prices), "vol": (m,)
         (implied_vol), "status", "error" (price): :func:`sparse_column` pairs, "device": str,
         "elapsed_s": float, "diagnostics": dict, "pid": int, "gpu_memory": [...]}``.
 
@@ -205,9 +206,13 @@ def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"pid": os.getpid()}
     if task["op"] == "price":
         res = engine.price_table(task["columns"], task["method"])
-        values = np.empty((1 + len(GREEK_FIELDS), len(res)))
-        for i, name in enumerate(("price",) + GREEK_FIELDS):
-            values[i] = getattr(res, name)
+        m = task["method"]
+        if not m.greeks and m.name in ("binomial", "black-scholes", "mlmc") and task["columns"].get("method") is None:
+            values = res.price.reshape(1, len(res))  # no Greeks asked for: the prices alone travel back
+        else:
+            values = np.empty((1 + len(GREEK_FIELDS), len(res)))
+            for i, name in enumerate(("price",) + GREEK_FIELDS):
+                values[i] = getattr(res, name)
         out.update(values=values, status=sparse_column(res.status, "ok"), error=sparse_column(res.error, ""),
                    device=res.device, diagnostics=dict(res.diagnostics))
         if getattr(res, "std_error", None) is not None:  # MLMC: the estimate's standard error
