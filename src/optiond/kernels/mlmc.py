@@ -18,7 +18,7 @@ simulation", Operations Research 56(3), §5 (the numerical algorithm), in the fo
    error ``|E[P_L - P_{L-1}]| ≈ c 2^{-alpha L}`` (Giles 2015 eq. (2.10), using the largest of
    the last three levels scaled to level L as in the Python ``mlmc.py`` of Giles' group):
    ``rem = max_{k<3} m_{L-k} 2^{-k alpha} / (2^alpha - 1)``; if ``rem > sqrt(theta) eps``,
-   add level ``L+1`` (variance and cost extrapolated with beta, gamma), up to ``L_max`` (then
+   add level ``L+1`` (variance extrapolated with beta, cost from :func:`level_cost`), up to ``L_max`` (then
    the result carries a warning and ``converged = False``);
 5. repeat until no extra samples are needed; then the estimated MSE ``Σ V_l/N_l + rem^2`` is
    at most ``eps^2``.
@@ -278,7 +278,9 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
         eps: target root-mean-square error (currency units), > 0.
         n0: initial samples per level (>= 2); l_min, l_max: first and last allowed finest
             level (0 <= l_min <= l_max <= 40); theta: share of eps^2 for the squared bias.
-        alpha0, beta0, gamma0: fixed exponents (> 0), or <= 0 to estimate them by regression.
+        alpha0, beta0: fixed exponents (> 0), or <= 0 to estimate them by regression inside the
+            loop. gamma0: accepted for Giles' interface; the cost of a level is the deterministic
+            :func:`level_cost`, so no cost exponent is needed (gamma is reported, by regression).
         comm: mpi4py communicator, or None for one process.
         max_iterations: safety stop (a warning if reached).
         progress: optional callable ``progress(iteration, L, n_samples)``; raise from it to cancel.
@@ -314,7 +316,7 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
         level0_mean = float(comm.bcast(level0_mean, root=0))  # one value on every rank, bit for bit
     first = 1 if exact else 0  # the first sampled level
     t_start = time.perf_counter()
-    alpha, beta, gamma = max(0.0, alpha0), max(0.0, beta0), max(0.0, gamma0)
+    alpha, beta = max(0.0, alpha0), max(0.0, beta0)
     L = max(l_min, first)
     nl = np.zeros(L + 1, dtype=np.int64)
     sums = np.zeros((L + 1, NSTAT))
@@ -378,10 +380,7 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
         if beta0 <= 0:
             b_ = regression_exponent(vl)
             beta = max(0.5, -b_) if math.isfinite(b_) else 0.5
-        if gamma0 <= 0:
-            g_ = regression_exponent(cl)
-            gamma = max(0.5, g_) if math.isfinite(g_) else 1.0
-        # ---- optimal sample counts
+        # ---- optimal sample counts (the costs are the deterministic model's: no gamma needed)
         ns = _optimal_n(vl, cl, eps, theta, first)
         dn = np.maximum(0, ns - nl)
         # ---- bias test when (almost) converged
