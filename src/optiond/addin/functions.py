@@ -48,7 +48,7 @@ Behaviour, the same for every function:
   in-process (set ``OPTIOND_FALLBACK=0`` to get an error message instead). A CRR or
   Black–Scholes request of at most ``OPTIOND_LOCAL_NODES`` tree nodes in all (default
   :data:`LOCAL_MAX_NODES` = 2e5, about 70 us of one core; a loopback round trip to the daemon
-  measured 130-400 us) is priced in this process by the same engine, with the same bits, as
+  measured 150-400 us) is priced in this process by the same engine, with the same bits, as
   the daemon would (a single ``=BOPM_PUT`` with N up to ~630, a range of a few small trees);
   larger CRR work, MLMC and Heston go to the daemon (its GPU, MPI pool and shared cache).
   ``OPTIOND_LOCAL_NODES=0`` sends everything to the daemon.
