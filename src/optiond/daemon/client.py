@@ -60,6 +60,7 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import os
@@ -1050,8 +1051,18 @@ def get_client() -> Client:
         with _shared_lock:
             if _shared is None or _shared._pid != os.getpid():
                 _shared = Client()
+                atexit.register(_close_shared, _shared)
             c = _shared
     return c
+
+
+def _close_shared(client: Client) -> None:
+    """At exit: close the shared client's sockets (in the process that made it)."""
+    if client._pid == os.getpid():
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 (interpreter shutdown: nothing to report to)
+            pass
 
 
 __all__ = ["Client", "DaemonError", "DaemonUnavailable", "DeadlineExceeded", "Event", "JobCancelled", "JobPending",
