@@ -173,6 +173,14 @@ def rank_info() -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the task
 
 
+def prices_only(method: Any, columns: dict) -> bool:
+    """Whether a request's Greeks are all NaN by construction (no Greeks asked for, a method
+    that then computes none, no per-row methods): its chunks send back, and its reply carries,
+    the ``(1, n)`` price row alone."""
+    return (not method.greeks and method.name in ("binomial", "black-scholes", "mlmc")
+            and columns.get("method") is None)
+
+
 def sparse_column(arr: np.ndarray, default: str) -> tuple[np.ndarray, list]:
     """A per-row string column as ``(rows, values)``: the rows (int64, ascending) whose value is
     not ``default``, and those values. A chunk's "ok" statuses then cost nothing to send
@@ -206,8 +214,7 @@ def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"pid": os.getpid()}
     if task["op"] == "price":
         res = engine.price_table(task["columns"], task["method"])
-        m = task["method"]
-        if not m.greeks and m.name in ("binomial", "black-scholes", "mlmc") and task["columns"].get("method") is None:
+        if prices_only(task["method"], task["columns"]):
             values = res.price.reshape(1, len(res))  # no Greeks asked for: the prices alone travel back
         else:
             values = np.empty((1 + len(GREEK_FIELDS), len(res)))
@@ -232,4 +239,4 @@ def ping(_: Any = None) -> dict[str, Any]:
 
 
 __all__ = ["launched_by_mpi", "find_mpiexec", "mpiexec_command", "bootstrap", "worker_loop", "configure_rank",
-           "run_chunk", "rank_info", "sparse_column"]
+           "run_chunk", "rank_info", "sparse_column", "prices_only"]

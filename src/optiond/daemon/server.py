@@ -169,16 +169,9 @@ def _serial_nodes() -> float:
     return float(getattr(binomial_cpu, "PARALLEL_MIN_NODES", 200_000)) - 1.0
 
 
-def _prices_only(method: Method, columns: dict) -> bool:
-    """Whether a request's Greeks are all NaN by construction (no Greeks asked for, a method
-    that then computes none, no per-row methods): its reply sends a ``(1, n)`` value block."""
-    return (not method.greeks and method.name in ("binomial", "black-scholes", "mlmc")
-            and columns.get("method") is None)
-
-
 def _value_block(values: np.ndarray, method: Method, columns: dict) -> np.ndarray:
-    """A job's ``(6, n)`` values, or their price row alone when :func:`_prices_only`."""
-    return values[:1] if _prices_only(method, columns) else values
+    """A job's ``(6, n)`` values, or their price row alone when :func:`pool.prices_only`."""
+    return values[:1] if pool.prices_only(method, columns) else values
 
 
 def _nbytes(buffers: list) -> int:
@@ -1657,7 +1650,7 @@ class Server:
                     row_status = _OK_STRINGS if st == "ok" else {"default": "ok", "rows": [0], "values": [str(st)]}
                     row_error = _NO_ERRORS if not er else {"default": "", "rows": [0], "values": [str(er)]}
                 else:
-                    if _prices_only(req.method, req.columns):
+                    if pool.prices_only(req.method, req.columns):
                         values = res.price.reshape(1, n)
                     else:
                         values = np.empty((len(VALUE_FIELDS), n))
