@@ -56,6 +56,8 @@ import msgpack
 import numpy as np
 import zmq
 
+from ..models import object_full
+
 #: separates the routing identities from the signed part of a message
 DELIM = b"<IDS|MSG>"
 PROTOCOL_VERSION = "1.2"
@@ -394,13 +396,6 @@ def encode_sparse_rows(rows: Any, values: Sequence[Any], default: str, buffers: 
     return {"default": default, "rows": enc_rows, "values": [str(v) for v in values]}
 
 
-def _filled(n: int, value: str) -> np.ndarray:
-    """An object array of n references to ``value`` (``np.full`` would make n new strings)."""
-    out = np.empty(n, dtype=object)
-    out.fill(value)
-    return out
-
-
 def decode_sparse_strings(spec: Any, n: int, buffers: Sequence[bytes]) -> np.ndarray:
     """Inverse of :func:`encode_sparse_strings`: an object array of ``n`` strings.
 
@@ -412,7 +407,7 @@ def decode_sparse_strings(spec: Any, n: int, buffers: Sequence[bytes]) -> np.nda
         raise ProtocolError("malformed string column")
     raw = spec.get("rows")
     if raw == [] and not spec["values"]:  # the usual case: every row has the default
-        return _filled(n, spec["default"])
+        return object_full(n, spec["default"])
     if isinstance(raw, list):
         if not all(type(r) is int and 0 <= r < n for r in raw):
             raise ProtocolError("malformed string column rows")
@@ -423,7 +418,7 @@ def decode_sparse_strings(spec: Any, n: int, buffers: Sequence[bytes]) -> np.nda
     if (rows.ndim != 1 or rows.dtype.kind not in "iu" or len(rows) != len(values)
             or (len(rows) and (rows.min() < 0 or rows.max() >= n))):
         raise ProtocolError("malformed string column rows")
-    out = _filled(n, spec["default"])
+    out = object_full(n, spec["default"])
     if len(rows):
         vals = np.empty(len(values), dtype=object)
         vals[:] = values
