@@ -367,11 +367,10 @@ class JobManager:
         self._ids = itertools.count(1)
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "deadline": 0}
         self.chunk_reruns = 0
-        #: measured pricing speed (work per second) of rank 0's slot and of a worker on
-        #: one-chunk-per-slot (GPU) jobs: the best of the last SPEED_MEMORY chunks of each;
-        #: splits the next such job
+        #: measured pricing speeds (work per second) of the last SPEED_MEMORY chunks of rank 0's
+        #: slot ("local") and of the workers ("mpi") on one-chunk-per-slot (GPU) jobs; the best
+        #: of each splits the next such job (a cold start only looks slower)
         self._speeds: dict[str, deque] = {}
-        self._speed: dict[str, float] = {}
         self._thread = threading.Thread(target=self._run, name="optiond-jobs", daemon=True)
         self._thread.start()
 
@@ -423,7 +422,8 @@ class JobManager:
                 chunk_work = job.total_work * chunk_s / job.cost.cpu_s if job.cost.cpu_s > 0 else job.total_work
                 job.chunks = split(job.n, job.total_work, job.weights, chunk_work)
                 if len(job.chunks) == capacity > 1 and job.chunks_per_slot == 1:
-                    works = slot_shares(job.total_work, capacity, self._speed.get("local"), self._speed.get("mpi"))
+                    best = {k: max(v) for k, v in self._speeds.items() if v}
+                    works = slot_shares(job.total_work, capacity, best.get("local"), best.get("mpi"))
                     job.chunks = split_works(job.n, job.total_work, job.weights, works)
             job.pending = deque(range(len(job.chunks)))
             self._active[job.key] = job
@@ -699,9 +699,7 @@ class JobManager:
             tl[2], tl[3] = time.perf_counter() - job.t0, part.get("elapsed_s")
             seconds = part.get("elapsed_s")
             if job.chunks_per_slot == 1 and isinstance(seconds, float) and seconds >= MIN_CHUNK_S:
-                recent = self._speeds.setdefault(tl[0], deque(maxlen=SPEED_MEMORY))
-                recent.append(work / seconds)
-                self._speed[tl[0]] = max(recent)  # a cold start (kernels loading) only looks slower
+                self._speeds.setdefault(tl[0], deque(maxlen=SPEED_MEMORY)).append(work / seconds)
         r = job.result
         if r is None:
             n = job.n
