@@ -43,6 +43,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from unittest import mock
 from pathlib import Path
 
 import numpy as np
@@ -202,25 +203,16 @@ def bench_cells(client: Client, conn: Path, args) -> dict:
     strikes = 80.0 + np.arange(args.cells) * (40.0 / args.cells) + 1e-7
     out: dict = {"n": args.cells, "steps": args.steps}
     for label, local in (("excel_function_total_s", None), ("excel_function_daemon_only_total_s", "0")):
-        env = {"OPTIOND_CONNECTION_FILE": str(conn), "OPTIOND_CACHE": "0", "OPTIOND_FALLBACK": "0",
-               "OPTIOND_LOCAL_NODES": local}
-        saved = {k: os.environ.get(k) for k in env}
-        for k, v in env.items():
-            if v is None:
-                os.environ.pop(k, None)
+        env = {"OPTIOND_CONNECTION_FILE": str(conn), "OPTIOND_CACHE": "0", "OPTIOND_FALLBACK": "0"}
+        with mock.patch.dict(os.environ, env):
+            if local is None:
+                os.environ.pop("OPTIOND_LOCAL_NODES", None)  # the add-in's default
             else:
-                os.environ[k] = v
-        try:
+                os.environ["OPTIOND_LOCAL_NODES"] = local
             F.BOPM_PUT(100.0, 99.5, 1.0, 0.05, 0.2, args.steps)  # connect
             t0 = time.perf_counter()
             cells = [F.BOPM_PUT(100.0, k, 1.0, 0.05, 0.2, args.steps) for k in strikes.tolist()]
             out[label] = round(time.perf_counter() - t0, 3)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         out[label.replace("total_s", "cells_not_numbers")] = sum(not isinstance(c, float) for c in cells)
     m = Method(steps=args.steps)
     t0 = time.perf_counter()
