@@ -88,6 +88,8 @@ _METHOD_FIELDS = dataclasses.fields(Method)
 _ALL_OK = {"default": "ok", "rows": [], "values": []}
 _NO_ERROR = {"default": "", "rows": [], "values": []}
 _POLLIN = int(zmq.POLLIN)
+#: "no prices" for :meth:`Client._content` (None is a value a caller may pass)
+_NO_PRICES = object()
 #: a reply slower than this starts the heartbeat watch (seconds)
 HB_WATCH_AFTER_S = 0.5
 #: heartbeat pings while watching (seconds apart)
@@ -585,6 +587,37 @@ class Client:
             raise DaemonError(f"malformed reply from the daemon: {e}", "ProtocolError") from None
         return vol, status
 
+    def _content(self, columns: Mapping[str, Any], method: Method | None, buffers: list, *, prices: Any = _NO_PRICES,
+                 op: str | None = None) -> dict:
+        """A pricing request's content: ``op`` (a submit's), ``prices`` (implied volatility),
+        ``columns``, ``method``, in that order (the daemon's cache key is the content as sent)."""
+        content: dict = {}
+        if op is not None:
+            content["op"] = op
+        if prices is not _NO_PRICES:
+            content["prices"] = self._encode_columns({"prices": prices}, buffers)["prices"]
+        content["columns"] = self._encode_columns(columns, buffers)
+        m = self._encode_method(method, buffers)
+        if m is not None:
+            content["method"] = m
+        return content
+
+    def _call(self, op: str, content: dict, buffers: list, fallback: bool, timeout: float | None,
+              job_id: str | None, force: bool, deadline_s: float | None,
+              on_progress: Callable[[Event], None] | None) -> Message | Exception:
+        """Send a pricing request and wait for its reply (relaying progress events to
+        ``on_progress``); with ``fallback``, the reason no daemon answered instead of raising it."""
+        if on_progress is not None and job_id is None:
+            job_id = f"progress-{uuid.uuid4().hex}"
+        meta = self._options(job_id, force, deadline_s)
+        try:
+            with self._progress(on_progress, job_id):
+                return self._request(op, content, buffers, timeout=timeout, metadata=meta)
+        except (DaemonUnavailable, _Unsendable) as e:
+            if not fallback:
+                raise
+            return e
+
     @staticmethod
     def _options(job_id: str | None, force: bool, deadline_s: float | None) -> dict | None:
         """The run options, sent in the metadata (outside the daemon's cache key)."""
@@ -696,24 +729,14 @@ class Client:
             DaemonError: the daemon failed for another reason.
         """
         buffers: list = []
-        content = {"columns": self._encode_columns(columns, buffers)}
-        m = self._encode_method(method, buffers)
-        if m is not None:
-            content["method"] = m
-        if on_progress is not None and job_id is None:
-            job_id = f"progress-{uuid.uuid4().hex}"
-        meta = self._options(job_id, force, deadline_s)
-        try:
-            with self._progress(on_progress, job_id):
-                msg = self._request("price", content, buffers, timeout=timeout, metadata=meta)
-        except (DaemonUnavailable, _Unsendable) as e:
-            if not fallback:
-                raise
+        content = self._content(columns, method, buffers)
+        msg = self._call("price", content, buffers, fallback, timeout, job_id, force, deadline_s, on_progress)
+        if isinstance(msg, Exception):  # no daemon: priced here
             from .. import engine
 
             res = engine.price_table(columns, method)
             res.via = "in-process"
-            res.diagnostics["fallback_reason"] = str(e)
+            res.diagnostics["fallback_reason"] = str(msg)
             return res
         return self._decode_result(msg)
 
@@ -739,20 +762,9 @@ class Client:
                 :meth:`price_table`.
         """
         buffers: list = []
-        content = {"prices": self._encode_columns({"prices": prices}, buffers)["prices"],
-                   "columns": self._encode_columns(columns, buffers)}
-        m = self._encode_method(method, buffers)
-        if m is not None:
-            content["method"] = m
-        if on_progress is not None and job_id is None:
-            job_id = f"progress-{uuid.uuid4().hex}"
-        meta = self._options(job_id, force, deadline_s)
-        try:
-            with self._progress(on_progress, job_id):
-                msg = self._request("implied_vol", content, buffers, timeout=timeout, metadata=meta)
-        except (DaemonUnavailable, _Unsendable):
-            if not fallback:
-                raise
+        content = self._content(columns, method, buffers, prices=prices)
+        msg = self._call("implied_vol", content, buffers, fallback, timeout, job_id, force, deadline_s, on_progress)
+        if isinstance(msg, Exception):  # no daemon: solved here
             from .. import engine
 
             return engine.implied_vol_table(prices, columns, method)
@@ -777,10 +789,7 @@ class Client:
             TypeError: a value that cannot be sent (e.g. a datetime in a column).
         """
         buffers: list = []
-        content = {"op": "price", "columns": self._encode_columns(columns, buffers)}
-        m = self._encode_method(method, buffers)
-        if m is not None:
-            content["method"] = m
+        content = self._content(columns, method, buffers, op="price")
         meta = self._options(job_id, force, deadline_s)
         return str(self._request("submit", content, buffers, timeout=timeout, metadata=meta).content["job_id"])
 
@@ -789,11 +798,7 @@ class Client:
                            timeout: float | None = None) -> str:
         """:meth:`submit_table` for implied volatilities (see :meth:`implied_vol`). Returns the job id."""
         buffers: list = []
-        content = {"op": "implied_vol", "prices": self._encode_columns({"prices": prices}, buffers)["prices"],
-                   "columns": self._encode_columns(columns, buffers)}
-        m = self._encode_method(method, buffers)
-        if m is not None:
-            content["method"] = m
+        content = self._content(columns, method, buffers, prices=prices, op="implied_vol")
         meta = self._options(job_id, force, deadline_s)
         return str(self._request("submit", content, buffers, timeout=timeout, metadata=meta).content["job_id"])
 
