@@ -683,29 +683,39 @@ class Server:
             if tick is not None:
                 tick()
             try:
-                msg = session.recv(sock)
+                msg = self._receive(session, sock, counters)
             except zmq.Again:
-                continue
-            except AuthenticationError as e:
-                counters.auth_failure(str(e))
-                continue
-            except ProtocolError as e:
-                counters.malformed += 1
-                self._reply_error(session, sock, counters, e.identities, e.header, "ProtocolError", str(e))
                 continue
             except zmq.ZMQError as e:
                 if stop.is_set() or e.errno == zmq.ETERM:
                     break
                 log.warning("receive failed: %s", e)
                 continue
-            except Exception:  # never let a peer kill the loop
-                counters.malformed += 1
-                log.warning("unexpected error reading a message", exc_info=True)
+            if msg is None:
                 continue
             try:
                 self._handle(session, sock, msg, ops, counters, time.perf_counter())
             except Exception:
                 log.warning("unexpected error answering %s", msg.msg_type, exc_info=True)
+
+    def _receive(self, session: Session, sock: zmq.Socket, counters: _Counters, flags: int = 0) -> Message | None:
+        """One authenticated, decoded message from ``sock``; None when it was dropped (no valid
+        signature: counted, never answered) or answered with a ProtocolError (counted). Never
+        lets a peer's bytes raise; ``zmq.Again`` and ``zmq.ZMQError`` are the caller's."""
+        try:
+            return session.recv(sock, flags)
+        except zmq.ZMQError:
+            raise
+        except AuthenticationError as e:
+            counters.auth_failure(str(e))
+        except ProtocolError as e:
+            counters.malformed += 1
+            counters.outcomes["protocol_error"] += 1
+            self._reply_error(session, sock, counters, e.identities, e.header, "ProtocolError", str(e))
+        except Exception:  # never let a peer kill the loop
+            counters.malformed += 1
+            log.warning("unexpected error reading a message", exc_info=True)
+        return None
 
     def _shell_loop(self) -> None:
         """The shell socket's loop: read every waiting message, answer or queue each, price
@@ -717,8 +727,6 @@ class Server:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(outbox, zmq.POLLIN)
-        read = session._read
-        decode = session.decode
         noblock = zmq.NOBLOCK
         while not stop.is_set():
             self._loop_tick = time.monotonic()
@@ -741,27 +749,16 @@ class Server:
             msgs: list[Message] = []
             for _ in range(BATCH_READ):
                 try:
-                    msg = decode(*read(sock, noblock))
+                    msg = self._receive(session, sock, counters, noblock)
                 except zmq.Again:
                     break
-                except AuthenticationError as e:
-                    counters.auth_failure(str(e))
-                    continue
-                except ProtocolError as e:
-                    counters.malformed += 1
-                    counters.outcomes["protocol_error"] += 1
-                    self._reply_error(session, sock, counters, e.identities, e.header, "ProtocolError", str(e))
-                    continue
                 except zmq.ZMQError as e:
                     if stop.is_set() or e.errno == zmq.ETERM:
                         return
                     log.warning("receive failed: %s", e)
                     break
-                except Exception:  # never let a peer kill the loop
-                    counters.malformed += 1
-                    log.warning("unexpected error reading a message", exc_info=True)
-                    continue
-                msgs.append(msg)
+                if msg is not None:
+                    msgs.append(msg)
             # a few requests: each one-option CPU price is answered at once by the short path;
             # many together: the general path, which coalesces them into batches
             fast = len(msgs) < COALESCE_MIN or not self.coalesce
