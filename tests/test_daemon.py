@@ -346,6 +346,24 @@ def test_one_option_short_path_answers_as_the_general_path(client, method, cell)
         assert again.diagnostics.get("cached") is True
 
 
+def test_excel_cells_priced_here_equal_the_daemons(daemon, monkeypatch):
+    """A small =BOPM_PUT / =BOPM_CALL cell is priced in the Excel process by default; the same
+    cells sent to the daemon (its short path) give the same bits."""
+    from optiond.addin import functions as F
+
+    monkeypatch.setenv("OPTIOND_FALLBACK", "0")
+    monkeypatch.setenv("OPTIOND_CACHE", "0")
+    cells = [(F.BOPM_PUT, (100.0, 80.0 + k, 0.6, 0.04, 0.3, 150, 0.01)) for k in range(0, 40, 3)]
+    cells += [(F.BOPM_CALL, (50.0, 45.0 + k, 1.5, 0.02, 0.45, 400, 0.0, False)) for k in range(5)]
+    monkeypatch.delenv("OPTIOND_LOCAL_NODES", raising=False)
+    here = [f(*a) for f, a in cells]
+    monkeypatch.setenv("OPTIOND_LOCAL_NODES", "0")
+    before = get_client().status()["by_op"].get("price", 0)
+    there = [f(*a) for f, a in cells]
+    assert get_client().status()["by_op"]["price"] == before + len(cells)  # these did go to the daemon
+    assert all(isinstance(x, float) for x in here) and here == there
+
+
 def test_cpu_daemon_answers_concurrent_cells_one_by_one(daemon, client):
     """Coalescing defaults to 'auto': on for a GPU daemon, off on a CPU-only one (where each
     one-option request is cheaper on the short path); the replies are the same either way
