@@ -1,7 +1,8 @@
 """GPU CRR binomial on this machine's GPU: the issue-3 benchmark, one run, JSON on stdout.
 
 * one American put (S = K = 100, T = 1, r = 5 %, sigma = 20 %) at N = 1e3, 1e4, 1e5, 1e6 through
-  the pipeline: FP64 device time (CUDA events around the kernels) and host-to-host time, as a
+  the pipeline: FP64 device time (CUDA events around the kernels, recorded once the launches'
+  arguments are prepared on the host) and host-to-host time, as a
   fraction of the FP64 ceiling (ARCHITECTURE.md section 3: 2.44e12 nodes/s), beside the naive
   one-launch-per-level kernel run here and the seed's Table 5 (RTX 2080: the hybrid and the
   warp-per-block kernels);
@@ -122,21 +123,25 @@ def plan_sweep(args) -> list[dict]:
     mid42 = next(v for v in bg.BENCH_PIPE_VARIANTS if (v.G, v.R) == (4, 2))
     small64 = bg.Variant("crr_pipe_grid", "double", 4, 1, K=64, threads=128)
     small32 = bg.Variant("crr_pipe_grid", "double", 4, 1, K=32, threads=128)
+    run(1000, (inf, inf, 0, 0, 1000))       # one block, the tree in registers (crr_pipe_reg)
     run(1000, (inf, inf, 1000, 0))          # one block, shared memory
     run(1000, (inf, inf, 0, 0))             # small grid (K = 96 up to NARROW_LEVELS)
+    for N in (1500, 2000):
+        run(N, (inf, inf, 0, 0, N))
+        run(N, (inf, inf, 0, 0))
     run(1000, (inf, inf, 0, 0), small=small64)
     run(1000, (inf, inf, 0, 0), small=small32)
     for stb in (0, 1000):
         run(10_000, (inf, inf, stb, 0))
     run(10_000, (inf, inf, 0, 0), small=small64)
     run(10_000, (inf, 5000, 0, 0))
-    for mts in (10_000, 30_000, 60_000):
+    for mts in (10_000, 15_000, 30_000, 60_000):
         run(100_000, (inf, mts, 0, 0))
-    run(100_000, (inf, 30_000, 0, 0), mid=mid42)
+    run(100_000, (inf, 15_000, 0, 0), mid=mid42)
     if not args.quick:
         for btm in (inf, 600_000, 300_000):
-            run(1_000_000, (btm, 30_000, 0, 0), reps=1)
-        run(1_000_000, (600_000, 30_000, 0, 0), big=big84, mid=mid42, reps=1)
+            run(1_000_000, (btm, 15_000, 0, 0), reps=1)
+        run(1_000_000, (600_000, 15_000, 0, 0), big=big84, mid=mid42, reps=1)
     return out
 
 

@@ -5,9 +5,9 @@ Grid in the style of the seed: moneyness (K = 80, 100, 125 at S = 100) x volatil
 expiry 0.25-5 x rate 0/5/10 % x dividend yield 0/3 %, puts and calls, American and European,
 at N = 1, 2, 31, 32, 33, 1000, 4097 and 1e5 (options whose CRR p leaves [0, 1] are dropped).
 Every kernel (warp per tree in each shape, block per tree, the pipeline through each of its
-phases and the CPU tail, the naive per-level kernel) must equal the CPU to 1e-12 relative in
-FP64; FP32 within its stated error; the Greeks equal the CPU's within the rounding their
-formulas amplify. The CPU references are computed once per N (N = 1e5 on a reduced grid).
+phases and the CPU tail, the register block kernel for whole trees, the naive per-level
+kernel) must equal the CPU to 1e-12 relative in FP64; FP32 within its stated error; the
+Greeks equal the CPU's within the rounding their formulas amplify. The CPU references are computed once per N (N = 1e5 on a reduced grid).
 """
 
 from __future__ import annotations
@@ -135,7 +135,20 @@ PLANS = {
     "big-only": bg.PipelinePlan(big_to_mid=0, mid_to_small=0, small_to_block=0, cpu_tail=0),
     "mid-only": bg.PipelinePlan(big_to_mid=10**8, mid_to_small=0, small_to_block=0, cpu_tail=0),
     "block-and-tail": bg.PipelinePlan(big_to_mid=10**8, mid_to_small=10**8, small_to_block=10**8, cpu_tail=20),
+    "register": bg.PipelinePlan(reg_levels=10**9),  # the whole tree in crr_pipe_reg where N fits it
 }
+
+
+def test_register_kernel_takes_whole_trees_only():
+    reg = bg.PIPE_REG["fp64"]
+    top = bg.reg_max_levels(reg)
+    assert bg._pipeline_phases(1000, "fp64", PLANS["register"]) == [(reg, False, 1000, 0)]
+    assert bg._pipeline_phases(top, "fp64", PLANS["register"]) == [(reg, False, top, 0)]
+    assert all(v.kernel != "crr_pipe_reg" for v, _, _, _ in bg._pipeline_phases(top + 1, "fp64", PLANS["register"]))
+    # not with a CPU tail, and not above reg_levels
+    assert all(v.kernel != "crr_pipe_reg" for v, _, _, _ in
+               bg._pipeline_phases(1000, "fp64", bg.PipelinePlan(reg_levels=10**9, cpu_tail=10)))
+    assert all(v.kernel != "crr_pipe_reg" for v, _, _, _ in bg._pipeline_phases(1001, "fp64", bg.PipelinePlan(reg_levels=1000)))
 
 
 @pytest.mark.parametrize("plan", list(PLANS), ids=str)
@@ -143,7 +156,7 @@ PLANS = {
 def test_pipeline_fp64(N, plan):
     """Each phase of the pipeline alone and all together, the CPU tail included."""
     p = PLANS[plan]
-    if N >= 100_000 and plan in ("mid-only", "block-and-tail"):
+    if N >= 100_000 and plan in ("mid-only", "block-and-tail", "register"):
         pytest.skip("covered at the smaller N; keeps the run short")
     if N >= 100_000 and plan == "all-phases":
         p = bg.PipelinePlan(big_to_mid=50_000, mid_to_small=20_000, small_to_block=2000, cpu_tail=300)
@@ -154,13 +167,14 @@ def test_pipeline_fp64(N, plan):
     assert_prices(got[0], ref[0], what=f"pipeline {plan} N={N}")
 
 
+@pytest.mark.parametrize("plan", ("all-phases", "register"))
 @pytest.mark.parametrize("N", (2, 1000, 4097))
-def test_pipeline_greeks(N):
+def test_pipeline_greeks(N, plan):
     cols, ref = reference(N, greeks=True)
     cols, ref = [c[::13] for c in cols], ref[:, ::13]
-    got = bg.crr_pipeline_gpu(*cols, greeks=True, plan=PLANS["all-phases"])
-    assert_prices(got[0], ref[0], what=f"pipeline greeks N={N}")
-    assert_greeks(got, ref, cols, what=f"pipeline N={N}")
+    got = bg.crr_pipeline_gpu(*cols, greeks=True, plan=PLANS[plan])
+    assert_prices(got[0], ref[0], what=f"pipeline {plan} greeks N={N}")
+    assert_greeks(got, ref, cols, what=f"pipeline {plan} N={N}")
 
 
 # --------------------------------------------------------------------------- FP32
@@ -173,9 +187,11 @@ def test_fp32_within_stated_error(N):
     for how, got in (("batch", bg.crr_batch_gpu(*cols, greeks=False, precision="fp32")),
                      ("block", bg.crr_batch_gpu(*cols, greeks=False, precision="fp32", route="block")),
                      ("pipeline", bg.crr_pipeline_gpu(*[c[::7] for c in cols], greeks=False, precision="fp32",
-                                                      plan=PLANS["all-phases"]))):
-        r = ref[0] if how != "pipeline" else ref[0][::7]
-        b = bound if how != "pipeline" else bound[::7]
+                                                      plan=PLANS["all-phases"])),
+                     ("register", bg.crr_pipeline_gpu(*[c[::7] for c in cols], greeks=False, precision="fp32",
+                                                      plan=PLANS["register"]))):
+        r = ref[0] if how in ("batch", "block") else ref[0][::7]
+        b = bound if how in ("batch", "block") else bound[::7]
         err = np.abs(got[0] - r)
         assert np.all(np.isfinite(got[0])), f"fp32 {how} N={N}: non-finite price"
         assert np.all(err <= b), f"fp32 {how} N={N}: max error/bound {np.max(err / b):.3g}"
@@ -224,7 +240,7 @@ def test_exercise_row_skipping_equals_cpu():
         assert_prices(bg.crr_batch_gpu(*cols, greeks=False)[0], ref, what=f"skip batch N={N}")
         assert_prices(bg.crr_batch_gpu(*cols, greeks=False, route="block")[0], ref, what=f"skip block N={N}")
         sub = [c[::3] for c in cols]
-        for plan in ("default", "all-phases"):
+        for plan in ("default", "all-phases", "register"):
             got = bg.crr_pipeline_gpu(*sub, greeks=False, plan=PLANS[plan])[0]
             assert_prices(got, ref[::3], what=f"skip pipeline {plan} N={N}")
         g32 = bg.crr_batch_gpu(*cols, greeks=False, precision="fp32")[0]

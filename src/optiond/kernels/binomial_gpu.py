@@ -57,7 +57,13 @@ Kernels (see the .cu file for the layout)
   (more, shorter warps: less latency per level; K = 96 instead of 64 when the phase starts at
   or below ``NARROW_LEVELS``), a latency phase in one block with the tree in shared memory,
   and an optional CPU tail; phase boundaries from the calibration
-  (:mod:`optiond.kernels.dispatch`, :class:`PipelinePlan`).
+  (:mod:`optiond.kernels.dispatch`, :class:`PipelinePlan`). The latency phases unroll their
+  level loops 4 deep (the batch kernels 2). Trees of at most ``PipelinePlan.reg_levels`` steps
+  can instead run whole in one block that keeps the tree in registers (``crr_pipe_reg``: no
+  grid barrier, halos between warps through shared memory); off by default, as the grid
+  kernel is as fast on an H200 (N = 1000: 69.0 against 71.9 us). Device times (``timing``)
+  start after the launches' host-side preparation (slicing, arguments), so they hold the
+  kernels and the launch latency, not Python.
 * naive: one launch per level (the baseline of the benchmark).
 
 Errors: CUDA failures and out-of-memory raise :class:`GPUError`; callers (the engine) fall back
@@ -174,6 +180,10 @@ PIPE_GRID_MID = {"fp64": Variant("crr_pipe_grid", "double", 2, 4, K=64, threads=
 PIPE_GRID_SMALL = {"fp64": Variant("crr_pipe_grid", "double", 4, 1, K=64, threads=128, K_narrow=96),
                    "fp32": Variant("crr_pipe_grid", "float", 8, 1, K=64, threads=128)}
 NARROW_LEVELS = 15_000
+#: the pipeline's whole tree for N <= PipelinePlan.reg_levels: one block, the tree in registers
+#: (binomial.cu, crr_pipe_reg); K levels per slab, one warp per chunk of cw - K outputs, <= 32 warps
+PIPE_REG = {"fp64": Variant("crr_pipe_reg", "double", 4, 1, K=32, threads=1024),
+            "fp32": Variant("crr_pipe_reg", "float", 8, 1, K=32, threads=1024)}
 #: extra pipeline shapes compiled for the benchmark's sweep (4 rows: with exercise-row skipping)
 BENCH_PIPE_VARIANTS = [Variant("crr_pipe_grid", "double", 8, 4, K=128, spread=-1),
                        Variant("crr_pipe_grid", "double", 4, 2, K=64, spread=-1)]
@@ -181,7 +191,7 @@ BENCH_PIPE_VARIANTS = [Variant("crr_pipe_grid", "double", 8, 4, K=128, spread=-1
 
 def _plain_names() -> list[str]:
     vs = [v for lst in WARP_VARIANTS.values() for v in lst] + BENCH_WARP_VARIANTS
-    vs += list(BLOCK_VARIANT.values()) + list(PIPE_BLOCK.values())
+    vs += list(BLOCK_VARIANT.values()) + list(PIPE_BLOCK.values()) + list(PIPE_REG.values())
     vs += [v for v in BENCH_PIPE_VARIANTS if v.kernel != "crr_pipe_grid"]
     return sorted({v.name for v in vs}) + ["crr_naive_leaves", "crr_naive_step"]
 
@@ -591,8 +601,8 @@ def _run_trees(par: np.ndarray, steps: np.ndarray, flags: np.ndarray, precision:
 
     Returns ``(price (m,), lv (m, 6))`` as float64 NumPy arrays (lv NaN where not computed).
     ``timing``, if given, receives ``device_s``: CUDA-event time of the kernels (after the
-    uploads, before the copy back), in seconds. ``route``: ``"auto"``, or
-    ``"warp"`` / ``"block"`` to force one kernel (tests and benchmarks).
+    uploads and the launches' host-side preparation, before the copy back), in seconds.
+    ``route``: ``"auto"``, or ``"warp"`` / ``"block"`` to force one kernel (tests and benchmarks).
     """
     cp = _cupy()
     m = int(par.shape[0])
@@ -624,8 +634,7 @@ def _run_trees(par: np.ndarray, steps: np.ndarray, flags: np.ndarray, precision:
         d_cnt = d_int[o:o + 2]
         d_out = cp.full(7 * m, np.nan)  # prices, then 6 levels per tree
         d_p, d_l = d_out[:m], d_out[m:]
-        if ev0 is not None:
-            ev0.record(stream)
+        launches = []  # (kernel, grid, threads, args), all prepared before the first launch
         if iw.size:
             wmax = int(steps[iw].max()) + 1
             wv = warp_variant or next(v for v in wv_list if v.cw >= wmax)
@@ -634,15 +643,20 @@ def _run_trees(par: np.ndarray, steps: np.ndarray, flags: np.ndarray, precision:
             k = kernel(wv.name)
             wpb = wv.threads // 32
             grid = min((iw.size + wpb - 1) // wpb, resident_blocks(k, wv.threads))
-            _launch_persistent(k, grid, wv.threads, (d_par, d_steps, d_flags, d_iw, np.int32(iw.size), d_cnt[0:1], d_p, d_l))
+            launches.append((k, grid, wv.threads, (d_par, d_steps, d_flags, d_iw, np.int32(iw.size), d_cnt[0:1], d_p,
+                                                   d_l)))
         if ib.size:
             bv = BLOCK_VARIANT[precision]
             k = kernel(bv.name)
             grid = min(ib.size, resident_blocks(k, bv.threads))
             stride = ((int(steps[ib].max()) + 1 + bv.cw + 31) // 32) * 32
             scratch = cp.empty(grid * 4 * stride, dtype=cp.float64 if precision == "fp64" else cp.float32)
-            _launch_persistent(k, grid, bv.threads, (d_par, d_steps, d_flags, d_ib, np.int32(ib.size), d_cnt[1:2],
-                                                     np.int32(bv.K), scratch, np.uint64(stride), d_p, d_l))
+            launches.append((k, grid, bv.threads, (d_par, d_steps, d_flags, d_ib, np.int32(ib.size), d_cnt[1:2],
+                                                   np.int32(bv.K), scratch, np.uint64(stride), d_p, d_l)))
+        if ev0 is not None:
+            ev0.record(stream)
+        for k, grid, threads, args in launches:
+            _launch_persistent(k, grid, threads, args)
         if ev1 is not None:
             ev1.record(stream)
         out = cp.asnumpy(d_out, stream=stream)
@@ -700,24 +714,56 @@ class PipelinePlan:
       K = 64 (96 if the phase starts at or below ``NARROW_LEVELS``): more, shorter warps, so
       less latency per level;
     * ``small_to_block >= t > cpu_tail``: one block, the tree in shared memory (latency);
+    * ``N <= reg_levels``: the whole tree in one block with the tree in registers
+      (``crr_pipe_reg``: K levels per slab, halos exchanged through shared memory, then one
+      warp) instead of the phases above; only without a CPU tail and for N <=
+      :func:`reg_max_levels` (0 disables it; the calibration's ``pipeline_reg_levels``). As
+      the last phase of a larger tree it lost to the grid kernels, which spread the widest
+      levels over more multiprocessors (N = 1e4: 0.653 against 0.645 ms for the last 1000
+      levels in it);
     * ``t <= cpu_tail``: the CPU finishes (FP64 only; 0 disables it).
     """
 
     big_to_mid: int = 200_000
-    mid_to_small: int = 30_000
+    mid_to_small: int = 15_000
     small_to_block: int = 0
     cpu_tail: int = 0
+    reg_levels: int = 0
+
+
+def reg_max_levels(v: Variant) -> int:
+    """The largest N the register block kernel ``v`` takes (32 warps of cw - K outputs each)."""
+    return 32 * (v.cw - v.K) - 1
 
 
 def _phase_launch(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t_lo: int, src: int, out_cap: int,
                   Vb, Xb, stride: int, d_price, d_lv) -> int:
     """Launch one pipeline phase (levels t_hi -> t_lo); returns the buffer index of level t_lo."""
+    launch, dst = _phase_prepare(v, coop, d_par, N, am, t_hi, t_lo, src, out_cap, Vb, Xb, stride, d_price, d_lv)
+    launch()
+    return dst
+
+
+def _phase_prepare(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t_lo: int, src: int, out_cap: int,
+                   Vb, Xb, stride: int, d_price, d_lv) -> tuple[Callable[[], None], int]:
+    """One pipeline phase (levels t_hi -> t_lo) made ready to launch: ``(launch, buffer index of
+    level t_lo)``; ``launch()`` only enqueues the kernel (the host work is done here, so a
+    caller can prepare every phase before the GPU starts)."""
     k = kernel(v.name, coop=coop)
+    if v.kernel == "crr_pipe_reg":  # the whole tree, one block of N / (cw - K) + 1 warps
+        if t_hi != N or t_lo != 0 or N > reg_max_levels(v):
+            raise ValueError(f"{v.name} runs whole trees of N <= {reg_max_levels(v)}, not {t_hi} -> {t_lo} of {N}")
+        nw = N // (v.cw - v.K) + 1
+        smem = 4 * (nw + 1) * v.K * (8 if v.dtype == "double" else 4)
+        args = (d_par, np.int32(N), np.int32(am), np.int32(v.K), d_price, d_lv)
+        return (lambda: k((1,), (32 * nw,), args, shared_mem=smem)), src
     K = v.K_narrow if coop and v.K_narrow and t_hi <= NARROW_LEVELS else v.K
     vw = v.cw - K
     chunks = min(t_hi, out_cap + K) // vw + 1
     args = (d_par, np.int32(N), np.int32(am), np.int32(t_hi), np.int32(t_lo), np.int32(K), np.int32(src),
             np.int32(out_cap), Vb, Xb, np.uint64(stride), d_price, d_lv)
+    nslabs = -(-(t_hi - t_lo) // K)
+    dst = src ^ (nslabs & 1)
     if coop:
         wpb = v.threads // 32
         grid = max(1, min((chunks + wpb - 1) // wpb, resident_blocks(k, v.threads)))
@@ -726,38 +772,43 @@ def _phase_launch(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t_
             units = v.spread * 4 * device_info()["sms"]
         elif v.spread < 0:
             units = grid * wpb
-        args = args[:8] + (np.int32(units),) + args[8:]
-        while True:
-            try:
-                k((grid,), (v.threads,), args)
-                break
-            except Exception as e:
-                if grid == 1 or "COOPERATIVE" not in str(e).upper():
-                    raise
-                grid //= 2
-                if v.spread < 0:
-                    args = args[:8] + (np.int32(grid * wpb),) + args[9:]
-    else:
-        # the tree in shared memory when it fits (4 arrays: V and X, double-buffered)
-        itemsize = 8 if v.dtype == "double" else 4
-        sstride = ((t_hi + 2 + 31) // 32) * 32
-        smem = 4 * sstride * itemsize
-        if smem > SMEM_MAX:
-            sstride, smem = 0, 0
-        elif smem > 48 * 1024 and _state.get(("smem", v.name), 0) < smem:
-            k.max_dynamic_shared_size_bytes = SMEM_MAX
-            _state[("smem", v.name)] = SMEM_MAX
-        threads = min(v.threads, 32 * chunks)
-        units = threads // 32 if v.spread != 0 else 0
-        args = args[:8] + (np.int32(units),) + args[8:]
-        k((1,), (threads,), args + (np.int32(sstride),), shared_mem=smem)
-    nslabs = -(-(t_hi - t_lo) // K)
-    return src ^ (nslabs & 1)
+
+        coop_args = args[:8] + (np.int32(units),) + args[8:]
+
+        def launch(grid=grid, args=coop_args):
+            while True:
+                try:
+                    k((grid,), (v.threads,), args)
+                    return
+                except Exception as e:
+                    if grid == 1 or "COOPERATIVE" not in str(e).upper():
+                        raise
+                    grid //= 2
+                    if v.spread < 0:
+                        args = args[:8] + (np.int32(grid * wpb),) + args[9:]
+
+        return launch, dst
+    # the tree in shared memory when it fits (4 arrays: V and X, double-buffered)
+    itemsize = 8 if v.dtype == "double" else 4
+    sstride = ((t_hi + 2 + 31) // 32) * 32
+    smem = 4 * sstride * itemsize
+    if smem > SMEM_MAX:
+        sstride, smem = 0, 0
+    elif smem > 48 * 1024 and _state.get(("smem", v.name), 0) < smem:
+        k.max_dynamic_shared_size_bytes = SMEM_MAX
+        _state[("smem", v.name)] = SMEM_MAX
+    threads = min(v.threads, 32 * chunks)
+    units = threads // 32 if v.spread != 0 else 0
+    args = args[:8] + (np.int32(units),) + args[8:] + (np.int32(sstride),)
+    return (lambda: k((1,), (threads,), args, shared_mem=smem)), dst
 
 
 def _pipeline_phases(N: int, precision: str, plan: PipelinePlan) -> list[tuple[Variant, bool, int, int]]:
     """[(variant, cooperative, t_hi, t_lo)] for one tree of N steps under ``plan``."""
     tail = 0 if precision == "fp32" else max(0, min(int(plan.cpu_tail), N))
+    reg = PIPE_REG[precision]
+    if not tail and N <= min(int(plan.reg_levels), reg_max_levels(reg)):
+        return [(reg, False, N, 0)]
     out = []
     t = N
     for v, coop, stop in ((PIPE_GRID_BIG[precision], True, max(plan.big_to_mid, tail)),
@@ -808,14 +859,20 @@ def _run_pipeline(par, steps, flags, precision, plan, timing=None):
         stride = ((int(steps.max()) + 1 + width + 31) // 32) * 32
         Vb = cp.empty(2 * stride, dtype=dtype)
         Xb = cp.empty(2 * stride, dtype=dtype)
-        ev0.record(stream)
+        trees = []  # every launch prepared before the first one (the GPU does not wait on Python)
         for i in range(m):
             N, am = int(steps[i]), bool(flags[i] & 1)
-            src, t = 0, N
+            src, t, launches = 0, N, []
             for v, coop, t_hi, t_lo in _pipeline_phases(N, precision, plan):
-                src = _phase_launch(v, coop, d_par[i], N, am, t_hi, t_lo, src, 1 << 30, Vb, Xb, stride,
-                                    d_res[i:i + 1], d_res[m + 6 * i:m + 6 * i + 6])
+                launch, src = _phase_prepare(v, coop, d_par[i], N, am, t_hi, t_lo, src, 1 << 30, Vb, Xb, stride,
+                                             d_res[i:i + 1], d_res[m + 6 * i:m + 6 * i + 6])
+                launches.append(launch)
                 t = t_lo
+            trees.append((i, N, src, t, launches))
+        ev0.record(stream)
+        for i, N, src, t, launches in trees:
+            for launch in launches:
+                launch()
             if t == N:  # the CPU tail is the whole tree: leaves on the host
                 V, X = np.empty(N + 2), np.empty(N + 2)
                 _leaves_cpu(par[i], N, V, X)

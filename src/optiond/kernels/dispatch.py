@@ -45,7 +45,12 @@ DEFAULTS: dict[str, Any] = {
     # phase boundaries of the pipeline (binomial_gpu.PipelinePlan)
     # (big_to_mid measured on an H200 with the row-skipping kernels: N = 1e6 318 ms at 200,000, 326 ms at 300,000,
     # 341 ms at 600,000)
-    "plan": {"big_to_mid": 200_000, "mid_to_small": 30_000, "small_to_block": 0, "cpu_tail": 0},
+    # (mid_to_small: N = 1e5 8.67 ms at 15,000 against 8.84 ms at 30,000)
+    "plan": {"big_to_mid": 200_000, "mid_to_small": 15_000, "small_to_block": 0, "cpu_tail": 0},
+    # trees of at most this many steps go through the pipeline in one block with the tree in
+    # registers (PipelinePlan.reg_levels); off: on an H200 the grid kernel with the pipeline's
+    # 4-level unroll is as fast or faster (N = 1000 69.0 against 71.9 us, N = 1500 94 against 114)
+    "pipeline_reg_levels": 0,
 }
 
 _cache_lock = threading.Lock()
@@ -157,8 +162,10 @@ def pipeline_plan(cal: dict | None = None):
     """The :class:`~optiond.kernels.binomial_gpu.PipelinePlan` of the calibration."""
     from .binomial_gpu import PipelinePlan
 
-    plan = (cal or current())["plan"]
-    return PipelinePlan(**{k: int(v) for k, v in plan.items()})
+    cal = cal or current()
+    plan = {k: int(v) for k, v in cal["plan"].items()}
+    plan.setdefault("reg_levels", int(cal.get("pipeline_reg_levels", DEFAULTS["pipeline_reg_levels"])))
+    return PipelinePlan(**plan)
 
 
 def tree_nodes(steps: Any) -> float:

@@ -52,6 +52,14 @@
 //   crr_pipe_grid     the same over the whole GPU with one cooperative grid barrier per slab
 //                     (throughput phase; only in the module built with -DCRR_COOP); a slab's
 //                     outputs spread evenly over the resident warps (units).
+//   crr_pipe_reg      one tree (N <= a few thousand) in one block with the tree in registers
+//                     from leaves to root: warps keep their chunk between slabs and swap only
+//                     K-node halos through shared memory (one __syncthreads per slab), then one
+//                     warp; no grid barrier, no chunk reloads. One SM's FP64 rate caps its
+//                     widest levels: N = 1e3 71.9 us against 69.0 on crr_pipe_grid (H200), so
+//                     the pipeline uses it only where PipelinePlan.reg_levels asks.
+//   The pipeline kernels (pipe_*) of at most 4 rows per lane unroll their level loops 4 deep
+//   (CRR_PIPE_UNROLL), the batch kernels 2 (CRR_UNROLL).
 //   crr_naive_*       one launch per level, one thread per node, global memory (baseline).
 //
 // Sources: Cox, Ross & Rubinstein (1979); V. Podlozhnyuk, "Binomial option pricing model",
@@ -65,10 +73,18 @@
 #define CRR_NPAR 16
 #define CRR_FULL 0xffffffffu
 
-// levels per iteration of the straight-line level loops
+// levels per iteration of the straight-line level loops: batch kernels (throughput), and the
+// single-option pipeline kernels with at most 4 rows per lane (latency: a deeper unroll lets the
+// compiler overlap one level's last nodes with the next level's first; H200, one put: N = 1e4
+// 0.561 ms with 4 against 0.627 with 2 and 0.758 with 1, N = 1e3 in crr_pipe_reg 69.8 / 71.8 /
+// 78.7 us)
 #ifndef CRR_UNROLL
 #define CRR_UNROLL 2
 #endif
+#ifndef CRR_PIPE_UNROLL
+#define CRR_PIPE_UNROLL 4
+#endif
+#define CRR_PIPE_U(R) ((R) > 4 ? CRR_UNROLL : CRR_PIPE_UNROLL)
 #define CRR_STR(x) #x
 #define CRR_PRAGMA_UNROLL(n) _Pragma(CRR_STR(unroll n))
 
@@ -259,9 +275,9 @@ __device__ __forceinline__ void level_generic(T (&V)[R][G], T (&X)[R][G], const 
 // live: straight-line code over the rows, so the RA*G independent nodes interleave. Of these,
 // NA rows (the first NA if PFX, else the last NA) carry the exercise value; the others are
 // continuation only (exercise_rows).
-template <typename T, int G, int R, int RA, int NA, bool PFX, bool AM, bool FWD>
+template <typename T, int G, int R, int RA, int NA, bool PFX, bool AM, bool FWD, int U>
 __device__ __forceinline__ void levels_fixed(T (&V)[R][G], T (&X)[R][G], const Par<T>& P, int t, int n) {
-    CRR_PRAGMA_UNROLL(CRR_UNROLL)
+#pragma unroll U
     for (int i = 0; i < n; ++i, --t) {
         const T g = level_scale<T, FWD>(P, t - 1);
         const T ct = FWD ? P.c * g : P.c;
@@ -295,34 +311,34 @@ __device__ __forceinline__ void levels_fixed(T (&V)[R][G], T (&X)[R][G], const P
 #define CRR_SCL_UNROLL 1
 #endif
 
-template <typename T, int G, int R, int RA, int NA, bool AM, bool FWD>
+template <typename T, int G, int R, int RA, int NA, bool AM, bool FWD, int U>
 __device__ __forceinline__ void na_dispatch(T (&V)[R][G], T (&X)[R][G], const Par<T>& P, int t, int n, int na, bool pfx) {
     if constexpr (NA >= 0) {
         if (na == NA) {
             if constexpr (NA == 0 || NA == RA)
-                levels_fixed<T, G, R, RA, NA, true, AM, FWD>(V, X, P, t, n);
+                levels_fixed<T, G, R, RA, NA, true, AM, FWD, U>(V, X, P, t, n);
             else if (pfx)
-                levels_fixed<T, G, R, RA, NA, true, AM, FWD>(V, X, P, t, n);
+                levels_fixed<T, G, R, RA, NA, true, AM, FWD, U>(V, X, P, t, n);
             else
-                levels_fixed<T, G, R, RA, NA, false, AM, FWD>(V, X, P, t, n);
+                levels_fixed<T, G, R, RA, NA, false, AM, FWD, U>(V, X, P, t, n);
         } else {
-            na_dispatch<T, G, R, RA, NA - 1, AM, FWD>(V, X, P, t, n, na, pfx);
+            na_dispatch<T, G, R, RA, NA - 1, AM, FWD, U>(V, X, P, t, n, na, pfx);
         }
     }
 }
 
 // levels_fixed<RA = ra, NA = na>: a switch made of templates (RA = 1 .. R).
-template <typename T, int G, int R, int RA, bool AM, bool FWD>
+template <typename T, int G, int R, int RA, bool AM, bool FWD, int U>
 __device__ __forceinline__ void levels_dispatch(T (&V)[R][G], T (&X)[R][G], const Par<T>& P, int t, int n, int ra,
                                                 int na, bool pfx) {
     if constexpr (RA >= 1) {
         if (ra == RA) {
             if constexpr (AM && R <= CRR_SKIP_ROWS)
-                na_dispatch<T, G, R, RA, RA, AM, FWD>(V, X, P, t, n, na, pfx);
+                na_dispatch<T, G, R, RA, RA, AM, FWD, U>(V, X, P, t, n, na, pfx);
             else
-                levels_fixed<T, G, R, RA, RA, true, AM, FWD>(V, X, P, t, n);
+                levels_fixed<T, G, R, RA, RA, true, AM, FWD, U>(V, X, P, t, n);
         } else {
-            levels_dispatch<T, G, R, RA - 1, AM, FWD>(V, X, P, t, n, ra, na, pfx);
+            levels_dispatch<T, G, R, RA - 1, AM, FWD, U>(V, X, P, t, n, ra, na, pfx);
         }
     }
 }
@@ -333,7 +349,7 @@ __device__ __forceinline__ void levels_dispatch(T (&V)[R][G], T (&X)[R][G], cons
 // At level t the live local positions are 0 .. pmax = min(t - j0, lim - 2 - k) (k levels done);
 // rows above pmax / (32 G) are skipped. Runs of levels with the same live row count and no
 // re-anchoring go through levels_fixed; re-anchoring levels and t <= 2 through level_generic.
-template <typename T, int G, int R, bool AM, bool FWD>
+template <typename T, int G, int R, bool AM, bool FWD, int U = CRR_UNROLL>
 __device__ __forceinline__ void run_levels(T (&V)[R][G], T (&X)[R][G], const Par<T>& P, int j0, int t_from, int t_to,
                                            int lim, double* __restrict__ lv) {
     const int ROW = 32 * G;
@@ -359,7 +375,7 @@ __device__ __forceinline__ void run_levels(T (&V)[R][G], T (&X)[R][G], const Par
         n = min(n, min(t - 2, t - t_to + 1));
         bool pfx = true;
         const int na = AM ? exercise_rows((double)P.sign, P.La, j0, ROW, ra, t, max(t - (P.anchor - d) + 1, 0), pfx) : 0;
-        levels_dispatch<T, G, R, R, AM, FWD>(V, X, P, t + 1, n, ra, na, pfx);
+        levels_dispatch<T, G, R, R, AM, FWD, U>(V, X, P, t + 1, n, ra, na, pfx);
         t -= n;
     }
 }
@@ -676,7 +692,7 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? CRR_F32_MINB : 1) crr_ba
 // up to whole rows of 32 G nodes; rows beyond a chunk's width are skipped), so that no slot
 // gets two chunks while another gets one. Once the whole remaining tree fits one chunk, that
 // chunk runs every remaining level without a further slab barrier.
-template <typename T, int G, int R, bool AM, bool FWD, bool LDCG, typename Sync>
+template <typename T, int G, int R, bool AM, bool FWD, bool LDCG, int U, typename Sync>
 __device__ __forceinline__ void tiles_tree(const Par<T>& P, T* __restrict__ Vb, T* __restrict__ Xb, size_t stride,
                                            int t_hi, int t_lo, int K, int src, int out_cap, int warp_id, int nwarps,
                                            int units, double* __restrict__ price, double* __restrict__ lv,
@@ -742,7 +758,7 @@ __device__ __forceinline__ void tiles_tree(const Par<T>& P, T* __restrict__ Vb, 
                         }
                     }
             }
-            run_levels<T, G, R, AM, FWD>(V, X, P, j0, t, t - kk, lim, lv);
+            run_levels<T, G, R, AM, FWD, U>(V, X, P, j0, t, t - kk, lim, lv);
             const int tn = t - kk;
 #pragma unroll
             for (int r = 0; r < R; ++r)
@@ -784,10 +800,10 @@ __global__ void crr_batch_block(const double* __restrict__ par, const int* __res
         const int N = steps[i];
         const Par<T> P = load_par<T>(par + (size_t)i * CRR_NPAR, N);
         if (flags[i] & 1)
-            tiles_tree<T, G, R, true, FWD, false>(P, Vb, Xb, stride, N, 0, K, 0, 1 << 30, threadIdx.x >> 5,
+            tiles_tree<T, G, R, true, FWD, false, CRR_UNROLL>(P, Vb, Xb, stride, N, 0, K, 0, 1 << 30, threadIdx.x >> 5,
                                                   blockDim.x >> 5, 0, price + i, lv + (size_t)6 * i, BlockSync());
         else
-            tiles_tree<T, G, R, false, FWD, false>(P, Vb, Xb, stride, N, 0, K, 0, 1 << 30, threadIdx.x >> 5,
+            tiles_tree<T, G, R, false, FWD, false, CRR_UNROLL>(P, Vb, Xb, stride, N, 0, K, 0, 1 << 30, threadIdx.x >> 5,
                                                    blockDim.x >> 5, 0, price + i, lv + (size_t)6 * i, BlockSync());
         if (threadIdx.x == 0) s_idx = atomicAdd(counter, 1) + gridDim.x;
         __syncthreads();
@@ -827,10 +843,10 @@ __global__ void __launch_bounds__(1024) crr_pipe_block(const double* __restrict_
         }
     }
     if (am)
-        tiles_tree<T, G, R, true, FWD, false>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
+        tiles_tree<T, G, R, true, FWD, false, CRR_PIPE_U(R)>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
                                               blockDim.x >> 5, units, price, lv, BlockSync());
     else
-        tiles_tree<T, G, R, false, FWD, false>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
+        tiles_tree<T, G, R, false, FWD, false, CRR_PIPE_U(R)>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
                                                blockDim.x >> 5, units, price, lv, BlockSync());
     if (smem_stride > 0 && t_lo > 0) {
         const int nslabs = (t_hi - t_lo + K - 1) / K;
@@ -841,6 +857,102 @@ __global__ void __launch_bounds__(1024) crr_pipe_block(const double* __restrict_
             Xb[(size_t)dst * stride + j] = X[(size_t)b * smem_stride + j];
         }
     }
+}
+
+// ------------------------------------------------------------------ one block, the tree in registers
+//
+// One tree, one block of nw warps, the whole tree in registers all the way (the single-option
+// pipeline for N up to a few thousand: N = 1e3 in one launch, no grid barrier). Warp w holds the chunk of CW =
+// 32 G R nodes at j0 = w (CW - K) (the layout of the warp kernels) and runs K levels per slab
+// with one shuffle per row and level (run_levels); its top K positions are a halo that goes
+// stale one node per level. After a slab, the first K nodes of every warp go through shared
+// memory to the halo of the warp on its left (2 buffers by slab parity: one __syncthreads per
+// slab); nothing else leaves the registers. Once the whole remaining level fits one chunk
+// (t + 1 <= CW), warp 0 finishes it alone, without barriers. Against crr_pipe_block /
+// crr_pipe_grid: no chunk loads and stores per slab and no grid barriers; idea as the register
+// tiles of the cooperative kernels with the chunk kept between slabs (temporal blocking, halo
+// exchange instead of reload). Needs 2 K <= CW and N / (CW - K) + 1 <= 32 warps; dynamic
+// shared memory 4 (nw + 1) K sizeof(T).
+template <typename T, int G, int R, bool AM, bool FWD>
+__device__ __forceinline__ void reg_tree(const Par<T>& P, int K, double* __restrict__ price, double* __restrict__ lv,
+                                         T* __restrict__ sh) {
+    const int CW = 32 * G * R;
+    const int ROW = 32 * G;
+    const int vw = CW - K;
+    const int lane = threadIdx.x & 31;
+    const int w = threadIdx.x >> 5;
+    const int nw = blockDim.x >> 5;
+    const int j0 = w * vw;
+    T V[R][G], X[R][G];
+    const T gN = level_scale<T, FWD>(P, P.N);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        T x[G];
+        exercise_row<T, FWD, G>(P, j0 + r * ROW + lane * G, P.N, gN, x);
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            const bool in = j0 + r * ROW + lane * G + k <= P.N;
+            X[r][k] = in ? x[k] : (T)0;
+            V[r][k] = in ? crr_max<T>(x[k], (T)0) : (T)0;
+        }
+    }
+    if (w == 0) record_level<T, G, R>(V, 0, P.N, lv);
+    // halo buffers: [parity][slot 0..nw][K] for V, then the same for X; slot nw (right of the
+    // last warp, whose halo lies beyond the tree) stays zero
+    const int slab = (nw + 1) * K;
+    T* shV = sh;
+    T* shX = sh + 2 * slab;
+    for (int i = threadIdx.x; i < 2 * K; i += blockDim.x) {
+        const int o = (i / K) * slab + nw * K + i % K;
+        shV[o] = (T)0;
+        shX[o] = (T)0;
+    }
+    int t = P.N;
+    int s = 0;
+    while (t + 1 > CW) {  // t >= CW > K: full slabs
+        if (j0 <= t) run_levels<T, G, R, AM, FWD, CRR_PIPE_U(R)>(V, X, P, j0, t, t - K, CW, lv);
+        T* bv = shV + (s & 1) * slab;
+        T* bx = shX + (s & 1) * slab;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int k = 0; k < G; ++k) {
+                const int p = r * ROW + lane * G + k;
+                if (p < K) {
+                    bv[w * K + p] = V[r][k];
+                    if (AM) bx[w * K + p] = X[r][k];
+                }
+            }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int k = 0; k < G; ++k) {
+                const int p = r * ROW + lane * G + k;
+                if (p >= vw) {
+                    V[r][k] = bv[(w + 1) * K + p - vw];
+                    if (AM) X[r][k] = bx[(w + 1) * K + p - vw];
+                }
+            }
+        t -= K;
+        ++s;
+    }
+    if (w == 0) {
+        if (t > 0) run_levels<T, G, R, AM, FWD, CRR_PIPE_U(R)>(V, X, P, 0, t, 0, CW, lv);
+        if (lane == 0 && price != nullptr) *price = (double)V[0][0];
+    }
+}
+
+template <typename T, int G, int R, bool FWD>
+__global__ void __launch_bounds__(1024) crr_pipe_reg(const double* __restrict__ par, int N, int am, int K,
+                                                     double* __restrict__ price, double* __restrict__ lv) {
+    extern __shared__ __align__(16) unsigned char crr_smem[];
+    const Par<T> P = load_par<T>(par, N);
+    T* sh = reinterpret_cast<T*>(crr_smem);
+    if (am)
+        reg_tree<T, G, R, true, FWD>(P, K, price, lv, sh);
+    else
+        reg_tree<T, G, R, false, FWD>(P, K, price, lv, sh);
 }
 
 #ifdef CRR_COOP
@@ -860,10 +972,10 @@ __global__ void crr_pipe_grid(const double* __restrict__ par, int N, int am, int
     const int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int nw = (gridDim.x * blockDim.x) >> 5;
     if (am)
-        tiles_tree<T, G, R, true, FWD, true>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, w, nw, units, price,
+        tiles_tree<T, G, R, true, FWD, true, CRR_PIPE_U(R)>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, w, nw, units, price,
                                              lv, GridSync());
     else
-        tiles_tree<T, G, R, false, FWD, true>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, w, nw, units, price,
+        tiles_tree<T, G, R, false, FWD, true, CRR_PIPE_U(R)>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, w, nw, units, price,
                                               lv, GridSync());
 }
 #endif
