@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from unittest import mock
 
 import msgpack
 import numpy as np
@@ -26,7 +27,7 @@ from optiond import engine
 from optiond.daemon import paths, protocol
 from optiond.daemon.client import Client, DaemonError, DaemonUnavailable, get_client
 from optiond.daemon.protocol import DELIM, AuthenticationError, ProtocolError, Session
-from optiond.models import InvalidInputError, Method
+from optiond.models import GREEK_FIELDS, InvalidInputError, Method
 
 from conftest import price_burst, start_daemon, stop_daemon
 
@@ -437,6 +438,56 @@ def test_threads_each_get_their_own_reply(daemon):
     want = np.array([engine.price_table(base | {"strike": k}, m).price[0] for k in strikes])
     np.testing.assert_array_equal(got, want)
     c.close()
+
+
+@pytest.mark.parametrize("raw, cores, want", [("", 2, 0.0), ("", 16, protocol.SPIN_US_DEFAULT * 1e-6),
+                                              ("0", 16, 0.0), ("50", 2, 5e-5), (" 1000000 ", 2, 1.0)])
+def test_spin_seconds_from_environment_and_cores(monkeypatch, raw, cores, want):
+    monkeypatch.setenv(protocol.SPIN_ENV, raw)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert protocol.spin_seconds() == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("raw", ["-1", "fast", "2e6", "nan"])
+def test_spin_seconds_rejects_bad_settings(monkeypatch, raw):
+    monkeypatch.setenv(protocol.SPIN_ENV, raw)
+    with pytest.raises(ValueError, match=protocol.SPIN_ENV):
+        protocol.spin_seconds()
+    with pytest.raises(ValueError, match=protocol.SPIN_ENV):
+        Client("/nonexistent/daemon.json")
+
+
+def test_spin_until_readable_sees_a_waiting_message(pair):
+    a, b = pair
+    assert not protocol.spin_until_readable(b, 1e-4) and not protocol.readable(b)
+    a.send_multipart([b"x", b"y"])
+    assert protocol.spin_until_readable(b, 5.0) and protocol.readable(b)
+    assert b.recv_multipart()[1:] == [b"x", b"y"] and not protocol.readable(b)
+
+
+def test_spinning_daemon_and_client_match_every_reply(tmp_path):
+    """Both ends polling before they sleep (as on a machine with cores to spare): every reply
+    reaches its own request, bit for bit the in-process price."""
+    d = start_daemon(tmp_path, env={protocol.SPIN_ENV: "300"})
+    try:
+        with mock.patch.dict(os.environ, {protocol.SPIN_ENV: "300"}):
+            c = Client(d.connection_file, timeout=10.0, retries=0)
+        assert c.spin_s == pytest.approx(3e-4)
+        base = {"kind": "call", "style": "american", "spot": 100.0, "expiry": 0.75, "rate": 0.02,
+                "dividend_yield": 0.01, "volatility": 0.3}
+        m = Method(steps=64, greeks=True)
+        strikes = 80.0 + np.arange(300) * 0.125
+        fields = ("price",) + GREEK_FIELDS
+
+        def row(r):
+            assert r.device == "cpu"
+            return [float(getattr(r, f)[0]) for f in fields]
+        got = np.array([row(c.price_table(base | {"strike": k}, m, fallback=False)) for k in strikes])
+        want = np.array([row(engine.price_table(base | {"strike": k}, m)) for k in strikes])
+        np.testing.assert_array_equal(got, want)
+        c.close()
+    finally:
+        stop_daemon(d)
 
 
 def test_shared_client_finds_the_fixture_daemon(daemon):

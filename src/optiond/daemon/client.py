@@ -78,7 +78,7 @@ import zmq
 from ..models import GREEK_FIELDS, InvalidInputError, Method, Result
 from . import paths
 from .protocol import (Message, ProtocolError, Session, decode_array, decode_sparse_strings, encode_column, new_id,
-                       send_frames)
+                       send_frames, spin_seconds, spin_until_readable)
 
 log = logging.getLogger("optiond.client")
 
@@ -232,6 +232,12 @@ class Client:
         down_s: how long a daemon that did not answer is assumed down (calls with
             ``fallback=True`` then go in-process at once), unless its connection file changes.
         connect_timeout: seconds to wait for the TCP connection to come up.
+
+    The thread waiting for a reply first polls its socket for ``spin_s`` seconds
+    (:func:`optiond.daemon.protocol.spin_seconds`: ``OPTIOND_SPIN_US``) before it sleeps.
+
+    Raises:
+        ValueError: ``timeout`` or ``retries`` out of range, or ``OPTIOND_SPIN_US`` malformed.
     """
 
     def __init__(self, connection_file: str | os.PathLike | None = None, timeout: float = 5.0, retries: int = 2, *,
@@ -257,6 +263,7 @@ class Client:
         self._env_seen: tuple[str | None, str] | None = None
         self._checked = 0.0
         self._methods: dict[int, tuple[Method, dict]] = {}
+        self.spin_s = spin_seconds()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -359,40 +366,45 @@ class Client:
         deadline = start + timeout
         watch_at = start + HB_WATCH_AFTER_S
         hb: zmq.Socket | None = None
+        # a quick reply is read without sleeping first (see protocol.spin_seconds), and then
+        # without a poll (pyzmq builds a Poller for each)
+        ready = bool(self.spin_s) and spin_until_readable(sock, min(self.spin_s, timeout))
         try:
             while True:
-                now = time.monotonic()
-                remaining = deadline - now
-                if remaining <= 0:
-                    return None
-                if hb is None and now >= watch_at:
-                    hb = self._ctx.socket(zmq.DEALER)
-                    hb.setsockopt(zmq.LINGER, 0)
-                    hb.connect(conn.endpoint("hb"))
-                    last_echo = now
-                    next_ping = now
-                    poller = zmq.Poller()
-                    poller.register(sock, zmq.POLLIN)
-                    poller.register(hb, zmq.POLLIN)
-                if hb is None:
-                    ready = sock.poll(int(min(remaining, watch_at - now) * 1000) + 1, _POLLIN)
-                else:
-                    if now >= next_ping:
-                        try:
-                            hb.send(b"ping", zmq.NOBLOCK)
-                        except zmq.Again:
-                            pass
-                        next_ping = now + HB_INTERVAL_S
-                    events = dict(poller.poll(int(min(remaining, max(next_ping - now, 0.0)) * 1000) + 1))
-                    ready = sock in events
-                    if hb in events:
-                        while hb.poll(0):
-                            hb.recv()
-                        last_echo = time.monotonic()
-                    elif not ready and time.monotonic() - last_echo > HB_DEAD_S:
-                        raise _DaemonDied(f"the daemon's heartbeat has been silent for {HB_DEAD_S:g} s (it died?)")
                 if not ready:
-                    continue
+                    now = time.monotonic()
+                    remaining = deadline - now
+                    if remaining <= 0:
+                        return None
+                    if hb is None and now >= watch_at:
+                        hb = self._ctx.socket(zmq.DEALER)
+                        hb.setsockopt(zmq.LINGER, 0)
+                        hb.connect(conn.endpoint("hb"))
+                        last_echo = now
+                        next_ping = now
+                        poller = zmq.Poller()
+                        poller.register(sock, zmq.POLLIN)
+                        poller.register(hb, zmq.POLLIN)
+                    if hb is None:
+                        ready = sock.poll(int(min(remaining, watch_at - now) * 1000) + 1, _POLLIN)
+                    else:
+                        if now >= next_ping:
+                            try:
+                                hb.send(b"ping", zmq.NOBLOCK)
+                            except zmq.Again:
+                                pass
+                            next_ping = now + HB_INTERVAL_S
+                        events = dict(poller.poll(int(min(remaining, max(next_ping - now, 0.0)) * 1000) + 1))
+                        ready = sock in events
+                        if hb in events:
+                            while hb.poll(0):
+                                hb.recv()
+                            last_echo = time.monotonic()
+                        elif not ready and time.monotonic() - last_echo > HB_DEAD_S:
+                            raise _DaemonDied(f"the daemon's heartbeat has been silent for {HB_DEAD_S:g} s (it died?)")
+                    if not ready:
+                        continue
+                ready = False
                 try:
                     msg = conn.session.recv(sock, _NOBLOCK)
                 except zmq.Again:

@@ -73,7 +73,7 @@ from .limits import GREEK_TREES, LimitExceeded, Limits
 from .metrics import HttpEndpoint, Metrics, gpu_memory_here
 from .protocol import (PROTOCOL_VERSION, SIGNATURE_SCHEME, AuthenticationError, Message, ProtocolError, Session,
                        decode_column, encode_array, encode_sparse_rows, encode_sparse_strings, is_array_spec, packb,
-                       send_frames, unpackb, utcnow)
+                       readable, send_frames, spin_seconds, spin_until_readable, unpackb, utcnow)
 
 log = logging.getLogger("optiond.daemon")
 
@@ -292,6 +292,9 @@ class Server:
             raise ValueError(f"coalesce must be 'auto', 'always' or 'never', not {coalesce!r}")
         self.coalesce = self.coalesce_mode == "always"  # 'auto' is decided in start(), once the GPU is known
         self.inline_max_s = inline_max_s
+        #: after answering, the shell thread polls for the next request this long before it
+        #: sleeps (``OPTIOND_SPIN_US``; :func:`optiond.daemon.protocol.spin_seconds`)
+        self.spin_s = spin_seconds()
         self.ns_per_node = limits_mod.DEFAULT_NS_PER_NODE
         self._metrics_port = metrics_port
         self._log_dir = log_dir
@@ -728,12 +731,19 @@ class Server:
         poller.register(sock, zmq.POLLIN)
         poller.register(outbox, zmq.POLLIN)
         noblock = zmq.NOBLOCK
+        spin, busy = self.spin_s, False
         while not stop.is_set():
             self._loop_tick = time.monotonic()
             try:
-                ready = dict(poller.poll(POLL_MS))
+                # a client working through cells sends its next request within microseconds of
+                # the last reply: poll for it before sleeping (see protocol.spin_seconds)
+                if busy and spin_until_readable(sock, spin):
+                    ready = {sock: zmq.POLLIN, outbox: zmq.POLLIN} if readable(outbox) else {sock: zmq.POLLIN}
+                else:
+                    ready = dict(poller.poll(POLL_MS))
             except zmq.ZMQError:
                 break
+            busy = False
             if self._parked:
                 self._expire_parked(session)
             if self._drain_shutdown and self.jobs is not None and not self.jobs.active():
@@ -747,7 +757,9 @@ class Server:
             t0 = time.perf_counter()
             batch: list[_Req] = []
             msgs: list[Message] = []
-            for _ in range(BATCH_READ):
+            for i in range(BATCH_READ):
+                if i and not readable(sock):  # cheaper than the zmq.Again of an empty read
+                    break
                 try:
                     msg = self._receive(session, sock, counters, noblock)
                 except zmq.Again:
@@ -759,6 +771,7 @@ class Server:
                     break
                 if msg is not None:
                     msgs.append(msg)
+            busy = spin > 0 and bool(msgs)
             # a few requests: each one-option CPU price is answered at once by the short path;
             # many together: the general path, which coalesces them into batches
             fast = len(msgs) < COALESCE_MIN or not self.coalesce
