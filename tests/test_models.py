@@ -95,3 +95,18 @@ def test_single_contract_errors_match_the_batch_path(bad, reason):
 def test_per_row_columns_of_the_wrong_length_are_a_table_error(col):
     with pytest.raises(InvalidInputError, match=col):
         engine.price_table(dict(GOOD, **{col: ["binomial", "binomial"] if col in ("method", "payoff") else [1, 2]}))
+
+
+def test_mark_error_copies_a_read_only_column_first():
+    """A daemon's prices-only reply shares one read-only NaN column among the Greeks; marking
+    a row bad must not fail on it, nor change another Result's arrays."""
+    from optiond.models import GREEK_FIELDS, Result, object_full
+
+    nan = np.broadcast_to(np.nan, (4,))
+    price = np.array([1.0, 2.0, 3.0, 4.0])
+    res = Result(price, *([nan] * len(GREEK_FIELDS)), status=object_full(4, "ok"), error=object_full(4, ""))
+    res.mark_error([2], "bad strike")
+    assert np.array_equal(res.price, [1.0, 2.0, np.nan, 4.0], equal_nan=True)
+    assert all(getattr(res, g).flags.writeable and np.isnan(getattr(res, g)).all() for g in GREEK_FIELDS)
+    assert res.status.tolist() == ["ok", "ok", "error", "ok"] and res.error[2] == "bad strike"
+    assert not nan.flags.writeable and np.isnan(nan).all()

@@ -490,7 +490,8 @@ class Result:
     volatility) and ``rho`` (dV/drate, per 1.00 of rate). NaN where not computed or where the
     row failed. ``status`` is ``"ok"`` or ``"error"`` per row with ``error`` the reason;
     ``device`` names what priced it (``"cpu"``, ``"gpu:0 ..."``) and ``via`` whether it ran
-    ``"in-process"`` or on the ``"daemon"``.
+    ``"in-process"`` or on the ``"daemon"``. A column may be a read-only array (the NaN Greeks
+    of a daemon's prices-only reply share one); :meth:`mark_error` copies such a column first.
     """
 
     price: np.ndarray
@@ -522,6 +523,9 @@ class Result:
         rows = np.asarray(rows, dtype=np.int64)
         if isinstance(messages, str):
             messages = [messages] * len(rows)
+        for name in ("price",) + GREEK_FIELDS:  # a read-only column (a daemon's "no Greeks") is copied first
+            if len(rows) and not getattr(self, name).flags.writeable:
+                setattr(self, name, np.array(getattr(self, name)))
         for r, m in zip(rows.tolist(), messages):
             self.status[r] = "error"
             self.error[r] = m

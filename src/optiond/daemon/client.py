@@ -562,10 +562,9 @@ class Client:
             values = decode_array(c["values"], b)
             if values.dtype != np.float64 or values.shape not in ((1 + len(GREEK_FIELDS), n), (1, n)):
                 raise ProtocolError("bad value block")
-            if values.shape[0] == 1:  # prices only (no Greeks were asked for): the Greeks are NaN
-                full = np.full((1 + len(GREEK_FIELDS), n), np.nan)
-                full[0] = values[0]
-                values = full
+            if values.shape[0] == 1:  # prices only (no Greeks were asked for): the Greeks are NaN,
+                nan = np.broadcast_to(np.nan, (n,))  # one read-only column for all (no 5 n doubles to fill)
+                values = [values[0]] + [nan] * len(GREEK_FIELDS)
             if n == 1 and c["row_status"] == _ALL_OK and c["row_error"] == _NO_ERROR:  # one option, priced
                 status, error = np.array(["ok"], dtype=object), np.array([""], dtype=object)
             else:

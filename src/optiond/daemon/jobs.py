@@ -55,8 +55,6 @@ log = logging.getLogger("optiond.daemon.jobs")
 MIN_CHUNK_S = 0.010
 #: chunks of each kind of slot whose speed is remembered (for GPU jobs' shares)
 SPEED_MEMORY = 4
-#: rank 0's share of a GPU job is made this much smaller than its speed alone would give
-RANK0_MARGIN = 0.05
 #: longest chunk on a CPU (single-core estimate): bounds how long a cancelled job keeps a slot
 MAX_CHUNK_S = 0.5
 CHUNKS_PER_SLOT = 4
@@ -257,15 +255,15 @@ def guided_works(total_work: float, slots: int, min_work: float, max_work: float
 def slot_shares(total_work: float, slots: int, local_speed: float | None, worker_speed: float | None
                 ) -> list[float]:
     """The work of each slot's one chunk of a GPU job: the MPI workers' chunks first (they are
-    dispatched first), rank 0's last, all in proportion to the slots' measured speeds (rank 0's
-    GPU chunk runs a few per cent slower than a worker's: its process also serves requests),
-    rank 0's less :data:`RANK0_MARGIN` more, so that it is done when the workers' results
-    arrive (it unpickles and gathers them: measured on 4 H200s, each worker's result reached
-    rank 0 ~5 ms after it was priced while rank 0 was still busy with its own chunk). Equal
-    shares until both speeds are known; the ratio is clamped to [0.5, 1.5]."""
+    dispatched first), rank 0's last, all in proportion to the slots' measured speeds: work
+    per second from a chunk's dispatch to its result's arrival at rank 0, so that a worker's
+    transfers and rank 0's serving and gathering are part of its slot's speed and every
+    chunk comes back at about the same time (measured on 4 H200s with speeds of pricing time
+    alone: rank 0 idled 5-6 ms waiting for the workers' results). Equal shares until both
+    speeds are known; the ratio is clamped to [0.5, 1.5]."""
     ratio = 1.0
     if local_speed and worker_speed:
-        ratio = min(1.5, max(0.5, local_speed / worker_speed * (1.0 - RANK0_MARGIN)))
+        ratio = min(1.5, max(0.5, local_speed / worker_speed))
     unit = total_work / (slots - 1 + ratio)
     return [unit] * (slots - 1) + [total_work - unit * (slots - 1)]
 
@@ -367,9 +365,9 @@ class JobManager:
         self._ids = itertools.count(1)
         self.counts = {"done": 0, "failed": 0, "cancelled": 0, "deadline": 0}
         self.chunk_reruns = 0
-        #: measured pricing speeds (work per second) of the last SPEED_MEMORY chunks of rank 0's
-        #: slot ("local") and of the workers ("mpi") on one-chunk-per-slot (GPU) jobs; the best
-        #: of each splits the next such job (a cold start only looks slower)
+        #: measured speeds (work per second, dispatch to result) of the last SPEED_MEMORY
+        #: chunks of rank 0's slot ("local") and of the workers ("mpi") on one-chunk-per-slot
+        #: (GPU) jobs; the best of each splits the next such job (a cold start only looks slower)
         self._speeds: dict[str, deque] = {}
         self._thread = threading.Thread(target=self._run, name="optiond-jobs", daemon=True)
         self._thread.start()
@@ -699,12 +697,15 @@ class JobManager:
             tl[2], tl[3] = time.perf_counter() - job.t0, part.get("elapsed_s")
             seconds = part.get("elapsed_s")
             if job.chunks_per_slot == 1 and isinstance(seconds, float) and seconds >= MIN_CHUNK_S:
-                self._speeds.setdefault(tl[0], deque(maxlen=SPEED_MEMORY)).append(work / seconds)
+                span = max(tl[2] - tl[1], seconds)  # dispatch to result, at least the pricing
+                self._speeds.setdefault(tl[0], deque(maxlen=SPEED_MEMORY)).append(work / span)
         r = job.result
         if r is None:
             n = job.n
             if job.op == "price":
-                r = job.result = {"values": np.full((1 + len(GREEK_FIELDS), n), np.nan), "status": SparseColumn(),
+                # prices only: the (1, n) row the reply carries, not 6 rows of which 5 stay NaN
+                rows = 1 if pool.prices_only(job.method, job.columns) else 1 + len(GREEK_FIELDS)
+                r = job.result = {"values": np.full((rows, n), np.nan), "status": SparseColumn(),
                                   "error": SparseColumn()}
             else:
                 r = job.result = {"vol": np.full(n, np.nan), "status": SparseColumn()}
