@@ -138,6 +138,22 @@ def plan_sweep(args) -> list[dict]:
     for mts in (10_000, 15_000, 30_000, 60_000):
         run(100_000, (inf, mts, 0, 0))
     run(100_000, (inf, 15_000, 0, 0), mid=mid42)
+    if bg.clusters_supported():  # the whole tree in one thread-block cluster (crr_pipe_cluster)
+        saved = bg.PIPE_CLUSTER["fp64"]
+        pc = bg.PipelinePlan(inf, inf, 0, 0, 0, inf)
+        try:
+            for v in [saved] + bg.BENCH_CLUSTER_VARIANTS:
+                bg.PIPE_CLUSTER["fp64"] = v
+                for N in (1000, 2000, 4000, 6000, 10_000):
+                    if N <= bg.cluster_max_levels(v) and (N == 1000 or v.cluster >= 8):
+                        m = measure(lambda tm, N=N: bg.crr_pipeline_gpu(*PUT, N, greeks=False, plan=pc, timing=tm), 3)
+                        out.append({"N": N, "cluster": f"<{v.G},{v.R}> K={v.K} warps/block<={v.threads // 32} "
+                                    f"blocks={v.cluster}", **m})
+                        print(f"plan {out[-1]}", file=sys.stderr, flush=True)
+        finally:
+            bg.PIPE_CLUSTER["fp64"] = saved
+        for N in (4000, 6000):
+            run(N, (inf, inf, 0, 0))
     if not args.quick:
         for btm in (inf, 600_000, 300_000):
             run(1_000_000, (btm, 15_000, 0, 0), reps=1)

@@ -5,7 +5,7 @@ Grid in the style of the seed: moneyness (K = 80, 100, 125 at S = 100) x volatil
 expiry 0.25-5 x rate 0/5/10 % x dividend yield 0/3 %, puts and calls, American and European,
 at N = 1, 2, 31, 32, 33, 1000, 4097 and 1e5 (options whose CRR p leaves [0, 1] are dropped).
 Every kernel (warp per tree in each shape, block per tree, the pipeline through each of its
-phases and the CPU tail, the register block kernel for whole trees, the naive per-level
+phases and the CPU tail, the register block and cluster kernels for whole trees, the naive per-level
 kernel) must equal the CPU to 1e-12 relative in FP64; FP32 within its stated error; the
 Greeks equal the CPU's within the rounding their formulas amplify. The CPU references are computed once per N (N = 1e5 on a reduced grid).
 """
@@ -136,6 +136,7 @@ PLANS = {
     "mid-only": bg.PipelinePlan(big_to_mid=10**8, mid_to_small=0, small_to_block=0, cpu_tail=0),
     "block-and-tail": bg.PipelinePlan(big_to_mid=10**8, mid_to_small=10**8, small_to_block=10**8, cpu_tail=20),
     "register": bg.PipelinePlan(reg_levels=10**9),  # the whole tree in crr_pipe_reg where N fits it
+    "cluster": bg.PipelinePlan(cluster_levels=10**9),  # the whole tree in crr_pipe_cluster where N fits it
 }
 
 
@@ -151,12 +152,44 @@ def test_register_kernel_takes_whole_trees_only():
     assert all(v.kernel != "crr_pipe_reg" for v, _, _, _ in bg._pipeline_phases(1001, "fp64", bg.PipelinePlan(reg_levels=1000)))
 
 
+def test_cluster_kernel_takes_whole_trees_only():
+    cl = bg.PIPE_CLUSTER["fp64"]
+    top = bg.cluster_max_levels(cl)
+    assert bg._pipeline_phases(1000, "fp64", PLANS["cluster"]) == [(cl, False, 1000, 0)]
+    assert bg._pipeline_phases(top, "fp64", PLANS["cluster"]) == [(cl, False, top, 0)]
+    assert all(v.kernel != "crr_pipe_cluster" for v, _, _, _ in bg._pipeline_phases(top + 1, "fp64", PLANS["cluster"]))
+    assert all(v.kernel != "crr_pipe_cluster" for v, _, _, _ in
+               bg._pipeline_phases(1000, "fp64", bg.PipelinePlan(cluster_levels=10**9, cpu_tail=10)))
+    assert all(v.kernel != "crr_pipe_cluster" for v, _, _, _ in
+               bg._pipeline_phases(1001, "fp64", bg.PipelinePlan(cluster_levels=1000)))
+
+
+@pytest.mark.parametrize("variant", [bg.PIPE_CLUSTER["fp64"]] + bg.BENCH_CLUSTER_VARIANTS,
+                         ids=lambda v: f"G{v.G}R{v.R}K{v.K}W{v.threads // 32}C{v.cluster}")
+def test_every_cluster_shape_fp64(variant, monkeypatch):
+    """Each compiled cluster shape (blocks per cluster, warps per block, chunk, slab depth) over
+    the grid: trees of one chunk (no slab), of one warp per block and of every warp in use."""
+    monkeypatch.setitem(bg.PIPE_CLUSTER, "fp64", variant)
+    top = bg.cluster_max_levels(variant)
+    for N in (1, 2, 33, variant.cw + 1, 1000, 4097, top):
+        if N > top:
+            continue
+        if N in NS:
+            cols, ref = reference(N, greeks=False)
+            cols, ref = [c[::11] for c in cols], ref[:, ::11]
+        else:
+            cols = [c[::11] for c in grid(N)]
+            ref = bc.crr_batch(*cols, greeks=False)
+        got = bg.crr_pipeline_gpu(*cols, greeks=False, plan=PLANS["cluster"])
+        assert_prices(got[0], ref[0], what=f"cluster {variant.name} K={variant.K} N={N}")
+
+
 @pytest.mark.parametrize("plan", list(PLANS), ids=str)
 @pytest.mark.parametrize("N", NS)
 def test_pipeline_fp64(N, plan):
     """Each phase of the pipeline alone and all together, the CPU tail included."""
     p = PLANS[plan]
-    if N >= 100_000 and plan in ("mid-only", "block-and-tail", "register"):
+    if N >= 100_000 and plan in ("mid-only", "block-and-tail", "register", "cluster"):
         pytest.skip("covered at the smaller N; keeps the run short")
     if N >= 100_000 and plan == "all-phases":
         p = bg.PipelinePlan(big_to_mid=50_000, mid_to_small=20_000, small_to_block=2000, cpu_tail=300)
@@ -167,7 +200,7 @@ def test_pipeline_fp64(N, plan):
     assert_prices(got[0], ref[0], what=f"pipeline {plan} N={N}")
 
 
-@pytest.mark.parametrize("plan", ("all-phases", "register"))
+@pytest.mark.parametrize("plan", ("all-phases", "register", "cluster"))
 @pytest.mark.parametrize("N", (2, 1000, 4097))
 def test_pipeline_greeks(N, plan):
     cols, ref = reference(N, greeks=True)
@@ -189,7 +222,9 @@ def test_fp32_within_stated_error(N):
                      ("pipeline", bg.crr_pipeline_gpu(*[c[::7] for c in cols], greeks=False, precision="fp32",
                                                       plan=PLANS["all-phases"])),
                      ("register", bg.crr_pipeline_gpu(*[c[::7] for c in cols], greeks=False, precision="fp32",
-                                                      plan=PLANS["register"]))):
+                                                      plan=PLANS["register"])),
+                     ("cluster", bg.crr_pipeline_gpu(*[c[::7] for c in cols], greeks=False, precision="fp32",
+                                                     plan=PLANS["cluster"]))):
         r = ref[0] if how in ("batch", "block") else ref[0][::7]
         b = bound if how in ("batch", "block") else bound[::7]
         err = np.abs(got[0] - r)
@@ -240,7 +275,7 @@ def test_exercise_row_skipping_equals_cpu():
         assert_prices(bg.crr_batch_gpu(*cols, greeks=False)[0], ref, what=f"skip batch N={N}")
         assert_prices(bg.crr_batch_gpu(*cols, greeks=False, route="block")[0], ref, what=f"skip block N={N}")
         sub = [c[::3] for c in cols]
-        for plan in ("default", "all-phases", "register"):
+        for plan in ("default", "all-phases", "register", "cluster"):
             got = bg.crr_pipeline_gpu(*sub, greeks=False, plan=PLANS[plan])[0]
             assert_prices(got, ref[::3], what=f"skip pipeline {plan} N={N}")
         g32 = bg.crr_batch_gpu(*cols, greeks=False, precision="fp32")[0]

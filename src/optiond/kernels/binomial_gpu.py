@@ -61,7 +61,11 @@ Kernels (see the .cu file for the layout)
   level loops 4 deep (the batch kernels 2). Trees of at most ``PipelinePlan.reg_levels`` steps
   can instead run whole in one block that keeps the tree in registers (``crr_pipe_reg``: no
   grid barrier, halos between warps through shared memory); off by default, as the grid
-  kernel is as fast on an H200 (N = 1000: 69.0 against 71.9 us). Device times (``timing``)
+  kernel is as fast on an H200 (N = 1000: 69.0 against 71.9 us). Trees of at most
+  ``PipelinePlan.cluster_levels`` steps (default 4095) run whole in one thread-block cluster
+  (``crr_pipe_cluster``, sm_90: the same register kernel over up to 16 multiprocessors, halos
+  through distributed shared memory, one cluster barrier per 64 levels): N = 1000 in 57.6
+  against 67.3 us on the grid phases, N = 4000 in 205 against 231 us. Device times (``timing``)
   start after the launches' host-side preparation (slicing, arguments), so they hold the
   kernels and the launch latency, not Python.
 * naive: one launch per level (the baseline of the benchmark).
@@ -142,6 +146,8 @@ class Variant:
     #: grid phases starting at or below NARROW_LEVELS use K_narrow levels per slab instead of K
     #: (0: always K): fewer grid barriers where the GPU is far from full anyway
     K_narrow: int = 0
+    #: crr_pipe_cluster: blocks per thread-block cluster (the kernel's __cluster_dims__)
+    cluster: int = 0
 
     @property
     def cw(self) -> int:
@@ -153,7 +159,8 @@ class Variant:
 
     @property
     def name(self) -> str:
-        return f"{self.kernel}<{self.dtype}, {self.G}, {self.R}, {'true' if self.fwd else 'false'}>"
+        c = f", {self.cluster}" if self.kernel == "crr_pipe_cluster" else ""
+        return f"{self.kernel}<{self.dtype}, {self.G}, {self.R}, {'true' if self.fwd else 'false'}{c}>"
 
 
 def _warp(dtype, G, R):
@@ -184,15 +191,31 @@ NARROW_LEVELS = 15_000
 #: (binomial.cu, crr_pipe_reg); K levels per slab, one warp per chunk of cw - K outputs, <= 32 warps
 PIPE_REG = {"fp64": Variant("crr_pipe_reg", "double", 4, 1, K=32, threads=1024),
             "fp32": Variant("crr_pipe_reg", "float", 8, 1, K=32, threads=1024)}
+#: the pipeline's whole tree for N <= PipelinePlan.cluster_levels: one thread-block cluster of
+#: `cluster` blocks of up to threads / 32 warps (one per SM sub-partition), the tree in registers,
+#: halos through distributed shared memory, one cluster barrier per slab of K levels (binomial.cu,
+#: crr_pipe_cluster; sm_90). H200, one American put, device time against the grid phases:
+#: FP64 N = 1000 57.6 / 67.3 us, 2000 106 / 121, 3000 154 / 175, 4000 205 / 231 (6000 with 6
+#: warps per SM: 396 / 338); FP32 (K = 128) 77 / 111, 145 / 216, 285 / 432. K = 64 against 32:
+#: 57.6 / 65.6 us at N = 1000 (a slab boundary costs ~0.6 us); 4, 8 or 16 blocks: the same
+PIPE_CLUSTER = {"fp64": Variant("crr_pipe_cluster", "double", 4, 1, K=64, threads=128, cluster=16),
+                "fp32": Variant("crr_pipe_cluster", "float", 8, 1, K=128, threads=128, cluster=8)}
+#: cluster shapes compiled for the benchmark's sweep (K is a launch argument: same kernels)
+BENCH_CLUSTER_VARIANTS = [Variant("crr_pipe_cluster", "double", 4, 1, K=32, threads=128, cluster=16),
+                          Variant("crr_pipe_cluster", "double", 4, 1, K=64, threads=128, cluster=8),
+                          Variant("crr_pipe_cluster", "double", 4, 1, K=64, threads=256, cluster=16)]
 #: extra pipeline shapes compiled for the benchmark's sweep (4 rows: with exercise-row skipping)
 BENCH_PIPE_VARIANTS = [Variant("crr_pipe_grid", "double", 8, 4, K=128, spread=-1),
                        Variant("crr_pipe_grid", "double", 4, 2, K=64, spread=-1)]
 
 
-def _plain_names() -> list[str]:
+def _plain_names(clusters: bool = True) -> list[str]:
+    """Kernels of the plain module; ``clusters``: with the sm_90 cluster kernels."""
     vs = [v for lst in WARP_VARIANTS.values() for v in lst] + BENCH_WARP_VARIANTS
     vs += list(BLOCK_VARIANT.values()) + list(PIPE_BLOCK.values()) + list(PIPE_REG.values())
     vs += [v for v in BENCH_PIPE_VARIANTS if v.kernel != "crr_pipe_grid"]
+    if clusters:
+        vs += list(PIPE_CLUSTER.values()) + BENCH_CLUSTER_VARIANTS
     return sorted({v.name for v in vs}) + ["crr_naive_leaves", "crr_naive_step"]
 
 
@@ -255,6 +278,11 @@ def device_info() -> dict:
         return _state["info"]
 
 
+def clusters_supported() -> bool:
+    """Thread-block clusters (compute capability 9.0 and up): crr_pipe_cluster is compiled."""
+    return int(device_info()["cc"].split(".")[0]) >= 9
+
+
 def device_label() -> str:
     """``"gpu:<id> <name>"`` for Result.device."""
     info = device_info()
@@ -269,7 +297,10 @@ def _module(coop: bool):
             cp = _cupy()
             code = CUDA_SOURCE.read_text()
             opts = ("-std=c++17",) + (("-DCRR_COOP=1",) if coop else ())
-            names = _coop_names() if coop else _plain_names()
+            clusters = not coop and clusters_supported()
+            if not clusters:
+                opts += ("-DCRR_NO_CLUSTER=1",)
+            names = _coop_names() if coop else _plain_names(clusters)
             try:
                 mod = cp.RawModule(code=code, options=opts, name_expressions=names, enable_cooperative_groups=coop)
                 mod.compile()
@@ -721,6 +752,11 @@ class PipelinePlan:
       the last phase of a larger tree it lost to the grid kernels, which spread the widest
       levels over more multiprocessors (N = 1e4: 0.653 against 0.645 ms for the last 1000
       levels in it);
+    * ``N <= cluster_levels``: the whole tree in one thread-block cluster with the tree in
+      registers (``crr_pipe_cluster``: as ``crr_pipe_reg`` over ``PIPE_CLUSTER``'s blocks, halos
+      through distributed shared memory, one cluster barrier per slab); before ``reg_levels``,
+      only without a CPU tail, for N <= :func:`cluster_max_levels` and on sm_90 and up (0
+      disables it; the calibration's ``pipeline_cluster_levels``);
     * ``t <= cpu_tail``: the CPU finishes (FP64 only; 0 disables it).
     """
 
@@ -729,11 +765,22 @@ class PipelinePlan:
     small_to_block: int = 0
     cpu_tail: int = 0
     reg_levels: int = 0
+    cluster_levels: int = 0
 
 
 def reg_max_levels(v: Variant) -> int:
     """The largest N the register block kernel ``v`` takes (32 warps of cw - K outputs each)."""
     return 32 * (v.cw - v.K) - 1
+
+
+def cluster_max_levels(v: Variant) -> int:
+    """The largest N the cluster kernel ``v`` takes (``cluster`` blocks of ``threads / 32`` warps
+    of cw - K outputs each)."""
+    return v.cluster * (v.threads // 32) * (v.cw - v.K) - 1
+
+
+#: CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED (cluster sizes above 8 on sm_90)
+_FUNC_ATTR_NON_PORTABLE_CLUSTER = 14
 
 
 def _phase_launch(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t_lo: int, src: int, out_cap: int,
@@ -750,6 +797,18 @@ def _phase_prepare(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t
     level t_lo)``; ``launch()`` only enqueues the kernel (the host work is done here, so a
     caller can prepare every phase before the GPU starts)."""
     k = kernel(v.name, coop=coop)
+    if v.kernel == "crr_pipe_cluster":  # the whole tree, one cluster of v.cluster blocks
+        if t_hi != N or t_lo != 0 or N > cluster_max_levels(v):
+            raise ValueError(f"{v.name} runs whole trees of N <= {cluster_max_levels(v)}, not {t_hi} -> {t_lo} of {N}")
+        nw = N // (v.cw - v.K) + 1
+        wpb = -(-nw // v.cluster)
+        smem = 4 * wpb * v.K * (8 if v.dtype == "double" else 4)
+        if v.cluster > 8 and not _state.get(("nonportable", v.name)):
+            cp = _cupy()
+            cp.cuda.driver.funcSetAttribute(k.kernel.ptr, _FUNC_ATTR_NON_PORTABLE_CLUSTER, 1)
+            _state[("nonportable", v.name)] = True
+        args = (d_par, np.int32(N), np.int32(am), np.int32(v.K), d_price, d_lv)
+        return (lambda: k((v.cluster,), (32 * wpb,), args, shared_mem=smem)), src
     if v.kernel == "crr_pipe_reg":  # the whole tree, one block of N / (cw - K) + 1 warps
         if t_hi != N or t_lo != 0 or N > reg_max_levels(v):
             raise ValueError(f"{v.name} runs whole trees of N <= {reg_max_levels(v)}, not {t_hi} -> {t_lo} of {N}")
@@ -807,6 +866,9 @@ def _pipeline_phases(N: int, precision: str, plan: PipelinePlan) -> list[tuple[V
     """[(variant, cooperative, t_hi, t_lo)] for one tree of N steps under ``plan``."""
     tail = 0 if precision == "fp32" else max(0, min(int(plan.cpu_tail), N))
     reg = PIPE_REG[precision]
+    cl = PIPE_CLUSTER[precision]
+    if not tail and N <= min(int(plan.cluster_levels), cluster_max_levels(cl)) and clusters_supported():
+        return [(cl, False, N, 0)]
     if not tail and N <= min(int(plan.reg_levels), reg_max_levels(reg)):
         return [(reg, False, N, 0)]
     out = []

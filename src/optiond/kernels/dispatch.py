@@ -39,8 +39,9 @@ DEFAULTS: dict[str, Any] = {
     # (H200, 2026-11: CPU 0.12 ms + 0.23 ns/node, GPU batch 0.30 ms + 0.0006 ns/node)
     "gpu_min_nodes": 8.0e5,
     # at most this many options, each with N >= pipeline_min_steps: one tree at a time over the
-    # whole GPU instead of one block per tree
-    "pipeline_min_steps": 5_000,
+    # whole GPU instead of one block per tree (H200, one American put, FP64 device time: N = 1000
+    # 0.059 ms in a thread-block cluster against 0.129 ms on the batch kernel; N = 1e4 0.56 / 3.3)
+    "pipeline_min_steps": 1_000,
     "pipeline_max_options": 4,
     # phase boundaries of the pipeline (binomial_gpu.PipelinePlan)
     # (big_to_mid measured on an H200 with the row-skipping kernels: N = 1e6 318 ms at 200,000, 326 ms at 300,000,
@@ -51,6 +52,12 @@ DEFAULTS: dict[str, Any] = {
     # registers (PipelinePlan.reg_levels); off: on an H200 the grid kernel with the pipeline's
     # 4-level unroll is as fast or faster (N = 1000 69.0 against 71.9 us, N = 1500 94 against 114)
     "pipeline_reg_levels": 0,
+    # trees of at most this many steps go through the pipeline whole in one thread-block cluster
+    # (PipelinePlan.cluster_levels; binomial_gpu.PIPE_CLUSTER, the largest N it holds with one
+    # warp per SM sub-partition). H200, one American put, FP64 device time against the grid
+    # phases: N = 1000 57.6 / 67.3 us, 2000 106 / 121, 4000 205 / 231; with 6 warps per SM it
+    # loses (N = 6000 396 / 338 us). FP32: 77 / 111 us at N = 1000, 285 / 432 at 4000
+    "pipeline_cluster_levels": 4095,
 }
 
 _cache_lock = threading.Lock()
@@ -165,6 +172,7 @@ def pipeline_plan(cal: dict | None = None):
     cal = cal or current()
     plan = {k: int(v) for k, v in cal["plan"].items()}
     plan.setdefault("reg_levels", int(cal.get("pipeline_reg_levels", DEFAULTS["pipeline_reg_levels"])))
+    plan.setdefault("cluster_levels", int(cal.get("pipeline_cluster_levels", DEFAULTS["pipeline_cluster_levels"])))
     return PipelinePlan(**plan)
 
 
@@ -238,7 +246,7 @@ def calibrate(quick: bool = False, save: bool = True, path: Path | str | None = 
     Times, host to host, American puts on the CPU (``crr_batch``) and on the GPU batch kernel
     over a range of batch sizes, fits ``t = overhead + cost * nodes`` to each and stores the
     node count where the GPU starts to win (``gpu_min_nodes``); times one option through the
-    pipeline and through the batch kernel for N from 5e3 to 1e5 (``pipeline_min_steps``); and
+    pipeline and through the batch kernel for N from 500 to 1e5 (``pipeline_min_steps``); and
     picks the pipeline's phase boundaries and CPU tail from a small grid of trials.
 
     Args:
@@ -316,7 +324,7 @@ def calibrate(quick: bool = False, save: bool = True, path: Path | str | None = 
     # 4. one option: pipeline vs batch kernel (host to host)
     plan = bg.PipelinePlan(**best)
     pipe_min = None
-    for N in ((5000, 20_000, 50_000) if quick else (2000, 5000, 10_000, 20_000, 50_000, 100_000)):
+    for N in ((1000, 5000, 20_000) if quick else (500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)):
         tp = _best(lambda N=N: bg.crr_pipeline_gpu(*puts(1, N), greeks=False, plan=plan), reps)
         tb = _best(lambda N=N: bg.crr_batch_gpu(*puts(1, N), greeks=False), reps)
         meas["single"].append([N, tp, tb])

@@ -58,6 +58,12 @@
 //                     warp; no grid barrier, no chunk reloads. One SM's FP64 rate caps its
 //                     widest levels: N = 1e3 71.9 us against 69.0 on crr_pipe_grid (H200), so
 //                     the pipeline uses it only where PipelinePlan.reg_levels asks.
+//   crr_pipe_cluster  crr_pipe_reg over a thread-block cluster of C blocks (sm_90; C = 16 with
+//                     the non-portable size allowed): halos through distributed shared memory,
+//                     one cluster barrier per slab. Up to ~1 warp per SM sub-partition, the FP64
+//                     rate no longer caps the widest levels: H200, one American put, N = 1000
+//                     57.6 us (K = 64) against 67.3 on the grid phases; the pipeline's whole tree
+//                     for N <= PipelinePlan.cluster_levels (4095). Not compiled with CRR_NO_CLUSTER.
 //   The pipeline kernels (pipe_*) of at most 4 rows per lane unroll their level loops 4 deep
 //   (CRR_PIPE_UNROLL), the batch kernels 2 (CRR_UNROLL).
 //   crr_naive_*       one launch per level, one thread per node, global memory (baseline).
@@ -859,21 +865,51 @@ __global__ void __launch_bounds__(1024) crr_pipe_block(const double* __restrict_
     }
 }
 
-// ------------------------------------------------------------------ one block, the tree in registers
+// ------------------------------------------------------------------ the tree in registers: one block, or a cluster
 //
-// One tree, one block of nw warps, the whole tree in registers all the way (the single-option
-// pipeline for N up to a few thousand: N = 1e3 in one launch, no grid barrier). Warp w holds the chunk of CW =
-// 32 G R nodes at j0 = w (CW - K) (the layout of the warp kernels) and runs K levels per slab
-// with one shuffle per row and level (run_levels); its top K positions are a halo that goes
-// stale one node per level. After a slab, the first K nodes of every warp go through shared
-// memory to the halo of the warp on its left (2 buffers by slab parity: one __syncthreads per
-// slab); nothing else leaves the registers. Once the whole remaining level fits one chunk
-// (t + 1 <= CW), warp 0 finishes it alone, without barriers. Against crr_pipe_block /
-// crr_pipe_grid: no chunk loads and stores per slab and no grid barriers; idea as the register
-// tiles of the cooperative kernels with the chunk kept between slabs (temporal blocking, halo
-// exchange instead of reload). Needs 2 K <= CW and N / (CW - K) + 1 <= 32 warps; dynamic
-// shared memory 4 (nw + 1) K sizeof(T).
-template <typename T, int G, int R, bool AM, bool FWD>
+// One tree, the whole tree in registers all the way, in one block of nw warps (crr_pipe_reg) or
+// in a thread-block cluster of C blocks of W warps each, nw = C W (crr_pipe_cluster; sm_90). Warp
+// g (g = rank W + w in a cluster) holds the chunk of CW = 32 G R nodes at j0 = g (CW - K) (the
+// layout of the warp kernels) and runs K levels per slab with one shuffle per row and level
+// (run_levels); its top K positions are a halo that goes stale one node per level. After a
+// slab, every warp stores its first K nodes into the halo slot of the warp on its left (slot
+// indexed by the consumer, 2 buffers by slab parity, in the consumer's block's shared memory:
+// across blocks of a cluster through distributed shared memory, a plain store to the address
+// that mapa gives), then one barrier (__syncthreads, or the cluster barrier: barrier.cluster
+// arrive.release + wait.acquire) and every warp reloads its halo from its own block's shared
+// memory; nothing else leaves the registers. The slot of the last warp (beyond the tree) stays
+// zero. Once the whole remaining level fits one chunk (t + 1 <= CW), warp 0 finishes it alone,
+// without barriers. Against crr_pipe_block / crr_pipe_grid: no chunk loads and stores per slab
+// and no grid barriers; idea as the register tiles of the cooperative kernels with the chunk
+// kept between slabs (temporal blocking, halo exchange instead of reload). The cluster spreads
+// the widest levels over C multiprocessors (FP64 rate x C, at most ~1 warp per SM
+// sub-partition) for a barrier of a few hundred ns; the start-up barrier that the CUDA
+// Programming Guide asks for before any distributed-shared-memory access (every block of the
+// cluster running) is split: arrive before the first slab, wait after it. Source: CUDA C++
+// Programming Guide, "Thread Block Clusters" and "Distributed Shared Memory" (sm_90). Needs
+// 2 K <= CW and N / (CW - K) + 1 <= nw warps; dynamic shared memory 4 W K sizeof(T).
+#ifndef CRR_NO_CLUSTER
+__device__ __forceinline__ int cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return (int)r;
+}
+__device__ __forceinline__ int cluster_size() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return (int)r;
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// generic address of the same shared-memory location in block `rank` of the cluster
+template <typename T> __device__ __forceinline__ T* cluster_map(T* p, int rank) {
+    unsigned long long out;
+    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(reinterpret_cast<unsigned long long>(p)), "r"(rank));
+    return reinterpret_cast<T*>(out);
+}
+#endif
+
+template <typename T, int G, int R, bool AM, bool FWD, bool CL>
 __device__ __forceinline__ void reg_tree(const Par<T>& P, int K, double* __restrict__ price, double* __restrict__ lv,
                                          T* __restrict__ sh) {
     const int CW = 32 * G * R;
@@ -881,8 +917,17 @@ __device__ __forceinline__ void reg_tree(const Par<T>& P, int K, double* __restr
     const int vw = CW - K;
     const int lane = threadIdx.x & 31;
     const int w = threadIdx.x >> 5;
-    const int nw = blockDim.x >> 5;
-    const int j0 = w * vw;
+    const int W = blockDim.x >> 5;
+    int rank = 0, C = 1;
+#ifndef CRR_NO_CLUSTER
+    if (CL) {
+        rank = cluster_rank();
+        C = cluster_size();
+    }
+#endif
+    const int gw = rank * W + w;
+    const int nw = C * W;
+    const int j0 = gw * vw;
     T V[R][G], X[R][G];
     const T gN = level_scale<T, FWD>(P, P.N);
 #pragma unroll
@@ -896,48 +941,81 @@ __device__ __forceinline__ void reg_tree(const Par<T>& P, int K, double* __restr
             V[r][k] = in ? crr_max<T>(x[k], (T)0) : (T)0;
         }
     }
-    if (w == 0) record_level<T, G, R>(V, 0, P.N, lv);
-    // halo buffers: [parity][slot 0..nw][K] for V, then the same for X; slot nw (right of the
-    // last warp, whose halo lies beyond the tree) stays zero
-    const int slab = (nw + 1) * K;
+    if (gw == 0) record_level<T, G, R>(V, 0, P.N, lv);
+    // halo slots: [parity][consumer warp w < W][K] for V, then the same for X
+    const int slab = W * K;
     T* shV = sh;
     T* shX = sh + 2 * slab;
-    for (int i = threadIdx.x; i < 2 * K; i += blockDim.x) {
-        const int o = (i / K) * slab + nw * K + i % K;
-        shV[o] = (T)0;
-        shX[o] = (T)0;
+    if (gw == nw - 1)  // nobody writes the last warp's slot
+        for (int i = lane; i < 2 * K; i += 32) {
+            const int o = (i / K) * slab + w * K + i % K;
+            shV[o] = (T)0;
+            shX[o] = (T)0;
+        }
+    T* dV = nullptr;  // the halo slot of warp gw - 1 (parity 0)
+    T* dX = nullptr;
+    if (gw > 0) {
+        const int cr = (gw - 1) / W;
+        dV = shV + ((gw - 1) % W) * K;
+        dX = shX + ((gw - 1) % W) * K;
+#ifndef CRR_NO_CLUSTER
+        if (CL && cr != rank) {
+            dV = cluster_map(dV, cr);
+            dX = cluster_map(dX, cr);
+        }
+#endif
     }
+#ifndef CRR_NO_CLUSTER
+    if (CL) cluster_arrive();  // start-up barrier, waited on after the first slab's levels
+#endif
+    bool started = !CL;
     int t = P.N;
     int s = 0;
     while (t + 1 > CW) {  // t >= CW > K: full slabs
         if (j0 <= t) run_levels<T, G, R, AM, FWD, CRR_PIPE_U(R)>(V, X, P, j0, t, t - K, CW, lv);
-        T* bv = shV + (s & 1) * slab;
-        T* bx = shX + (s & 1) * slab;
+#ifndef CRR_NO_CLUSTER
+        if (!started) {
+            cluster_wait();
+            started = true;
+        }
+#endif
+        const int par = (s & 1) * slab;
+        if (dV != nullptr) {
 #pragma unroll
-        for (int r = 0; r < R; ++r)
+            for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int k = 0; k < G; ++k) {
-                const int p = r * ROW + lane * G + k;
-                if (p < K) {
-                    bv[w * K + p] = V[r][k];
-                    if (AM) bx[w * K + p] = X[r][k];
+                for (int k = 0; k < G; ++k) {
+                    const int p = r * ROW + lane * G + k;
+                    if (p < K) {
+                        dV[par + p] = V[r][k];
+                        if (AM) dX[par + p] = X[r][k];
+                    }
                 }
-            }
-        __syncthreads();
+        }
+#ifndef CRR_NO_CLUSTER
+        if (CL) {
+            cluster_arrive();
+            cluster_wait();
+        } else
+#endif
+            __syncthreads();
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
             for (int k = 0; k < G; ++k) {
                 const int p = r * ROW + lane * G + k;
                 if (p >= vw) {
-                    V[r][k] = bv[(w + 1) * K + p - vw];
-                    if (AM) X[r][k] = bx[(w + 1) * K + p - vw];
+                    V[r][k] = shV[par + w * K + p - vw];
+                    if (AM) X[r][k] = shX[par + w * K + p - vw];
                 }
             }
         t -= K;
         ++s;
     }
-    if (w == 0) {
+#ifndef CRR_NO_CLUSTER
+    if (!started) cluster_wait();
+#endif
+    if (gw == 0) {
         if (t > 0) run_levels<T, G, R, AM, FWD, CRR_PIPE_U(R)>(V, X, P, 0, t, 0, CW, lv);
         if (lane == 0 && price != nullptr) *price = (double)V[0][0];
     }
@@ -950,10 +1028,27 @@ __global__ void __launch_bounds__(1024) crr_pipe_reg(const double* __restrict__ 
     const Par<T> P = load_par<T>(par, N);
     T* sh = reinterpret_cast<T*>(crr_smem);
     if (am)
-        reg_tree<T, G, R, true, FWD>(P, K, price, lv, sh);
+        reg_tree<T, G, R, true, FWD, false>(P, K, price, lv, sh);
     else
-        reg_tree<T, G, R, false, FWD>(P, K, price, lv, sh);
+        reg_tree<T, G, R, false, FWD, false>(P, K, price, lv, sh);
 }
+
+#ifndef CRR_NO_CLUSTER
+// One tree in one cluster of C blocks (grid = C blocks; C <= 8 portable, 16 with the
+// non-portable cluster size allowed on the function).
+template <typename T, int G, int R, bool FWD, int C>
+__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024)
+    crr_pipe_cluster(const double* __restrict__ par, int N, int am, int K, double* __restrict__ price,
+                     double* __restrict__ lv) {
+    extern __shared__ __align__(16) unsigned char crr_smem[];
+    const Par<T> P = load_par<T>(par, N);
+    T* sh = reinterpret_cast<T*>(crr_smem);
+    if (am)
+        reg_tree<T, G, R, true, FWD, true>(P, K, price, lv, sh);
+    else
+        reg_tree<T, G, R, false, FWD, true>(P, K, price, lv, sh);
+}
+#endif
 
 #ifdef CRR_COOP
 struct GridSync {
