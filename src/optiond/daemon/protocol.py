@@ -67,7 +67,7 @@ SIGNATURE_SCHEME = "hmac-sha256-framed-leaves"
 #: frames longer than this enter the HMAC as the SHA-256 digests of leaves of this size
 LEAF_BYTES = 1 << 20
 #: at least this many leaf bytes in a message before they are hashed in parallel
-PARALLEL_LEAF_BYTES = 4 << 20
+PARALLEL_LEAF_BYTES = 2 << 20
 
 #: defaults for :class:`Session` limits
 MAX_FRAMES = 64                  # signed frames per message (4 + buffers)
