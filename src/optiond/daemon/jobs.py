@@ -134,8 +134,9 @@ class Job:
     pids: set = field(default_factory=set)
     #: fraction done of the chunks running on rank 0's thread that report from inside (MLMC)
     partial: dict[int, float] = field(default_factory=dict)
-    #: per chunk ``[where, dispatched, collected, pricing seconds]``, times in seconds after
-    #: :attr:`t0` (the job's submission, ``time.perf_counter``): the job's timeline
+    #: per chunk ``[where, dispatched, collected, pricing seconds]`` and, for a chunk priced on
+    #: rank 0's host, ``began, ended`` there; times in seconds after :attr:`t0` (the job's
+    #: submission, ``time.perf_counter``): the job's timeline
     timeline: dict[int, list] = field(default_factory=dict)
     t0: float = field(default_factory=time.perf_counter)
     _last_progress: float = 0.0
@@ -695,6 +696,9 @@ class JobManager:
         tl = job.timeline.get(i)
         if tl is not None:
             tl[2], tl[3] = time.perf_counter() - job.t0, part.get("elapsed_s")
+            clock = part.get("clock")
+            if isinstance(clock, tuple) and len(clock) == 3 and clock[0] == pool.host():  # same clock
+                tl.extend((clock[1] - job.t0, clock[2] - job.t0))
             seconds = part.get("elapsed_s")
             if job.chunks_per_slot == 1 and isinstance(seconds, float) and seconds >= MIN_CHUNK_S:
                 span = max(tl[2] - tl[1], seconds)  # dispatch to result, at least the pricing

@@ -55,6 +55,7 @@ _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"
               "SLURM_NTASKS")
 
 _rank_info: dict[str, Any] = {}
+_HOST = socket.gethostname()
 
 
 def launched_by_mpi() -> bool:
@@ -165,6 +166,11 @@ def worker_loop(comm, infos: list[dict[str, Any]]) -> None:
         pass
 
 
+def host() -> str:
+    """This host's name (as :func:`run_chunk` reports it with its clock)."""
+    return _HOST
+
+
 def rank_info() -> dict[str, Any]:
     """This process's rank configuration (device, threads) as set by :func:`configure_rank`."""
     return dict(_rank_info)
@@ -200,7 +206,8 @@ def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
         ``{"values": (6, m) float64, or (1, m) (the prices) without Greeks (price),
         "std_error": (m,) (MLMC prices), "vol": (m,)
         (implied_vol), "status", "error" (price): :func:`sparse_column` pairs, "device": str,
-        "elapsed_s": float, "diagnostics": dict, "pid": int, "gpu_memory": [...]}``.
+        "elapsed_s": float, "clock": (host, start, end) of ``time.perf_counter``, "diagnostics":
+        dict, "pid": int, "gpu_memory": [...]}``.
 
     Raises:
         InvalidInputError: a problem of the whole table (the job fails with it).
@@ -228,7 +235,11 @@ def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
         vol, status = engine.implied_vol_table(task["prices"], task["columns"], task["method"])
         out.update(vol=np.asarray(vol, dtype=np.float64), status=sparse_column(np.asarray(status, dtype=object), "ok"),
                    device=engine.select_device(None, task["method"]), diagnostics={})
-    out["elapsed_s"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    out["elapsed_s"] = t1 - t0
+    # this host's monotonic clock (shared by its processes): rank 0 places the chunk's pricing
+    # on its job timeline when the chunk ran on its own host
+    out["clock"] = (_HOST, t0, t1)
     out["gpu_memory"] = gpu_memory_here()
     return out
 
@@ -239,4 +250,4 @@ def ping(_: Any = None) -> dict[str, Any]:
 
 
 __all__ = ["launched_by_mpi", "find_mpiexec", "mpiexec_command", "bootstrap", "worker_loop", "configure_rank",
-           "run_chunk", "rank_info", "sparse_column", "prices_only"]
+           "host", "run_chunk", "rank_info", "sparse_column", "prices_only"]

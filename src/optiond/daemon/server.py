@@ -54,6 +54,7 @@ import secrets
 import signal
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -101,6 +102,8 @@ TIMELINE_CHUNKS = 64
 #: fewest one-option requests priced together (fewer are priced one by one: same bits, and on
 #: a CPU a batch of two costs more set-up than it saves)
 COALESCE_MIN = 4
+#: the daemon process's interpreter switch interval (seconds; Python's default is 0.005)
+SWITCH_INTERVAL_S = 0.0005
 JOB_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 #: the columns the engine cannot price without (a table lacking one is handed to the engine
 #: whole, so its error is the engine's own)
@@ -1491,10 +1494,11 @@ class Server:
         """Where a job's time went, seconds from its submission: when the request was read
         (``received``, negative: decoding, checks, costing), each chunk's rank-0 slot or MPI
         worker with its dispatch, collection and pricing time (the rest of a chunk's span is
-        transfer and waiting), and when the reply was built (``reply``)."""
+        transfer and waiting; where the chunk ran on rank 0's host, also when its pricing began and
+        ended there), and when the reply was built (``reply``)."""
         received = min((w.received for w in job.waiters), default=job.t0) - job.t0
-        chunks = [[i, tl[0], round(tl[1], 6), None if tl[2] is None else round(tl[2], 6),
-                   None if tl[3] is None else round(float(tl[3]), 6)] for i, tl in sorted(job.timeline.items())]
+        chunks = [[i, tl[0], *(None if x is None else round(float(x), 6) for x in tl[1:])]
+                  for i, tl in sorted(job.timeline.items())]
         return {"received": round(received, 6), "chunks": chunks,
                 "reply": round(time.perf_counter() - job.t0, 6)}
 
@@ -1756,6 +1760,11 @@ def serve(connection_file: str | os.PathLike | None = None, *, warmup: bool = Tr
 
 def _serve(server: Server, on_ready: Callable[[Server], None] | None) -> int:
     previous = {}
+    switch = sys.getswitchinterval()
+    # the daemon's threads (requests, jobs, rank 0's pricing, the MPI pool's transfers) take
+    # the interpreter lock from one another within SWITCH_INTERVAL_S, not Python's 5 ms: a
+    # worker's chunk or result then waits that much less for a busy rank 0
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     if threading.current_thread() is threading.main_thread():
         def on_signal(signum, frame):
             server.stop()
@@ -1769,6 +1778,7 @@ def _serve(server: Server, on_ready: Callable[[Server], None] | None) -> int:
         server.serve_forever()
     finally:
         server.close()
+        sys.setswitchinterval(switch)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
