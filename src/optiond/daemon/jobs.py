@@ -37,6 +37,7 @@ import dataclasses
 import itertools
 import logging
 import secrets
+import statistics
 import threading
 import time
 from collections import deque
@@ -368,7 +369,8 @@ class JobManager:
         self.chunk_reruns = 0
         #: measured speeds (work per second, dispatch to result) of the last SPEED_MEMORY
         #: chunks of rank 0's slot ("local") and of the workers ("mpi") on one-chunk-per-slot
-        #: (GPU) jobs; the best of each splits the next such job (a cold start only looks slower)
+        #: (GPU) jobs; the median of each splits the next such job (robust to a cold start, and
+        #: to rank 0's speed, which varies with what else its process does)
         self._speeds: dict[str, deque] = {}
         self._thread = threading.Thread(target=self._run, name="optiond-jobs", daemon=True)
         self._thread.start()
@@ -421,8 +423,8 @@ class JobManager:
                 chunk_work = job.total_work * chunk_s / job.cost.cpu_s if job.cost.cpu_s > 0 else job.total_work
                 job.chunks = split(job.n, job.total_work, job.weights, chunk_work)
                 if len(job.chunks) == capacity > 1 and job.chunks_per_slot == 1:
-                    best = {k: max(v) for k, v in self._speeds.items() if v}
-                    works = slot_shares(job.total_work, capacity, best.get("local"), best.get("mpi"))
+                    speed = {k: statistics.median(v) for k, v in self._speeds.items() if v}
+                    works = slot_shares(job.total_work, capacity, speed.get("local"), speed.get("mpi"))
                     job.chunks = split_works(job.n, job.total_work, job.weights, works)
             job.pending = deque(range(len(job.chunks)))
             self._active[job.key] = job
