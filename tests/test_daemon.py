@@ -449,12 +449,16 @@ def test_spin_seconds_from_environment_and_cores(monkeypatch, raw, cores, want):
 
 
 @pytest.mark.parametrize("raw", ["-1", "fast", "2e6", "nan"])
-def test_spin_seconds_rejects_bad_settings(monkeypatch, raw):
+def test_spin_seconds_ignores_bad_settings_with_a_warning(monkeypatch, caplog, raw):
     monkeypatch.setenv(protocol.SPIN_ENV, raw)
-    with pytest.raises(ValueError, match=protocol.SPIN_ENV):
-        protocol.spin_seconds()
-    with pytest.raises(ValueError, match=protocol.SPIN_ENV):
-        Client("/nonexistent/daemon.json")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)), raising=False)
+    with caplog.at_level("WARNING", logger="optiond.protocol"):
+        assert protocol.spin_seconds() == 0.0  # the 2-core default
+    assert protocol.SPIN_ENV in caplog.text
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    c = Client("/nonexistent/daemon.json")
+    assert c.spin_s == pytest.approx(protocol.SPIN_US_DEFAULT * 1e-6)
+    c.close()
 
 
 def test_spin_until_readable_sees_a_waiting_message(pair):

@@ -237,7 +237,7 @@ class Client:
     (:func:`optiond.daemon.protocol.spin_seconds`: ``OPTIOND_SPIN_US``) before it sleeps.
 
     Raises:
-        ValueError: ``timeout`` or ``retries`` out of range, or ``OPTIOND_SPIN_US`` malformed.
+        ValueError: ``timeout`` or ``retries`` out of range.
     """
 
     def __init__(self, connection_file: str | os.PathLike | None = None, timeout: float = 5.0, retries: int = 2, *,

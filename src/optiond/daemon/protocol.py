@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import itertools
+import logging
 import os
 import struct
 import threading
@@ -57,6 +58,8 @@ import numpy as np
 import zmq
 
 from ..models import object_full
+
+log = logging.getLogger("optiond.protocol")
 
 #: separates the routing identities from the signed part of a message
 DELIM = b"<IDS|MSG>"
@@ -171,12 +174,11 @@ def spin_seconds() -> float:
     A blocked thread is woken by its ZeroMQ I/O thread, and on an idle machine the wake-up
     of a sleeping core costs tens of microseconds on every message; polling the socket for a
     moment instead keeps the thread on its core when the answer (or the next request) is
-    that close. ``OPTIOND_SPIN_US`` sets it (0 turns it off); by default it is
-    :data:`SPIN_US_DEFAULT` where this process may use at least :data:`SPIN_MIN_CORES` cores,
-    else 0: on fewer cores the polling thread would take the CPU its peer needs.
-
-    Raises:
-        ValueError: ``OPTIOND_SPIN_US`` is not a number of microseconds in [0, 1e6].
+    that close. ``OPTIOND_SPIN_US`` sets it (0 turns it off; a value that is not a number of
+    microseconds in [0, 1e6] is logged as a warning and ignored, as the other ``OPTIOND_``
+    settings are: a typo must not stop pricing); by default it is :data:`SPIN_US_DEFAULT`
+    where this process may use at least :data:`SPIN_MIN_CORES` cores, else 0: on fewer cores
+    the polling thread would take the CPU its peer needs.
     """
     raw = os.environ.get(SPIN_ENV, "").strip()
     if raw:
@@ -184,9 +186,9 @@ def spin_seconds() -> float:
             us = float(raw)
         except ValueError:
             us = -1.0
-        if not 0.0 <= us <= 1e6:
-            raise ValueError(f"{SPIN_ENV}={raw!r}: expected microseconds between 0 and 1000000")
-        return us * 1e-6
+        if 0.0 <= us <= 1e6:
+            return us * 1e-6
+        log.warning("ignoring %s=%r: expected microseconds between 0 and 1000000", SPIN_ENV, raw[:40])
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
