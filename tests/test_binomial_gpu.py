@@ -140,28 +140,19 @@ PLANS = {
 }
 
 
-def test_register_kernel_takes_whole_trees_only():
-    reg = bg.PIPE_REG["fp64"]
-    top = bg.reg_max_levels(reg)
-    assert bg._pipeline_phases(1000, "fp64", PLANS["register"]) == [(reg, False, 1000, 0)]
-    assert bg._pipeline_phases(top, "fp64", PLANS["register"]) == [(reg, False, top, 0)]
-    assert all(v.kernel != "crr_pipe_reg" for v, _, _, _ in bg._pipeline_phases(top + 1, "fp64", PLANS["register"]))
-    # not with a CPU tail, and not above reg_levels
-    assert all(v.kernel != "crr_pipe_reg" for v, _, _, _ in
-               bg._pipeline_phases(1000, "fp64", bg.PipelinePlan(reg_levels=10**9, cpu_tail=10)))
-    assert all(v.kernel != "crr_pipe_reg" for v, _, _, _ in bg._pipeline_phases(1001, "fp64", bg.PipelinePlan(reg_levels=1000)))
-
-
-def test_cluster_kernel_takes_whole_trees_only():
-    cl = bg.PIPE_CLUSTER["fp64"]
-    top = bg.cluster_max_levels(cl)
-    assert bg._pipeline_phases(1000, "fp64", PLANS["cluster"]) == [(cl, False, 1000, 0)]
-    assert bg._pipeline_phases(top, "fp64", PLANS["cluster"]) == [(cl, False, top, 0)]
-    assert all(v.kernel != "crr_pipe_cluster" for v, _, _, _ in bg._pipeline_phases(top + 1, "fp64", PLANS["cluster"]))
-    assert all(v.kernel != "crr_pipe_cluster" for v, _, _, _ in
-               bg._pipeline_phases(1000, "fp64", bg.PipelinePlan(cluster_levels=10**9, cpu_tail=10)))
-    assert all(v.kernel != "crr_pipe_cluster" for v, _, _, _ in
-               bg._pipeline_phases(1001, "fp64", bg.PipelinePlan(cluster_levels=1000)))
+@pytest.mark.parametrize("kernel, plan_name, levels", [("crr_pipe_reg", "register", "reg_levels"),
+                                                        ("crr_pipe_cluster", "cluster", "cluster_levels")])
+def test_whole_tree_kernels_take_whole_trees_only(kernel, plan_name, levels):
+    v = bg.PIPE_REG["fp64"] if kernel == "crr_pipe_reg" else bg.PIPE_CLUSTER["fp64"]
+    top = bg.reg_max_levels(v) if kernel == "crr_pipe_reg" else bg.cluster_max_levels(v)
+    assert bg._pipeline_phases(1000, "fp64", PLANS[plan_name]) == [(v, False, 1000, 0)]
+    assert bg._pipeline_phases(top, "fp64", PLANS[plan_name]) == [(v, False, top, 0)]
+    assert all(p.kernel != kernel for p, _, _, _ in bg._pipeline_phases(top + 1, "fp64", PLANS[plan_name]))
+    # not with a CPU tail, and not above the plan's level limit
+    assert all(p.kernel != kernel for p, _, _, _ in
+               bg._pipeline_phases(1000, "fp64", bg.PipelinePlan(**{levels: 10**9, "cpu_tail": 10})))
+    assert all(p.kernel != kernel for p, _, _, _ in
+               bg._pipeline_phases(1001, "fp64", bg.PipelinePlan(**{levels: 1000})))
 
 
 @pytest.mark.parametrize("variant", [bg.PIPE_CLUSTER["fp64"]] + bg.BENCH_CLUSTER_VARIANTS,
