@@ -204,13 +204,12 @@ def readable(socket: zmq.Socket) -> bool:
 
 def spin_until_readable(socket: zmq.Socket, seconds: float) -> bool:
     """Poll ``socket`` without blocking for up to ``seconds``; whether a message is waiting."""
-    if _get(socket, _EVENTS) & _POLLIN:
-        return True
     end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    while True:
         if _get(socket, _EVENTS) & _POLLIN:
             return True
-    return False
+        if time.perf_counter() >= end:
+            return False
 
 
 class ProtocolError(Exception):
@@ -244,7 +243,9 @@ class Message:
     parent_header: dict
     metadata: dict
     content: dict
-    buffers: list[bytes] = field(default_factory=list)
+    #: the binary frames after the content: ``bytes``, or read-only memoryviews over
+    #: :data:`COPY_THRESHOLD` bytes (:func:`recv_multipart`)
+    buffers: list[bytes | memoryview] = field(default_factory=list)
     identities: list[bytes] = field(default_factory=list)
     #: the header frame as received (a reply's parent frame, without re-encoding)
     raw_header: bytes | None = None
@@ -600,7 +601,8 @@ class Session:
             flags: ``zmq.NOBLOCK`` to raise :class:`zmq.Again` when nothing is waiting.
 
         Returns:
-            :class:`Message` (buffers as ``bytes``).
+            :class:`Message` (buffers as ``bytes``, those over :data:`COPY_THRESHOLD` bytes as
+            read-only memoryviews).
 
         Raises:
             zmq.Again: nothing to read (with ``zmq.NOBLOCK``).
