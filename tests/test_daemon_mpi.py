@@ -75,6 +75,14 @@ def test_two_ranks_price_2000_options_like_one(tmp_path, daemon):
         assert_same(two, one)
         assert_same(two, engine.price_table(cols, m))
         assert two.status[7] == "error" and two.device == one.device == "cpu"
+        # the job's timeline, on one host's monotonic clock: every chunk began after it was sent,
+        # priced for as long as it says, and came back before the reply; both ranks took chunks
+        tl = two.diagnostics["timeline"]
+        assert len(tl["chunks"]) == two.diagnostics["chunks"] and tl["received"] <= 0.0
+        assert {c[1] for c in tl["chunks"]} == {"mpi", "local"}
+        for _, _, sent, collected, priced, began, ended in tl["chunks"]:
+            assert sent <= began <= ended <= collected <= tl["reply"]
+            assert ended - began == pytest.approx(priced, abs=2e-6)
         rank_pids = [r["pid"] for r in ranks]
     finally:
         c.close()

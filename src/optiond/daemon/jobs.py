@@ -620,6 +620,7 @@ class JobManager:
             job.state = "running"
             job.started = time.monotonic()
             self._emit(job, False)
+        sent = time.perf_counter()  # before the submit: rank 0's thread may start at once
         try:
             if where == "mpi":
                 fut = self._executor.submit(pool.run_chunk, task)
@@ -635,7 +636,7 @@ class JobManager:
             raise
         job._inflight += 1
         self._inflight[fut] = (job, i, where, time.monotonic())
-        job.timeline[i] = [where, time.perf_counter() - job.t0, None, None]
+        job.timeline[i] = [where, sent - job.t0, None, None]
 
     @staticmethod
     def _run_controlled(job: Job, i: int, task: dict) -> dict:
