@@ -266,11 +266,31 @@ def test_exercise_row_skipping_equals_cpu():
         assert_prices(bg.crr_batch_gpu(*cols, greeks=False)[0], ref, what=f"skip batch N={N}")
         assert_prices(bg.crr_batch_gpu(*cols, greeks=False, route="block")[0], ref, what=f"skip block N={N}")
         sub = [c[::3] for c in cols]
-        for plan in ("default", "all-phases", "register", "cluster"):
+        # big-only: the 16-row kernel, whose exercise-row count is rounded up to whole groups
+        for plan in ("default", "all-phases", "big-only", "register", "cluster"):
             got = bg.crr_pipeline_gpu(*sub, greeks=False, plan=PLANS[plan])[0]
             assert_prices(got, ref[::3], what=f"skip pipeline {plan} N={N}")
         g32 = bg.crr_batch_gpu(*cols, greeks=False, precision="fp32")[0]
         assert np.all(np.abs(g32 - ref) <= bg.FP32_RTOL * np.abs(ref) + bg.FP32_ATOL_K * cols[3]), f"skip fp32 N={N}"
+
+
+def test_gated_device_time_is_recorded_and_prices_unchanged():
+    """timing["gate"]: the launches queue behind the gate kernel (gpu_timer); the gate is
+    released in time, the window is positive and shorter than the whole call, and the prices
+    are those of an untimed call."""
+    import time
+
+    cols, _ = reference(1000, greeks=False)
+    for fn in (lambda tm: bg.crr_batch_gpu(*cols, greeks=False, timing=tm),
+               lambda tm: bg.crr_pipeline_gpu(*[c[:2] for c in cols], greeks=False, timing=tm)):
+        fn(None)
+        tm = {"gate": True}
+        t0 = time.perf_counter()
+        got = fn(tm)
+        wall = time.perf_counter() - t0
+        assert tm["gated"] and not tm["gate_timed_out"]
+        assert 0.0 < tm["device_s"] < wall
+        np.testing.assert_array_equal(got, fn(None))
 
 
 # --------------------------------------------------------------------------- naive, IV, engine

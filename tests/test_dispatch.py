@@ -398,3 +398,25 @@ def test_cuda_sources_compile(tmp_path, coop):
     for name in ("crr_batch_warp", "crr_batch_block", "crr_pipe_block", "crr_naive_step"):
         assert name in ptx
     assert ("crr_pipe_grid" in ptx) == coop
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_gate_source_compiles(tmp_path):
+    from optiond.kernels import gpu_timer
+
+    out = tmp_path / "gate.ptx"
+    proc = subprocess.run(["nvcc", "-ptx", "-arch=sm_90", "-o", str(out), str(gpu_timer.GATE_SOURCE)],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "crr_gate" in out.read_text()
+
+
+def test_device_timer_without_timing_is_a_no_op():
+    """No timing dict: the timer touches neither CuPy nor the stream (CPU-only machines)."""
+    from optiond.kernels.gpu_timer import DeviceTimer
+
+    t = DeviceTimer(None, stream=None)
+    t.start()
+    t.stop()
+    t.finish()
+    assert not t.gated

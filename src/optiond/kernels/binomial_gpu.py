@@ -66,8 +66,9 @@ Kernels (see the .cu file for the layout)
   (``crr_pipe_cluster``, sm_90: the same register kernel over up to 16 multiprocessors, halos
   through distributed shared memory, one cluster barrier per 64 levels): N = 1000 in 57.6
   against 67.3 us on the grid phases, N = 4000 in 205 against 231 us. Device times (``timing``)
-  start after the launches' host-side preparation (slicing, arguments), so they hold the
-  kernels and the launch latency, not Python.
+  start after the launches' host-side preparation (slicing, arguments); with
+  ``timing["gate"]`` the launches queue behind a stream gate, so the window holds the GPU's
+  work and launch latency only (:mod:`optiond.kernels.gpu_timer`).
 * naive: one launch per level (the baseline of the benchmark).
 
 Errors: CUDA failures and out-of-memory raise :class:`GPUError`; callers (the engine) fall back
@@ -94,6 +95,7 @@ from numba.core.extending import intrinsic
 
 from ..columns import as_columns
 from . import binomial_cpu as bc
+from .gpu_timer import DeviceTimer
 from .rootfind import (
     FB,
     IV_ABOVE,
@@ -632,7 +634,8 @@ def _run_trees(par: np.ndarray, steps: np.ndarray, flags: np.ndarray, precision:
 
     Returns ``(price (m,), lv (m, 6))`` as float64 NumPy arrays (lv NaN where not computed).
     ``timing``, if given, receives ``device_s``: CUDA-event time of the kernels (after the
-    uploads and the launches' host-side preparation, before the copy back), in seconds.
+    uploads and the launches' host-side preparation, before the copy back), in seconds; see
+    :class:`optiond.kernels.gpu_timer.DeviceTimer` for ``timing["gate"]``.
     ``route``: ``"auto"``, or ``"warp"`` / ``"block"`` to force one kernel (tests and benchmarks).
     """
     cp = _cupy()
@@ -654,7 +657,7 @@ def _run_trees(par: np.ndarray, steps: np.ndarray, flags: np.ndarray, precision:
     ints = np.concatenate([steps.astype(np.int32), flags.astype(np.int32), iw, ib, np.zeros(2, np.int32)])
     stream = cp.cuda.get_current_stream()
     with stream:
-        ev0, ev1 = (cp.cuda.Event(), cp.cuda.Event()) if timing is not None else (None, None)
+        timer = DeviceTimer(timing, stream)
         d_par = cp.asarray(np.ascontiguousarray(par, dtype=np.float64))
         d_int = cp.asarray(ints)
         o = 0
@@ -684,16 +687,13 @@ def _run_trees(par: np.ndarray, steps: np.ndarray, flags: np.ndarray, precision:
             scratch = cp.empty(grid * 4 * stride, dtype=cp.float64 if precision == "fp64" else cp.float32)
             launches.append((k, grid, bv.threads, (d_par, d_steps, d_flags, d_ib, np.int32(ib.size), d_cnt[1:2],
                                                    np.int32(bv.K), scratch, np.uint64(stride), d_p, d_l)))
-        if ev0 is not None:
-            ev0.record(stream)
+        timer.start()
         for k, grid, threads, args in launches:
             _launch_persistent(k, grid, threads, args)
-        if ev1 is not None:
-            ev1.record(stream)
+        timer.stop()
         out = cp.asnumpy(d_out, stream=stream)
         stream.synchronize()
-        if timing is not None:
-            timing["device_s"] = cp.cuda.get_elapsed_time(ev0, ev1) / 1e3
+        timer.finish()
     return out[:m].copy(), out[m:].reshape(m, 6).copy()
 
 
@@ -913,7 +913,6 @@ def _run_pipeline(par, steps, flags, precision, plan, timing=None):
     dtype = cp.float64 if precision == "fp64" else cp.float32
     tails = []
     with stream:
-        ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
         d_res = cp.full(7 * m, np.nan)  # prices, then 6 levels per tree
         d_par = cp.asarray(np.ascontiguousarray(par, dtype=np.float64))
         width = max(PIPE_GRID_BIG[precision].cw, PIPE_GRID_MID[precision].cw, PIPE_GRID_SMALL[precision].cw,
@@ -931,7 +930,9 @@ def _run_pipeline(par, steps, flags, precision, plan, timing=None):
                 launches.append(launch)
                 t = t_lo
             trees.append((i, N, src, t, launches))
-        ev0.record(stream)
+        # a CPU tail copies a level back between launches (a synchronising call): no gate then
+        timer = DeviceTimer(timing, stream, allow_gate=all(t == 0 for _, _, _, t, _ in trees))
+        timer.start()
         for i, N, src, t, launches in trees:
             for launch in launches:
                 launch()
@@ -943,11 +944,10 @@ def _run_pipeline(par, steps, flags, precision, plan, timing=None):
                 V = cp.asnumpy(Vb[src * stride:src * stride + t + 2], stream=stream)
                 X = cp.asnumpy(Xb[src * stride:src * stride + t + 2], stream=stream)
                 tails.append((i, t, V, X))
-        ev1.record(stream)
+        timer.stop()
         out = cp.asnumpy(d_res, stream=stream)
         stream.synchronize()
-        if timing is not None:
-            timing["device_s"] = cp.cuda.get_elapsed_time(ev0, ev1) / 1e3
+        timer.finish()
     price, lv = out[:m].copy(), out[m:].reshape(m, 6).copy()
     for i, t, V, X in tails:
         price[i] = _finish_cpu(V.astype(np.float64), X.astype(np.float64), t, bool(flags[i] & 1), par[i],
@@ -1058,17 +1058,16 @@ def crr_naive_gpu(kind, style, spot, strike, expiry, rate, dividend_yield, volat
         d_par = cp.asarray(par)
         A = cp.zeros(n * (Nn + 2))
         Bv = cp.zeros(n * (Nn + 2))
-        ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
-        ev0.record(stream)
+        timer = DeviceTimer(timing, stream, allow_gate=False)  # N + 1 launches: more than a gate holds
+        timer.start()
         leaves(((Nn + 256) // 256, n), (256,), (d_par, np.int32(Nn), A))
         for t in range(Nn - 1, -1, -1):
             step(((t + 256) // 256, n), (256,), (d_par, np.int32(Nn), np.int32(am), np.int32(t), A, Bv))
             A, Bv = Bv, A
-        ev1.record(stream)
+        timer.stop()
         out = cp.asnumpy(A.reshape(n, Nn + 2)[:, 0], stream=stream)
         stream.synchronize()
-        if timing is not None:
-            timing["device_s"] = cp.cuda.get_elapsed_time(ev0, ev1) / 1e3
+        timer.finish()
     return out
 
 
