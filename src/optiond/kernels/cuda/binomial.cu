@@ -299,9 +299,14 @@ __device__ __forceinline__ void levels_fixed(T (&V)[R][G], T (&X)[R][G], const P
     }
 }
 
-// Exercise rows are skipped (NA < RA) only in kernels of at most CRR_SKIP_ROWS rows (code size).
+// Exercise rows are skipped (NA < RA) row by row in kernels of at most CRR_SKIP_ROWS rows; in
+// wider kernels the count of exercise rows is rounded up to a multiple of CRR_SKIP_Q (code size:
+// about RA / CRR_SKIP_Q bodies per live row count instead of RA). 0 disables it there.
 #ifndef CRR_SKIP_ROWS
 #define CRR_SKIP_ROWS 4
+#endif
+#ifndef CRR_SKIP_Q
+#define CRR_SKIP_Q 4
 #endif
 // FP32 scaled batch kernel: offset and exercise factor at re-anchoring levels by recurrence (1)
 // or from exp (0); minimum resident blocks of 128 threads per SM (register cap)
@@ -317,7 +322,9 @@ __device__ __forceinline__ void levels_fixed(T (&V)[R][G], T (&X)[R][G], const P
 #define CRR_SCL_UNROLL 1
 #endif
 
-template <typename T, int G, int R, int RA, int NA, bool AM, bool FWD, int U>
+// levels_fixed<RA, NA = na>, NA = RA, then the multiples of Q below RA down to 0 (the caller
+// rounds na up to one of these; Q = 1: every count).
+template <typename T, int G, int R, int RA, int NA, bool AM, bool FWD, int U, int Q = 1>
 __device__ __forceinline__ void na_dispatch(T (&V)[R][G], T (&X)[R][G], const Par<T>& P, int t, int n, int na, bool pfx) {
     if constexpr (NA >= 0) {
         if (na == NA) {
@@ -328,7 +335,8 @@ __device__ __forceinline__ void na_dispatch(T (&V)[R][G], T (&X)[R][G], const Pa
             else
                 levels_fixed<T, G, R, RA, NA, false, AM, FWD, U>(V, X, P, t, n);
         } else {
-            na_dispatch<T, G, R, RA, NA - 1, AM, FWD, U>(V, X, P, t, n, na, pfx);
+            constexpr int NX = NA == RA ? ((RA - 1) / Q) * Q : NA - Q;
+            na_dispatch<T, G, R, RA, NX, AM, FWD, U, Q>(V, X, P, t, n, na, pfx);
         }
     }
 }
@@ -341,6 +349,9 @@ __device__ __forceinline__ void levels_dispatch(T (&V)[R][G], T (&X)[R][G], cons
         if (ra == RA) {
             if constexpr (AM && R <= CRR_SKIP_ROWS)
                 na_dispatch<T, G, R, RA, RA, AM, FWD, U>(V, X, P, t, n, na, pfx);
+            else if constexpr (AM && CRR_SKIP_Q > 0)
+                na_dispatch<T, G, R, RA, RA, AM, FWD, U, CRR_SKIP_Q>(
+                    V, X, P, t, n, min(RA, ((na + CRR_SKIP_Q - 1) / CRR_SKIP_Q) * CRR_SKIP_Q), pfx);
             else
                 levels_fixed<T, G, R, RA, RA, true, AM, FWD, U>(V, X, P, t, n);
         } else {
