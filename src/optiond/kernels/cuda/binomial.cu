@@ -1032,16 +1032,23 @@ __device__ __forceinline__ void reg_tree(const Par<T>& P, int K, double* __restr
     }
 }
 
-template <typename T, int G, int R, bool FWD>
-__global__ void __launch_bounds__(1024) crr_pipe_reg(const double* __restrict__ par, int N, int am, int K,
-                                                     double* __restrict__ price, double* __restrict__ lv) {
+// The register kernels' common entry: the tree's parameters, the American / European switch.
+template <typename T, int G, int R, bool FWD, bool CL>
+__device__ __forceinline__ void reg_tree_entry(const double* __restrict__ par, int N, int am, int K,
+                                               double* __restrict__ price, double* __restrict__ lv) {
     extern __shared__ __align__(16) unsigned char crr_smem[];
     const Par<T> P = load_par<T>(par, N);
     T* sh = reinterpret_cast<T*>(crr_smem);
     if (am)
-        reg_tree<T, G, R, true, FWD, false>(P, K, price, lv, sh);
+        reg_tree<T, G, R, true, FWD, CL>(P, K, price, lv, sh);
     else
-        reg_tree<T, G, R, false, FWD, false>(P, K, price, lv, sh);
+        reg_tree<T, G, R, false, FWD, CL>(P, K, price, lv, sh);
+}
+
+template <typename T, int G, int R, bool FWD>
+__global__ void __launch_bounds__(1024) crr_pipe_reg(const double* __restrict__ par, int N, int am, int K,
+                                                     double* __restrict__ price, double* __restrict__ lv) {
+    reg_tree_entry<T, G, R, FWD, false>(par, N, am, K, price, lv);
 }
 
 #ifndef CRR_NO_CLUSTER
@@ -1051,13 +1058,7 @@ template <typename T, int G, int R, bool FWD, int C>
 __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024)
     crr_pipe_cluster(const double* __restrict__ par, int N, int am, int K, double* __restrict__ price,
                      double* __restrict__ lv) {
-    extern __shared__ __align__(16) unsigned char crr_smem[];
-    const Par<T> P = load_par<T>(par, N);
-    T* sh = reinterpret_cast<T*>(crr_smem);
-    if (am)
-        reg_tree<T, G, R, true, FWD, true>(P, K, price, lv, sh);
-    else
-        reg_tree<T, G, R, false, FWD, true>(P, K, price, lv, sh);
+    reg_tree_entry<T, G, R, FWD, true>(par, N, am, K, price, lv);
 }
 #endif
 
