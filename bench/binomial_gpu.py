@@ -28,6 +28,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,12 @@ def single(args, plan) -> list[dict]:
         row = {"N": N, "nodes": nodes(N), **m, "fraction_of_ceiling": frac(nodes(N), m["device_ms"]),
                "target_ms": TARGET_MS[N], "meets_target": m["device_ms"] <= TARGET_MS[N],
                "seed_table5_hybrid_ms": SEED_T5[N][0], "seed_table5_warp_per_block_ms": SEED_T5[N][1]}
+        row["pruned"] = bool(plan.prune and N >= plan.prune_steps and N > plan.cluster_levels)
+        if row["pruned"]:  # the same tree with every node computed
+            dense = replace(plan, prune=False)
+            dm = measure(lambda tm, N=N, d=dense: bg.crr_pipeline_gpu(*PUT, N, greeks=False, plan=d, timing=tm), reps)
+            row["dense_device_ms"], row["dense_host_ms"] = dm["device_ms"], dm["host_ms"]
+            row["dense_fraction_of_ceiling"] = frac(nodes(N), dm["device_ms"])
         if N <= 100_000 and not args.quick or N <= 10_000:
             nv = measure(lambda tm, N=N: bg.crr_naive_gpu(*PUT, N, timing=tm), 1 if N >= 100_000 else 2)
             row["naive_device_ms"], row["naive_host_ms"] = nv["device_ms"], nv["host_ms"]
@@ -107,6 +114,21 @@ def single(args, plan) -> list[dict]:
     return rows
 
 
+def prune_sweep(args) -> list[dict]:
+    """Where pruned windows start to pay (PipelinePlan.prune_steps): one put, dense grid phases
+    against the pruned kernel on every level, device time."""
+    out = []
+    for N in (5_000, 10_000, 20_000, 30_000, 50_000, 100_000):
+        row = {"N": N}
+        for key, plan in (("dense_ms", bg.PipelinePlan(cluster_levels=0, prune=False)),
+                          ("pruned_ms", bg.PipelinePlan(cluster_levels=0, prune_steps=0))):
+            row[key] = measure(lambda tm, N=N, p=plan: bg.crr_pipeline_gpu(*PUT, N, greeks=False, plan=p, timing=tm),
+                               args.repeats)["device_ms"]
+        out.append(row)
+        print(f"prune {row}", file=sys.stderr, flush=True)
+    return out
+
+
 def plan_sweep(args) -> list[dict]:
     """Phase boundaries and phase kernel shapes of the pipeline (device time, one put)."""
     out = []
@@ -121,7 +143,7 @@ def plan_sweep(args) -> list[dict]:
                 bg.PIPE_GRID_SMALL["fp64"] = small
             if big:
                 bg.PIPE_GRID_BIG["fp64"] = big
-            p = bg.PipelinePlan(*plan)
+            p = replace(bg.PipelinePlan(*plan), prune=False)  # the dense phases
             m = measure(lambda tm: bg.crr_pipeline_gpu(*PUT, N, greeks=False, plan=p, timing=tm), reps)
         finally:
             bg.PIPE_GRID_MID["fp64"], bg.PIPE_GRID_SMALL["fp64"], bg.PIPE_GRID_BIG["fp64"] = saved
@@ -301,7 +323,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repeats, no N = 1e6 sweeps")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", help="also write the JSON here")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip: accuracy,single,plans,batch,split,chain")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: accuracy,single,prune,plans,batch,split,chain")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     if not bg.available():
@@ -321,6 +343,8 @@ def main() -> None:
         out["batch_10000x1000"] = batch(args)
     if "single" not in skip:
         out["single_american_put_fp64"] = single(args, plan)
+    if "prune" not in skip:
+        out["prune_sweep"] = prune_sweep(args)
     if "plans" not in skip:
         out["plan_sweep"] = plan_sweep(args)
     if "split" not in skip:

@@ -131,10 +131,14 @@ def test_every_warp_shape_fp64(variant):
 
 PLANS = {
     "default": None,
-    "all-phases": bg.PipelinePlan(big_to_mid=3000, mid_to_small=1500, small_to_block=1000, cpu_tail=100),
-    "big-only": bg.PipelinePlan(big_to_mid=0, mid_to_small=0, small_to_block=0, cpu_tail=0),
-    "mid-only": bg.PipelinePlan(big_to_mid=10**8, mid_to_small=0, small_to_block=0, cpu_tail=0),
-    "block-and-tail": bg.PipelinePlan(big_to_mid=10**8, mid_to_small=10**8, small_to_block=10**8, cpu_tail=20),
+    "all-phases": bg.PipelinePlan(big_to_mid=3000, mid_to_small=1500, small_to_block=1000, cpu_tail=100, prune=False),
+    "big-only": bg.PipelinePlan(big_to_mid=0, mid_to_small=0, small_to_block=0, cpu_tail=0, prune=False),
+    "mid-only": bg.PipelinePlan(big_to_mid=10**8, mid_to_small=0, small_to_block=0, cpu_tail=0, prune=False),
+    "block-and-tail": bg.PipelinePlan(big_to_mid=10**8, mid_to_small=10**8, small_to_block=10**8, cpu_tail=20,
+                                      prune=False),
+    # every tree in the pruned-window kernel (binomial.cu, "Pruned windows"), alone and with a CPU tail
+    "pruned": bg.PipelinePlan(prune_steps=0, cluster_levels=0),
+    "pruned-tail": bg.PipelinePlan(prune_steps=0, cluster_levels=0, cpu_tail=50),
     "register": bg.PipelinePlan(reg_levels=10**9),  # the whole tree in crr_pipe_reg where N fits it
     "cluster": bg.PipelinePlan(cluster_levels=10**9),  # the whole tree in crr_pipe_cluster where N fits it
 }
@@ -180,10 +184,10 @@ def test_every_cluster_shape_fp64(variant, monkeypatch):
 def test_pipeline_fp64(N, plan):
     """Each phase of the pipeline alone and all together, the CPU tail included."""
     p = PLANS[plan]
-    if N >= 100_000 and plan in ("mid-only", "block-and-tail", "register", "cluster"):
+    if N >= 100_000 and plan in ("mid-only", "block-and-tail", "register", "cluster", "pruned-tail"):
         pytest.skip("covered at the smaller N; keeps the run short")
     if N >= 100_000 and plan == "all-phases":
-        p = bg.PipelinePlan(big_to_mid=50_000, mid_to_small=20_000, small_to_block=2000, cpu_tail=300)
+        p = bg.PipelinePlan(big_to_mid=50_000, mid_to_small=20_000, small_to_block=2000, cpu_tail=300, prune=False)
     cols, ref = reference(N, greeks=False)
     if 1000 <= N < 100_000:  # one tree at a time: a sample is enough
         cols, ref = [c[::9] for c in cols], ref[:, ::9]
@@ -191,7 +195,7 @@ def test_pipeline_fp64(N, plan):
     assert_prices(got[0], ref[0], what=f"pipeline {plan} N={N}")
 
 
-@pytest.mark.parametrize("plan", ("all-phases", "register", "cluster"))
+@pytest.mark.parametrize("plan", ("all-phases", "register", "cluster", "pruned"))
 @pytest.mark.parametrize("N", (2, 1000, 4097))
 def test_pipeline_greeks(N, plan):
     cols, ref = reference(N, greeks=True)
@@ -272,6 +276,31 @@ def test_exercise_row_skipping_equals_cpu():
             assert_prices(got, ref[::3], what=f"skip pipeline {plan} N={N}")
         g32 = bg.crr_batch_gpu(*cols, greeks=False, precision="fp32")[0]
         assert np.all(np.abs(g32 - ref) <= bg.FP32_RTOL * np.abs(ref) + bg.FP32_ATOL_K * cols[3]), f"skip fp32 N={N}"
+
+
+def test_pruned_windows_equal_cpu_at_the_edges():
+    """Pruned windows (binomial.cu): the exercise side's margin rule where S* = K (1 - e^{-r dt}) /
+    (1 - e^{-q dt}) lies inside the tree (q > r for puts, r > q for calls), no exercise side
+    (r = 0 puts, q = 0 calls, European options), options so deep in or out of the money that
+    the window empties or starts beyond the tree, and a root that is itself exercised; alone and
+    with a CPU tail, against the CPU tree, and against the dense GPU pipeline."""
+    rows = list(itertools.product((0, 1), (0, 1), (20.0, 70.0, 100.0, 140.0, 500.0),
+                                  ((0.0, 0.0), (0.05, 0.0), (0.02, 0.1), (0.1, 0.02), (0.0, 0.06), (0.3, 0.0)),
+                                  (0.1, 0.45)))
+    kind, style, K, rq, s = (np.array(c) for c in zip(*rows))
+    r, q = np.array([x[0] for x in rq]), np.array([x[1] for x in rq])
+    n = kind.size
+    for N in (700, 20_000):
+        Nn = np.full(n, N)
+        ok = np.ones(n, bool)
+        ok[bc.probability_errors(np.full(n, 2.0), r, q, s, Nn)] = False
+        cols = [c[ok] for c in (kind, style, np.full(n, 100.0), K, np.full(n, 2.0), r, q, s, Nn)]
+        ref = bc.crr_batch(*cols, greeks=False)[0]
+        dense = bg.crr_pipeline_gpu(*cols, greeks=False, plan=bg.PipelinePlan(cluster_levels=0, prune=False))[0]
+        assert_prices(dense, ref, what=f"dense N={N}")
+        for plan in ("pruned", "pruned-tail"):
+            got = bg.crr_pipeline_gpu(*cols, greeks=False, plan=PLANS[plan])[0]
+            assert_prices(got, ref, what=f"{plan} edges N={N}")
 
 
 def test_gated_device_time_is_recorded_and_prices_unchanged():

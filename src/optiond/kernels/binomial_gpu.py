@@ -83,7 +83,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,8 @@ class Variant:
     K_narrow: int = 0
     #: crr_pipe_cluster: blocks per thread-block cluster (the kernel's __cluster_dims__)
     cluster: int = 0
+    #: crr_pipe_grid / crr_pipe_block: the instance with pruned windows (binomial.cu, PRUNE)
+    prune: bool = False
 
     @property
     def cw(self) -> int:
@@ -162,6 +164,8 @@ class Variant:
     @property
     def name(self) -> str:
         c = f", {self.cluster}" if self.kernel == "crr_pipe_cluster" else ""
+        if self.kernel in ("crr_pipe_grid", "crr_pipe_block"):
+            c = ", true" if self.prune else ", false"
         return f"{self.kernel}<{self.dtype}, {self.G}, {self.R}, {'true' if self.fwd else 'false'}{c}>"
 
 
@@ -211,6 +215,23 @@ BENCH_PIPE_VARIANTS = [Variant("crr_pipe_grid", "double", 8, 4, K=128, spread=-1
                        Variant("crr_pipe_grid", "double", 4, 2, K=64, spread=-1)]
 
 
+#: the pruned pipeline's kernel (PipelinePlan.prune): the grid kernel with 128-node chunks (4 per
+#: lane) and pruned windows, K levels per slab (pruned_variant picks K). H200, one American put,
+#: gated device time, all levels in this kernel: K = 64 / 96 / 112: N = 1e5 8.27 / 7.10 / 6.78 ms,
+#: N = 1e6 82.5 / 78.9 / 94.9 ms; the 256- and 1024-node chunk kernels with pruned windows took
+#: 8.0-11.7 ms and 78-135 ms (each warp's latency per level grows with its nodes per lane)
+PIPE_PRUNED = Variant("crr_pipe_grid", "double", 4, 1, K=96, threads=128, prune=True)
+
+
+def pruned_variant(N: int) -> Variant:
+    """PIPE_PRUNED with K = 112 (fewer slabs, 16 outputs per warp) where the expected window
+    needs at most one warp per SM sub-partition, else K = 96 (32 outputs per warp)."""
+    sms = device_info()["sms"] if available() else 132
+    if pruned_width(N, N, 0) / (PIPE_PRUNED.cw - 112) <= 4 * sms:
+        return replace(PIPE_PRUNED, K=112)
+    return PIPE_PRUNED
+
+
 def _plain_names(clusters: bool = True) -> list[str]:
     """Kernels of the plain module; ``clusters``: with the sm_90 cluster kernels."""
     vs = [v for lst in WARP_VARIANTS.values() for v in lst] + BENCH_WARP_VARIANTS
@@ -223,6 +244,7 @@ def _plain_names(clusters: bool = True) -> list[str]:
 
 def _coop_names() -> list[str]:
     vs = list(PIPE_GRID_BIG.values()) + list(PIPE_GRID_MID.values()) + list(PIPE_GRID_SMALL.values())
+    vs.append(PIPE_PRUNED)
     vs += [v for v in BENCH_PIPE_VARIANTS if v.kernel == "crr_pipe_grid"]
     return sorted({v.name for v in vs})
 
@@ -758,6 +780,13 @@ class PipelinePlan:
       only without a CPU tail, for N <= :func:`cluster_max_levels` and on sm_90 and up (0
       disables it; the calibration's ``pipeline_cluster_levels``);
     * ``t <= cpu_tail``: the CPU finishes (FP64 only; 0 disables it).
+
+    With ``prune`` (FP64, N >= ``prune_steps``) the tree instead runs in one phase of the grid
+    kernel with 128-node chunks that computes, slab by slab, only the window of nodes between
+    the known exercise side and the known zero side of the tree (binomial.cu, "Pruned
+    windows"), on as many warps as the window needs (:func:`pruned_width`), then the CPU tail
+    if any: the result is the dense tree's, the work far smaller for large N (one at-the-money
+    put: a window of about 24 sqrt(N) nodes instead of N).
     """
 
     big_to_mid: int = 200_000
@@ -766,6 +795,12 @@ class PipelinePlan:
     cpu_tail: int = 0
     reg_levels: int = 0
     cluster_levels: int = 0
+    #: FP64 trees of at least prune_steps steps run whole in the pruned grid kernel
+    #: (``PIPE_PRUNED``), which computes only the nodes whose values are not known exactly
+    #: (:func:`window_sides`: the zero side, and the exercise side of American options); False
+    #: computes every node (the benchmark's dense comparison)
+    prune: bool = True
+    prune_steps: int = 30_000
 
 
 def reg_max_levels(v: Variant) -> int:
@@ -779,24 +814,92 @@ def cluster_max_levels(v: Variant) -> int:
     return v.cluster * (v.threads // 32) * (v.cw - v.K) - 1
 
 
+SIDE_NONE, SIDE_EXERCISE, SIDE_ZERO = 0, 1, 2
+#: the pruned windows' exercise side needs X - cont >= (1 - e^{-r dt}) 4a K (put; call with q) above this
+_PRUNE_MARGIN = 1e-13
+#: a window boundary "at infinity" (no cap), as the kernel's ln(S* / S0) / a
+_FAR = 1e300
+#: initial window state of one tree (binomial.cu, tiles_tree: L, H, then three (min, max) slots)
+_WIN_INIT = (0, 1 << 30, 1 << 30, -1, 1 << 30, -1, 1 << 30, -1)
+
+
+def window_sides(is_call: bool, american: bool, S: float, K: float, T: float, r: float, q: float, sigma: float,
+                 N: int) -> tuple[int, float]:
+    """Which sides of one CRR tree the pruned pipeline may skip (binomial.cu, "Pruned windows").
+
+    Args:
+        is_call, american: the option; S, K: spot and strike; T: expiry in years; r, q: rate and
+        dividend yield (annualised, continuous); sigma: volatility (annualised); N: steps.
+
+    Returns:
+        ``(kinds, Ls)``: ``kinds = low | high << 2`` over the tree's low (small spot) and high
+        sides, each ``SIDE_ZERO`` (values underflowed to exactly 0 beyond the strike: put above,
+        call below), ``SIDE_EXERCISE`` (American exercise region, where ``V = X`` by a margin:
+        put below ``S* = K (1 - e^{-r dt}) / (1 - e^{-q dt})``, call above it) or
+        ``SIDE_NONE``; ``Ls = ln(S* / S) / a`` (``a = sigma sqrt(T / N)``), +-1e300 when
+        ``S*`` is unbounded. The exercise side is used only where ``(1 - e^{-r dt}) 4a``
+        (put) or ``(1 - e^{-q dt}) 4a`` (call) is at least 1e-13, so that the exercise
+        margin of the rule (four steps ``a`` from ``S*``) lies far beyond rounding.
+
+    The rule: the American put is exercised at a node whose two successors are exercised when
+    ``K (1 - e^{-r dt}) > S (1 - e^{-q dt})`` (then ``X - cont`` equals that difference
+    exactly, as ``pu u + pd d = e^{-q dt}``); the exercise region is an interval (the early
+    exercise boundary, Kim & Byun 1994, tracked per level here).
+    """
+    dt = T / N
+    a = sigma * math.sqrt(dt)
+    er = -math.expm1(-r * dt)  # 1 - e^{-r dt}
+    eq = -math.expm1(-q * dt)
+    if not is_call:
+        low = SIDE_EXERCISE if american and r > 0 and er * 4 * a >= _PRUNE_MARGIN else SIDE_NONE
+        Ls = math.log(K * er / eq / S) / a if q > 0 and r > 0 else _FAR
+        return low | SIDE_ZERO << 2, Ls
+    high = SIDE_EXERCISE if american and q > 0 and eq * 4 * a >= _PRUNE_MARGIN else SIDE_NONE
+    Ls = math.log(K * er / eq / S) / a if r > 0 and q > 0 else -_FAR
+    return SIDE_ZERO | high << 2, Ls
+
+
+def _window_table(kind, style, S, K, T, r, q, sigma, N, bump, m: int) -> list[tuple[int, float]]:
+    """:func:`window_sides` of every tree of :func:`_tree_table` (bumped trees included)."""
+    out: list[tuple[int, float]] = [(0, 0.0)] * m
+    hv, hr = bc.VEGA_BUMP, bc.RHO_BUMP
+    for i in range(S.shape[0]):
+        args = [bool(kind[i] == 1), bool(style[i] == 1), float(S[i]), float(K[i]), float(T[i]), float(r[i]),
+                float(q[i]), float(sigma[i]), int(N[i])]
+        out[i] = window_sides(*args)
+        for b, (dr, ds) in enumerate(((0, hv), (0, -hv), (hr, 0), (-hr, 0))):
+            if bump.shape[0] > i and bump[i, b] >= 0:
+                bargs = list(args)
+                bargs[5] += dr
+                bargs[7] += ds
+                out[int(bump[i, b])] = window_sides(*bargs)
+    return out
+
+
 #: CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED (cluster sizes above 8 on sm_90)
 _FUNC_ATTR_NON_PORTABLE_CLUSTER = 14
 
 
 def _phase_launch(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t_lo: int, src: int, out_cap: int,
                   Vb, Xb, stride: int, d_price, d_lv) -> int:
-    """Launch one pipeline phase (levels t_hi -> t_lo); returns the buffer index of level t_lo."""
+    """Launch one pipeline phase (levels t_hi -> t_lo), every node computed; returns the buffer
+    index of level t_lo."""
     launch, dst = _phase_prepare(v, coop, d_par, N, am, t_hi, t_lo, src, out_cap, Vb, Xb, stride, d_price, d_lv)
     launch()
     return dst
 
 
 def _phase_prepare(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t_lo: int, src: int, out_cap: int,
-                   Vb, Xb, stride: int, d_price, d_lv) -> tuple[Callable[[], None], int]:
+                   Vb, Xb, stride: int, d_price, d_lv, window=None) -> tuple[Callable[[], None], int]:
     """One pipeline phase (levels t_hi -> t_lo) made ready to launch: ``(launch, buffer index of
     level t_lo)``; ``launch()`` only enqueues the kernel (the host work is done here, so a
-    caller can prepare every phase before the GPU starts)."""
+    caller can prepare every phase before the GPU starts). ``window``: ``(d_win (8,) int32,
+    kinds, Ls)`` for the grid and block phases' pruned windows (:func:`window_sides`; the
+    phases of one tree share ``d_win``), or None for every node."""
     k = kernel(v.name, coop=coop)
+    if window is None or not v.prune:
+        window = (_no_window(), 0, 0.0)
+    wargs = (window[0], np.float64(window[2]), np.int32(window[1]))
     if v.kernel == "crr_pipe_cluster":  # the whole tree, one cluster of v.cluster blocks
         if t_hi != N or t_lo != 0 or N > cluster_max_levels(v):
             raise ValueError(f"{v.name} runs whole trees of N <= {cluster_max_levels(v)}, not {t_hi} -> {t_lo} of {N}")
@@ -825,6 +928,8 @@ def _phase_prepare(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t
     dst = src ^ (nslabs & 1)
     if coop:
         wpb = v.threads // 32
+        if window[1]:  # warps for the expected window, not the whole level
+            chunks = min(chunks, int(pruned_width(N, t_hi, t_lo) + 2 * K) // min(PRUNE_WARP_OUTPUTS, vw) + 1)
         grid = max(1, min((chunks + wpb - 1) // wpb, resident_blocks(k, v.threads)))
         units = 0
         if v.spread > 0:
@@ -832,7 +937,7 @@ def _phase_prepare(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t
         elif v.spread < 0:
             units = grid * wpb
 
-        coop_args = args[:8] + (np.int32(units),) + args[8:]
+        coop_args = args[:8] + (np.int32(units),) + args[8:] + wargs
 
         def launch(grid=grid, args=coop_args):
             while True:
@@ -858,8 +963,30 @@ def _phase_prepare(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t
         _state[("smem", v.name)] = SMEM_MAX
     threads = min(v.threads, 32 * chunks)
     units = threads // 32 if v.spread != 0 else 0
-    args = args[:8] + (np.int32(units),) + args[8:] + (np.int32(sstride),)
+    args = args[:8] + (np.int32(units),) + args[8:] + (np.int32(sstride),) + wargs
     return (lambda: k((1,), (threads,), args, shared_mem=smem)), dst
+
+
+#: pruned windows: expected width, in nodes, per square root of the levels below the leaves
+#: (the zero side lies where the tail probability of a CRR walk underflows, about 19.3 sqrt(m)
+#: nodes beyond the strike after m levels, whatever sigma; the exercise side a few sqrt(m)
+#: below it), and the outputs per warp the grid is sized for
+PRUNE_WIDTH = 24.0
+PRUNE_WARP_OUTPUTS = 64
+
+
+def pruned_width(N: int, t_hi: int, t_lo: int) -> float:
+    """Expected widest pruned window (nodes) over levels t_lo .. t_hi of a tree of N steps:
+    the largest ``min(t + 1, PRUNE_WIDTH sqrt(N - t))`` (the level's width, the window's)."""
+    ts = np.linspace(t_lo, t_hi, 33)
+    return float(np.max(np.minimum(ts + 1.0, PRUNE_WIDTH * np.sqrt(np.maximum(N - ts, 1.0)))))
+
+
+def _no_window():
+    """A device int32[8] for phases without a pruned window (kinds = 0: never read)."""
+    if "no_window" not in _state:
+        _state["no_window"] = _cupy().zeros(8, dtype=np.int32)
+    return _state["no_window"]
 
 
 def _pipeline_phases(N: int, precision: str, plan: PipelinePlan) -> list[tuple[Variant, bool, int, int]]:
@@ -871,6 +998,8 @@ def _pipeline_phases(N: int, precision: str, plan: PipelinePlan) -> list[tuple[V
         return [(cl, False, N, 0)]
     if not tail and N <= min(int(plan.reg_levels), reg_max_levels(reg)):
         return [(reg, False, N, 0)]
+    if plan.prune and precision == "fp64" and N >= plan.prune_steps and N > tail:
+        return [(pruned_variant(N), True, N, tail)]
     out = []
     t = N
     for v, coop, stop in ((PIPE_GRID_BIG[precision], True, max(plan.big_to_mid, tail)),
@@ -900,13 +1029,17 @@ def crr_pipeline_gpu(kind, style, spot, strike, expiry, rate, dividend_yield, vo
         from . import dispatch
         plan = dispatch.pipeline_plan()
     par, st, fl, bump = _tree_table(kind, style, S, K, T, r, q, s, N, bool(greeks), fwd, pd_fma_mode())
-    price, lv = _gpu_call(_run_pipeline, par, st, fl, precision, plan, timing)
+    windows = None
+    if plan.prune and precision == "fp64":
+        windows = _window_table(kind, style, S, K, T, r, q, s, N, bump, par.shape[0])
+    price, lv = _gpu_call(_run_pipeline, par, st, fl, precision, plan, timing, windows)
     return _assemble(S, T, r, s, N, price, lv, bump, bool(greeks), fwd)
 
 
-def _run_pipeline(par, steps, flags, precision, plan, timing=None):
+def _run_pipeline(par, steps, flags, precision, plan, timing=None, windows=None):
     """Each tree through the pipeline phases, one after the other on one stream; CPU tails
-    (FP64) finish on the host. Returns ``(price (m,), lv (m, 6))``."""
+    (FP64) finish on the host. ``windows``: ``[(kinds, Ls)]`` per tree (:func:`window_sides`)
+    for pruned windows, or None. Returns ``(price (m,), lv (m, 6))``."""
     cp = _cupy()
     m = par.shape[0]
     stream = cp.cuda.get_current_stream()
@@ -915,6 +1048,7 @@ def _run_pipeline(par, steps, flags, precision, plan, timing=None):
     with stream:
         d_res = cp.full(7 * m, np.nan)  # prices, then 6 levels per tree
         d_par = cp.asarray(np.ascontiguousarray(par, dtype=np.float64))
+        d_win = cp.asarray(np.tile(np.array(_WIN_INIT, dtype=np.int32), m)) if windows is not None else None
         width = max(PIPE_GRID_BIG[precision].cw, PIPE_GRID_MID[precision].cw, PIPE_GRID_SMALL[precision].cw,
                     PIPE_BLOCK[precision].cw)
         stride = ((int(steps.max()) + 1 + width + 31) // 32) * 32
@@ -925,8 +1059,11 @@ def _run_pipeline(par, steps, flags, precision, plan, timing=None):
             N, am = int(steps[i]), bool(flags[i] & 1)
             src, t, launches = 0, N, []
             for v, coop, t_hi, t_lo in _pipeline_phases(N, precision, plan):
+                win = None
+                if windows is not None and windows[i][0]:
+                    win = (d_win[8 * i:8 * i + 8], windows[i][0], windows[i][1])
                 launch, src = _phase_prepare(v, coop, d_par[i], N, am, t_hi, t_lo, src, 1 << 30, Vb, Xb, stride,
-                                             d_res[i:i + 1], d_res[m + 6 * i:m + 6 * i + 6])
+                                             d_res[i:i + 1], d_res[m + 6 * i:m + 6 * i + 6], win)
                 launches.append(launch)
                 t = t_lo
             trees.append((i, N, src, t, launches))

@@ -698,6 +698,41 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? CRR_F32_MINB : 1) crr_ba
 
 // ------------------------------------------------------------------ tiles: chunks x slabs
 
+// Pruned windows (single-option pipeline, FP64; win != nullptr and kinds != 0). Far from the
+// money two regions of the tree are known without computing them, exactly:
+//   zero side      a node whose two successors hold exactly 0 and whose exercise value is <= 0
+//                  holds exactly 0 (cont = pd 0 + pu 0 = 0, max(0, X) = 0); values there are
+//                  option prices that underflowed to 0 (a put far above the strike, a call far
+//                  below);
+//   exercise side  a node whose two successors are exercised (V = X) and that lies where
+//                  X - cont = K (1 - e^{-r dt}) - S (1 - e^{-q dt}) > 0 (put; the call's mirror
+//                  image) is exercised: V = X. S* = K (1 - e^{-r dt}) / (1 - e^{-q dt}) bounds
+//                  that region (put: S < S*, call: S > S*; Ls = ln(S* / S0) / a), with four
+//                  steps a of margin, far beyond rounding (the host enables it only where
+//                  (1 - e^{-r dt}) 4a resp. (1 - e^{-q dt}) 4a >= 1e-13).
+// A put has its exercise side below (low j) and its zero side above; a call the reverse; a
+// European option only its zero side. kinds = low | high << 2 with 1 = exercise, 2 = zero.
+// At input level t, nodes j < L are low-side and j >= H high-side (known, not stored; loads
+// synthesise them: V = X or 0, X from exp). A slab of kk levels then only needs the outputs
+// j in [L' - kk, H' - 1] (L' <= L and H' >= H the margins' caps): below and above, the
+// rules above give the values, one node less on the low side per level. After the slab the
+// outputs are classified (exercised: V == X at a node with X > 0 by position; zero: V == 0
+// by position) and L, H move to the first output that is not low-side and one past the last
+// that is not high-side (a min and a max reduced with atomics into win[2 + 2 ((s + 1) % 3)],
+// read after the barrier; triple-buffered, so each slot is reset one slab before it is used
+// again). Slabs that end at t_lo or at a level <= 2 are dense (every node stored; levels 0-2
+// for the price and the Greeks, and level t_lo complete for whatever comes next). win[0..1]
+// carry L and H from one launch to the next. The result is the dense tree's: the skipped
+// nodes hold exactly the values the recurrence would give them (zero side), or the exercise
+// value it would choose by a margin of at least (1 - e^{-r dt}) 4a K (exercise side).
+// Source of the idea: the exercise boundary of the American put moves monotonically (Kim and
+// Byun 1994 track it to cut the tree's work); the zero side is exact underflow.
+#define CRR_SIDE_EX 1
+#define CRR_SIDE_ZERO 2
+#define CRR_BIG (1 << 30)
+
+__device__ __forceinline__ int clamp_level_index(double x) { return (int)fmin(fmax(x, -1.0), (double)CRR_BIG); }
+
 // Backward induction of one tree from level t_hi (in buffers [src]; or the leaves if
 // t_hi == N) down to level t_lo, K levels per slab, chunks distributed over warps
 // [warp_id, nwarps); SYNC() between slabs. Level t_lo is left in buffers
@@ -708,41 +743,79 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? CRR_F32_MINB : 1) crr_ba
 // outputs of a slab are spread evenly over `units` chunk slots per round (chunk widths rounded
 // up to whole rows of 32 G nodes; rows beyond a chunk's width are skipped), so that no slot
 // gets two chunks while another gets one. Once the whole remaining tree fits one chunk, that
-// chunk runs every remaining level without a further slab barrier.
-template <typename T, int G, int R, bool AM, bool FWD, bool LDCG, int U, typename Sync>
+// chunk runs every remaining level without a further slab barrier. With kinds != 0, pruned
+// windows as above (win: 8 ints; thread 0 of warp 0 resets the slots).
+template <typename T, int G, int R, bool AM, bool FWD, bool LDCG, int U, typename Sync, bool PRUNE = false>
 __device__ __forceinline__ void tiles_tree(const Par<T>& P, T* __restrict__ Vb, T* __restrict__ Xb, size_t stride,
                                            int t_hi, int t_lo, int K, int src, int out_cap, int warp_id, int nwarps,
                                            int units, double* __restrict__ price, double* __restrict__ lv,
-                                           Sync sync) {
+                                           Sync sync, int* __restrict__ win = nullptr, double Ls = 0.0,
+                                           int kinds = 0) {
     const int CW = 32 * G * R;
     const int ROW = 32 * G;
     const int lane = threadIdx.x & 31;
     const int nslabs = (t_hi - t_lo + K - 1) / K;
     const int last = src ^ (nslabs & 1);  // buffer of level t_lo
+    const bool prune = PRUNE && !FWD && win != nullptr && kinds != 0;
+    const int lowk = kinds & 3, highk = (kinds >> 2) & 3;
+    const double Llow = lowk == CRR_SIDE_EX ? Ls : P.La;   // caps: ln(S* / S0) / a or ln(K / S0) / a
+    const double Lhigh = highk == CRR_SIDE_EX ? Ls : P.La;
+    const bool leader = warp_id == 0 && lane == 0;
+    int Lsyn = 0, Hsyn = CRR_BIG;  // nodes j < Lsyn / j >= Hsyn of the input level are known
+    if (prune) {
+        if (t_hi == P.N) {
+            const double m = 0.5 * ((double)P.N + P.La);  // 2j - N = La: the strike
+            if (lowk) Lsyn = min(clamp_level_index(floor(m) - 1.0), P.N + 1);
+            if (highk) Hsyn = min(clamp_level_index(ceil(m) + 2.0), P.N + 1);
+        } else {
+            Lsyn = __ldcg(win);
+            Hsyn = __ldcg(win + 1);
+        }
+    }
     int t = t_hi;
     int cur = src;
+    int s = 0;
     while (t > t_lo) {
         const bool fits = t + 1 <= CW;  // the whole level t in chunk 0
         const int kk = fits ? t - t_lo : min(K, t - t_lo);
         const int dst = fits ? last : cur ^ 1;
-        const int out_last = min(t - kk, out_cap);
+        const int tn = t - kk;
+        int jlo = 0;
+        int jhi = min(tn, out_cap);
+        if (prune && !fits && tn != t_lo && tn > 2) {
+            int Lc = Lsyn, Hc = Hsyn;
+            if (lowk) Lc = min(Lc, clamp_level_index(floor(0.5 * ((double)t + Llow)) - 2.0));
+            if (highk) Hc = max(Hc, clamp_level_index(ceil(0.5 * ((double)t + Lhigh)) + 2.0));
+            jlo = max(0, Lc - kk);
+            jhi = min(jhi, Hc - 1);
+        }
+        int* tgt = nullptr;
+        if (prune) {
+            tgt = win + 2 + 2 * ((s + 1) % 3);
+            if (leader) {
+                int* rs = win + 2 + 2 * ((s + 2) % 3);
+                rs[0] = CRR_BIG;
+                rs[1] = -1;
+            }
+        }
+        const int nout = jhi - jlo + 1;
         int vw = CW - K;  // outputs per chunk
         if (fits) {
             vw = CW;
-        } else if (units > 0) {
-            const int nmax = out_last / vw + 1;
+        } else if (units > 0 && nout > 0) {
+            const int nmax = (nout - 1) / vw + 1;
             const int slots = ((nmax + units - 1) / units) * units;
-            const int vb = (out_last + slots) / slots;  // ceil((out_last + 1) / slots)
+            const int vb = (nout + slots - 1) / slots;
             vw = min(vw, ((vb + K + ROW - 1) / ROW) * ROW - K);
         }
         const int lim = fits ? CW : vw + K;  // positions p < lim of a chunk are loaded
-        const int nchunks = out_last / vw + 1;
+        const int nchunks = nout > 0 ? (nout - 1) / vw + 1 : 0;
         const T* Vin = Vb + (size_t)cur * stride;
         const T* Xin = Xb + (size_t)cur * stride;
         T* Vout = Vb + (size_t)dst * stride;
         T* Xout = Xb + (size_t)dst * stride;
         for (int c = warp_id; c < nchunks; c += nwarps) {
-            const int j0 = c * vw;
+            const int j0 = jlo + c * vw;
             T V[R][G], X[R][G];
             if (t == P.N) {
                 const T gN = level_scale<T, FWD>(P, t);
@@ -761,38 +834,83 @@ __device__ __forceinline__ void tiles_tree(const Par<T>& P, T* __restrict__ Vb, 
                 record_level<T, G, R>(V, j0, t, lv);
             } else {
 #pragma unroll
-                for (int r = 0; r < R; ++r)
+                for (int r = 0; r < R; ++r) {
+                    const int jr = j0 + r * ROW + lane * G;  // this lane's first node of row r
+                    T x[G];
+                    // known (not stored) nodes in this lane's part of the row: from exp, in
+                    // registers (only the pruned instances carry this code)
+                    const bool known = PRUNE && prune && r * ROW < lim && (jr < Lsyn || jr + G - 1 >= Hsyn);
+                    if (known) exercise_row<T, FWD, G>(P, jr, t, (T)1, x);
 #pragma unroll
                     for (int k = 0; k < G; ++k) {
                         const int p = r * ROW + lane * G + k;
-                        const int j = j0 + p;
+                        const int j = jr + k;
                         if (p < lim && j <= t) {
-                            V[r][k] = LDCG ? crr_ldcg<T>(Vin + j) : Vin[j];
-                            X[r][k] = AM ? (LDCG ? crr_ldcg<T>(Xin + j) : Xin[j]) : (T)0;
+                            if (known && (j < Lsyn || j >= Hsyn)) {
+                                V[r][k] = (j < Lsyn ? lowk : highk) == CRR_SIDE_EX ? x[k] : (T)0;
+                                X[r][k] = x[k];
+                            } else {
+                                V[r][k] = LDCG ? crr_ldcg<T>(Vin + j) : Vin[j];
+                                X[r][k] = AM ? (LDCG ? crr_ldcg<T>(Xin + j) : Xin[j]) : (T)0;
+                            }
                         } else {
                             V[r][k] = (T)0;
                             X[r][k] = (T)0;
                         }
                     }
+                }
             }
-            run_levels<T, G, R, AM, FWD, U>(V, X, P, j0, t, t - kk, lim, lv);
-            const int tn = t - kk;
+            run_levels<T, G, R, AM, FWD, U>(V, X, P, j0, t, tn, lim, lv);
+            int mn = CRR_BIG, mx = -1;  // first output not low-side, last not high-side
+            // 2j - tn < La - 2 (below the strike by two steps) iff j < jB; > La + 2 iff j >= jA
+            const int jB = prune ? clamp_level_index(ceil(0.5 * ((double)tn + P.La - 2.0))) : 0;
+            const int jA = prune ? clamp_level_index(floor(0.5 * ((double)tn + P.La + 2.0)) + 1.0) : CRR_BIG;
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
                 for (int k = 0; k < G; ++k) {
                     const int p = r * ROW + lane * G + k;
                     const int j = j0 + p;
-                    if (p < vw && j <= out_last) {
+                    if (p < vw && j <= jhi) {
                         Vout[j] = V[r][k];
                         if (AM) Xout[j] = X[r][k];
+                        if (prune) {  // below jB / from jA on: a node of this side of the strike
+                            const bool ex = AM && V[r][k] == X[r][k];
+                            const bool lowc = j < jB && (lowk == CRR_SIDE_EX ? ex : V[r][k] == (T)0);
+                            const bool highc = j >= jA && (highk == CRR_SIDE_EX ? ex : V[r][k] == (T)0);
+                            if (!lowc) mn = min(mn, j);
+                            if (!highc) mx = max(mx, j);
+                        }
                     }
                 }
+            if (prune) {
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {  // (shuffles: __reduce_*_sync needs sm_80)
+                    mn = min(mn, __shfl_xor_sync(CRR_FULL, mn, o));
+                    mx = max(mx, __shfl_xor_sync(CRR_FULL, mx, o));
+                }
+                if (lane == 0) {
+                    if (mn < CRR_BIG) atomicMin(tgt, mn);
+                    if (mx >= 0) atomicMax(tgt + 1, mx);
+                }
+            }
             if (tn == 0 && j0 == 0 && lane == 0 && price != nullptr) *price = (double)V[0][0];
         }
         sync();
+        if (prune) {
+            const int Lr = __ldcg(tgt), Hr = __ldcg(tgt + 1);
+            Lsyn = lowk ? min(Lr, jhi + 1) : 0;
+            Hsyn = highk ? max(Hr, jlo - 1) + 1 : CRR_BIG;
+        }
         cur = dst;
-        t -= kk;
+        t = tn;
+        ++s;
+    }
+    if (prune && leader) {  // for the next launch: L, H of level t_lo; its first slot reset
+        win[0] = Lsyn;
+        win[1] = Hsyn;
+        win[4] = CRR_BIG;
+        win[5] = -1;
     }
 }
 
@@ -834,12 +952,13 @@ __global__ void crr_batch_block(const double* __restrict__ par, const int* __res
 // dynamic shared memory): level t_hi is copied in from buffer `src` of Vb/Xb (unless it is
 // the leaves), and level t_lo, if > 0, is copied back to buffer src ^ (slabs & 1), as the
 // global-memory path leaves it.
-template <typename T, int G, int R, bool FWD>
+template <typename T, int G, int R, bool FWD, bool PRUNE>
 __global__ void __launch_bounds__(1024) crr_pipe_block(const double* __restrict__ par, int N, int am, int t_hi,
                                                        int t_lo, int K, int src, int out_cap, int units,
                                                        T* __restrict__ Vb,
                                                        T* __restrict__ Xb, size_t stride, double* __restrict__ price,
-                                                       double* __restrict__ lv, int smem_stride) {
+                                                       double* __restrict__ lv, int smem_stride,
+                                                       int* __restrict__ win, double Ls, int kinds) {
     extern __shared__ __align__(16) unsigned char crr_smem[];
     const Par<T> P = load_par<T>(par, N);
     T* V = Vb;
@@ -860,11 +979,11 @@ __global__ void __launch_bounds__(1024) crr_pipe_block(const double* __restrict_
         }
     }
     if (am)
-        tiles_tree<T, G, R, true, FWD, false, CRR_PIPE_U(R)>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
-                                              blockDim.x >> 5, units, price, lv, BlockSync());
+        tiles_tree<T, G, R, true, FWD, false, CRR_PIPE_U(R), BlockSync, PRUNE>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
+                                              blockDim.x >> 5, units, price, lv, BlockSync(), win, Ls, kinds);
     else
-        tiles_tree<T, G, R, false, FWD, false, CRR_PIPE_U(R)>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
-                                               blockDim.x >> 5, units, price, lv, BlockSync());
+        tiles_tree<T, G, R, false, FWD, false, CRR_PIPE_U(R), BlockSync, PRUNE>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
+                                               blockDim.x >> 5, units, price, lv, BlockSync(), win, Ls, kinds);
     if (smem_stride > 0 && t_lo > 0) {
         const int nslabs = (t_hi - t_lo + K - 1) / K;
         const int b = nslabs & 1;
@@ -1069,21 +1188,22 @@ struct GridSync {
 
 // One tree over the whole GPU, levels t_hi -> t_lo, one grid barrier per slab (units as
 // tiles_tree). Launch cooperatively with no more blocks than can be resident.
-template <typename T, int G, int R, bool FWD>
+template <typename T, int G, int R, bool FWD, bool PRUNE>
 __global__ void crr_pipe_grid(const double* __restrict__ par, int N, int am, int t_hi,
                                                       int t_lo, int K, int src, int out_cap, int units,
                                                       T* __restrict__ Vb,
                                                       T* __restrict__ Xb, size_t stride, double* __restrict__ price,
-                                                      double* __restrict__ lv) {
+                                                      double* __restrict__ lv, int* __restrict__ win, double Ls,
+                                                      int kinds) {
     const Par<T> P = load_par<T>(par, N);
     const int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int nw = (gridDim.x * blockDim.x) >> 5;
     if (am)
-        tiles_tree<T, G, R, true, FWD, true, CRR_PIPE_U(R)>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, w, nw, units, price,
-                                             lv, GridSync());
+        tiles_tree<T, G, R, true, FWD, true, CRR_PIPE_U(R), GridSync, PRUNE>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, w, nw, units, price,
+                                             lv, GridSync(), win, Ls, kinds);
     else
-        tiles_tree<T, G, R, false, FWD, true, CRR_PIPE_U(R)>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, w, nw, units, price,
-                                              lv, GridSync());
+        tiles_tree<T, G, R, false, FWD, true, CRR_PIPE_U(R), GridSync, PRUNE>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, w, nw, units, price,
+                                              lv, GridSync(), win, Ls, kinds);
 }
 #endif
 
