@@ -71,14 +71,20 @@ def test_choose_without_gpu_module_state(monkeypatch):
 def test_calibration_round_trip(tmp_path):
     p = tmp_path / "sub" / "calibration.json"
     cal = dict(dispatch.DEFAULTS, source="measured", gpu="Test GPU", gpu_min_nodes=123456.0, pipeline_min_steps=7000,
-               plan={"big_to_mid": 111_000, "mid_to_small": 9000, "small_to_block": 1500, "cpu_tail": 200},
+               plan={"big_to_mid": 111_000, "mid_to_small": 9000, "small_to_block": 1500, "cpu_tail": 200,
+                     "prune_steps": 50_000},
                measurements={"cpu": [[1, 2]]})
     assert dispatch.save_calibration(cal, p) == p
     back = dispatch.load_calibration(p)
     assert back == json.loads(json.dumps(cal))
     plan = dispatch.pipeline_plan(back)
     assert (plan.big_to_mid, plan.mid_to_small, plan.small_to_block, plan.cpu_tail) == (111_000, 9000, 1500, 200)
+    assert plan.prune_steps == 50_000 and plan.prune
     assert not p.with_suffix(".json.tmp").exists()
+    # a file from before pruned windows: the default crossover fills in
+    old = dict(cal, plan={"big_to_mid": 111_000, "mid_to_small": 9000, "small_to_block": 1500, "cpu_tail": 200})
+    dispatch.save_calibration(old, p)
+    assert dispatch.pipeline_plan(dispatch.load_calibration(p)).prune_steps == dispatch.DEFAULTS["plan"]["prune_steps"]
 
 
 def test_calibration_missing_gives_defaults(tmp_path):

@@ -47,7 +47,11 @@ DEFAULTS: dict[str, Any] = {
     # (big_to_mid measured on an H200 with the row-skipping kernels: N = 1e6 318 ms at 200,000, 326 ms at 300,000,
     # 341 ms at 600,000)
     # (mid_to_small: N = 1e5 8.67 ms at 15,000 against 8.84 ms at 30,000)
-    "plan": {"big_to_mid": 200_000, "mid_to_small": 15_000, "small_to_block": 0, "cpu_tail": 0},
+    # prune_steps: FP64 trees of at least this many steps run in the pruned-window kernel
+    # (PipelinePlan.prune_steps); H200, one American put, device time dense / pruned: N = 1e4
+    # 0.58 / 0.68 ms, N = 1e5 8.56 / 6.78 ms (the crossover is calibrated, step 2b)
+    "plan": {"big_to_mid": 200_000, "mid_to_small": 15_000, "small_to_block": 0, "cpu_tail": 0,
+             "prune_steps": 30_000},
     # trees of at most this many steps go through the pipeline in one block with the tree in
     # registers (PipelinePlan.reg_levels); off: on an H200 the grid kernel with the pipeline's
     # 4-level unroll is as fast or faster (N = 1000 69.0 against 71.9 us, N = 1500 94 against 114)
@@ -304,12 +308,25 @@ def calibrate(quick: bool = False, save: bool = True, path: Path | str | None = 
     for key, N, values in sweeps:
         trials = []
         for v in values:
-            plan = bg.PipelinePlan(**dict(best, cpu_tail=0, **{key: v}))
+            plan = bg.PipelinePlan(**dict(best, cpu_tail=0, prune=False, **{key: v}))  # the dense phases
             d = pipe_time(N, plan, 1 if N < 500_000 else 0)
             trials.append((d, v))
             meas["plan"].append({"N": N, key: v, "device_s": d})
             say(f"pipeline N={N} {key}={v}: {d * 1e3:.3f} ms")
         best[key] = min(trials)[1]
+
+    # 2b. pruned windows: the smallest N from which the pruned kernel beats the dense phases
+    prune_min = None
+    for N in (10_000, 20_000, 30_000, 50_000, 100_000):
+        dd = pipe_time(N, bg.PipelinePlan(**dict(best, cpu_tail=0, prune=False)), 1)
+        dp = pipe_time(N, bg.PipelinePlan(**dict(best, cpu_tail=0, prune_steps=0)), 1)
+        meas["plan"].append({"N": N, "dense_device_s": dd, "pruned_device_s": dp})
+        say(f"pipeline N={N}: dense {dd * 1e3:.3f} ms, pruned {dp * 1e3:.3f} ms")
+        if dp < dd and prune_min is None:
+            prune_min = N
+        elif dp >= dd:
+            prune_min = None
+    best["prune_steps"] = prune_min if prune_min is not None else 10**9
 
     # 3. CPU tail (host to host, N = 1e4)
     tails = []

@@ -733,8 +733,11 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? CRR_F32_MINB : 1) crr_ba
 
 __device__ __forceinline__ int clamp_level_index(double x) { return (int)fmin(fmax(x, -1.0), (double)CRR_BIG); }
 
-// Backward induction of one tree from level t_hi (in buffers [src]; or the leaves if
-// t_hi == N) down to level t_lo, K levels per slab, chunks distributed over warps
+// tiles_tree with pruned windows (the PRUNE instances): the same slabs and chunks over the
+// window [L' - kk, H' - 1] of each slab's outputs. Kept apart from tiles_tree because the dense
+// kernels lost ~15 % with the window bookkeeping compiled in, though switched off (H200,
+// one put, N = 1e4: 0.648 against 0.551 ms). Backward induction of one tree from level t_hi
+// (in buffers [src]; or the leaves if t_hi == N) down to level t_lo, K levels per slab, chunks distributed over warps
 // [warp_id, nwarps); SYNC() between slabs. Level t_lo is left in buffers
 // [src ^ (ceil((t_hi - t_lo) / K) & 1)] (the host relies on this parity).
 // Vb/Xb hold two buffers of `stride` elements each. Only output nodes <= out_cap are produced.
@@ -745,18 +748,18 @@ __device__ __forceinline__ int clamp_level_index(double x) { return (int)fmin(fm
 // gets two chunks while another gets one. Once the whole remaining tree fits one chunk, that
 // chunk runs every remaining level without a further slab barrier. With kinds != 0, pruned
 // windows as above (win: 8 ints; thread 0 of warp 0 resets the slots).
-template <typename T, int G, int R, bool AM, bool FWD, bool LDCG, int U, typename Sync, bool PRUNE = false>
-__device__ __forceinline__ void tiles_tree(const Par<T>& P, T* __restrict__ Vb, T* __restrict__ Xb, size_t stride,
-                                           int t_hi, int t_lo, int K, int src, int out_cap, int warp_id, int nwarps,
-                                           int units, double* __restrict__ price, double* __restrict__ lv,
-                                           Sync sync, int* __restrict__ win = nullptr, double Ls = 0.0,
-                                           int kinds = 0) {
+template <typename T, int G, int R, bool AM, bool FWD, bool LDCG, int U, typename Sync>
+__device__ __forceinline__ void tiles_tree_pruned(const Par<T>& P, T* __restrict__ Vb, T* __restrict__ Xb,
+                                                  size_t stride, int t_hi, int t_lo, int K, int src, int out_cap,
+                                                  int warp_id, int nwarps, int units, double* __restrict__ price,
+                                                  double* __restrict__ lv, Sync sync, int* __restrict__ win,
+                                                  double Ls, int kinds) {
     const int CW = 32 * G * R;
     const int ROW = 32 * G;
     const int lane = threadIdx.x & 31;
     const int nslabs = (t_hi - t_lo + K - 1) / K;
     const int last = src ^ (nslabs & 1);  // buffer of level t_lo
-    const bool prune = PRUNE && !FWD && win != nullptr && kinds != 0;
+    const bool prune = !FWD && win != nullptr && kinds != 0;
     const int lowk = kinds & 3, highk = (kinds >> 2) & 3;
     const double Llow = lowk == CRR_SIDE_EX ? Ls : P.La;   // caps: ln(S* / S0) / a or ln(K / S0) / a
     const double Lhigh = highk == CRR_SIDE_EX ? Ls : P.La;
@@ -839,7 +842,7 @@ __device__ __forceinline__ void tiles_tree(const Par<T>& P, T* __restrict__ Vb, 
                     T x[G];
                     // known (not stored) nodes in this lane's part of the row: from exp, in
                     // registers (only the pruned instances carry this code)
-                    const bool known = PRUNE && prune && r * ROW < lim && (jr < Lsyn || jr + G - 1 >= Hsyn);
+                    const bool known = prune && r * ROW < lim && (jr < Lsyn || jr + G - 1 >= Hsyn);
                     if (known) exercise_row<T, FWD, G>(P, jr, t, (T)1, x);
 #pragma unroll
                     for (int k = 0; k < G; ++k) {
@@ -911,6 +914,110 @@ __device__ __forceinline__ void tiles_tree(const Par<T>& P, T* __restrict__ Vb, 
         win[1] = Hsyn;
         win[4] = CRR_BIG;
         win[5] = -1;
+    }
+}
+
+// Backward induction of one tree from level t_hi (in buffers [src]; or the leaves if
+// t_hi == N) down to level t_lo, K levels per slab, chunks distributed over warps
+// [warp_id, nwarps); SYNC() between slabs. Level t_lo is left in buffers
+// [src ^ (ceil((t_hi - t_lo) / K) & 1)] (the host relies on this parity).
+// Vb/Xb hold two buffers of `stride` elements each. Only output nodes <= out_cap are produced.
+//
+// Chunk widths: at most CW nodes (CW - K outputs, K halo nodes recomputed). With units > 0 the
+// outputs of a slab are spread evenly over `units` chunk slots per round (chunk widths rounded
+// up to whole rows of 32 G nodes; rows beyond a chunk's width are skipped), so that no slot
+// gets two chunks while another gets one. Once the whole remaining tree fits one chunk, that
+// chunk runs every remaining level without a further slab barrier. PRUNE: tiles_tree_pruned.
+template <typename T, int G, int R, bool AM, bool FWD, bool LDCG, int U, typename Sync, bool PRUNE = false>
+__device__ __forceinline__ void tiles_tree(const Par<T>& P, T* __restrict__ Vb, T* __restrict__ Xb, size_t stride,
+                                           int t_hi, int t_lo, int K, int src, int out_cap, int warp_id, int nwarps,
+                                           int units, double* __restrict__ price, double* __restrict__ lv,
+                                           Sync sync, int* __restrict__ win = nullptr, double Ls = 0.0,
+                                           int kinds = 0) {
+    if constexpr (PRUNE) {
+        tiles_tree_pruned<T, G, R, AM, FWD, LDCG, U, Sync>(P, Vb, Xb, stride, t_hi, t_lo, K, src, out_cap, warp_id,
+                                                           nwarps, units, price, lv, sync, win, Ls, kinds);
+        return;
+    }
+    const int CW = 32 * G * R;
+    const int ROW = 32 * G;
+    const int lane = threadIdx.x & 31;
+    const int nslabs = (t_hi - t_lo + K - 1) / K;
+    const int last = src ^ (nslabs & 1);  // buffer of level t_lo
+    int t = t_hi;
+    int cur = src;
+    while (t > t_lo) {
+        const bool fits = t + 1 <= CW;  // the whole level t in chunk 0
+        const int kk = fits ? t - t_lo : min(K, t - t_lo);
+        const int dst = fits ? last : cur ^ 1;
+        const int out_last = min(t - kk, out_cap);
+        int vw = CW - K;  // outputs per chunk
+        if (fits) {
+            vw = CW;
+        } else if (units > 0) {
+            const int nmax = out_last / vw + 1;
+            const int slots = ((nmax + units - 1) / units) * units;
+            const int vb = (out_last + slots) / slots;  // ceil((out_last + 1) / slots)
+            vw = min(vw, ((vb + K + ROW - 1) / ROW) * ROW - K);
+        }
+        const int lim = fits ? CW : vw + K;  // positions p < lim of a chunk are loaded
+        const int nchunks = out_last / vw + 1;
+        const T* Vin = Vb + (size_t)cur * stride;
+        const T* Xin = Xb + (size_t)cur * stride;
+        T* Vout = Vb + (size_t)dst * stride;
+        T* Xout = Xb + (size_t)dst * stride;
+        for (int c = warp_id; c < nchunks; c += nwarps) {
+            const int j0 = c * vw;
+            T V[R][G], X[R][G];
+            if (t == P.N) {
+                const T gN = level_scale<T, FWD>(P, t);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    T x[G];
+                    if (r * ROW < lim) exercise_row<T, FWD, G>(P, j0 + r * ROW + lane * G, t, gN, x);
+#pragma unroll
+                    for (int k = 0; k < G; ++k) {
+                        const int p = r * ROW + lane * G + k;
+                        const bool in = p < lim && j0 + p <= t;
+                        X[r][k] = in ? x[k] : (T)0;
+                        V[r][k] = in ? crr_max<T>(x[k], (T)0) : (T)0;
+                    }
+                }
+                record_level<T, G, R>(V, j0, t, lv);
+            } else {
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int k = 0; k < G; ++k) {
+                        const int p = r * ROW + lane * G + k;
+                        const int j = j0 + p;
+                        if (p < lim && j <= t) {
+                            V[r][k] = LDCG ? crr_ldcg<T>(Vin + j) : Vin[j];
+                            X[r][k] = AM ? (LDCG ? crr_ldcg<T>(Xin + j) : Xin[j]) : (T)0;
+                        } else {
+                            V[r][k] = (T)0;
+                            X[r][k] = (T)0;
+                        }
+                    }
+            }
+            run_levels<T, G, R, AM, FWD, U>(V, X, P, j0, t, t - kk, lim, lv);
+            const int tn = t - kk;
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int k = 0; k < G; ++k) {
+                    const int p = r * ROW + lane * G + k;
+                    const int j = j0 + p;
+                    if (p < vw && j <= out_last) {
+                        Vout[j] = V[r][k];
+                        if (AM) Xout[j] = X[r][k];
+                    }
+                }
+            if (tn == 0 && j0 == 0 && lane == 0 && price != nullptr) *price = (double)V[0][0];
+        }
+        sync();
+        cur = dst;
+        t -= kk;
     }
 }
 
