@@ -69,6 +69,11 @@ Kernels (see the .cu file for the layout)
   start after the launches' host-side preparation (slicing, arguments); with
   ``timing["gate"]`` the launches queue behind a stream gate, so the window holds the GPU's
   work and launch latency only (:mod:`optiond.kernels.gpu_timer`).
+* pruned pipeline (FP64, N >= ``PipelinePlan.prune_steps``): the grid kernel with 128-node chunks
+  computes, slab by slab, only the window between the tree's exactly-known zero side and
+  American exercise side (:func:`window_sides`; binomial.cu, "Pruned windows"), on a grid sized
+  for the expected window (:func:`pruned_width`): one at-the-money put at N = 1e6 in 78.7 ms
+  against 311 ms dense on an H200, the same result.
 * naive: one launch per level (the baseline of the benchmark).
 
 Errors: CUDA failures and out-of-memory raise :class:`GPUError`; callers (the engine) fall back
