@@ -155,7 +155,7 @@ class Variant:
     K_narrow: int = 0
     #: crr_pipe_cluster: blocks per thread-block cluster (the kernel's __cluster_dims__)
     cluster: int = 0
-    #: crr_pipe_grid / crr_pipe_block: the instance with pruned windows (binomial.cu, PRUNE)
+    #: crr_pipe_grid: the instance with pruned windows (binomial.cu, PRUNE; the only pruned kernel)
     prune: bool = False
 
     @property
@@ -169,7 +169,7 @@ class Variant:
     @property
     def name(self) -> str:
         c = f", {self.cluster}" if self.kernel == "crr_pipe_cluster" else ""
-        if self.kernel in ("crr_pipe_grid", "crr_pipe_block"):
+        if self.kernel == "crr_pipe_grid":
             c = ", true" if self.prune else ", false"
         return f"{self.kernel}<{self.dtype}, {self.G}, {self.R}, {'true' if self.fwd else 'false'}{c}>"
 
@@ -899,7 +899,7 @@ def _phase_prepare(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t
     """One pipeline phase (levels t_hi -> t_lo) made ready to launch: ``(launch, buffer index of
     level t_lo)``; ``launch()`` only enqueues the kernel (the host work is done here, so a
     caller can prepare every phase before the GPU starts). ``window``: ``(d_win (8,) int32,
-    kinds, Ls)`` for the grid and block phases' pruned windows (:func:`window_sides`; the
+    kinds, Ls)`` for a pruned grid variant's windows (:func:`window_sides`; the
     phases of one tree share ``d_win``), or None for every node."""
     k = kernel(v.name, coop=coop)
     if window is None or not v.prune:
@@ -968,7 +968,7 @@ def _phase_prepare(v: Variant, coop: bool, d_par, N: int, am: bool, t_hi: int, t
         _state[("smem", v.name)] = SMEM_MAX
     threads = min(v.threads, 32 * chunks)
     units = threads // 32 if v.spread != 0 else 0
-    args = args[:8] + (np.int32(units),) + args[8:] + (np.int32(sstride),) + wargs
+    args = args[:8] + (np.int32(units),) + args[8:] + (np.int32(sstride),)
     return (lambda: k((1,), (threads,), args, shared_mem=smem)), dst
 
 

@@ -1059,13 +1059,12 @@ __global__ void crr_batch_block(const double* __restrict__ par, const int* __res
 // dynamic shared memory): level t_hi is copied in from buffer `src` of Vb/Xb (unless it is
 // the leaves), and level t_lo, if > 0, is copied back to buffer src ^ (slabs & 1), as the
 // global-memory path leaves it.
-template <typename T, int G, int R, bool FWD, bool PRUNE>
+template <typename T, int G, int R, bool FWD>
 __global__ void __launch_bounds__(1024) crr_pipe_block(const double* __restrict__ par, int N, int am, int t_hi,
                                                        int t_lo, int K, int src, int out_cap, int units,
                                                        T* __restrict__ Vb,
                                                        T* __restrict__ Xb, size_t stride, double* __restrict__ price,
-                                                       double* __restrict__ lv, int smem_stride,
-                                                       int* __restrict__ win, double Ls, int kinds) {
+                                                       double* __restrict__ lv, int smem_stride) {
     extern __shared__ __align__(16) unsigned char crr_smem[];
     const Par<T> P = load_par<T>(par, N);
     T* V = Vb;
@@ -1086,11 +1085,11 @@ __global__ void __launch_bounds__(1024) crr_pipe_block(const double* __restrict_
         }
     }
     if (am)
-        tiles_tree<T, G, R, true, FWD, false, CRR_PIPE_U(R), BlockSync, PRUNE>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
-                                              blockDim.x >> 5, units, price, lv, BlockSync(), win, Ls, kinds);
+        tiles_tree<T, G, R, true, FWD, false, CRR_PIPE_U(R)>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
+                                              blockDim.x >> 5, units, price, lv, BlockSync());
     else
-        tiles_tree<T, G, R, false, FWD, false, CRR_PIPE_U(R), BlockSync, PRUNE>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
-                                               blockDim.x >> 5, units, price, lv, BlockSync(), win, Ls, kinds);
+        tiles_tree<T, G, R, false, FWD, false, CRR_PIPE_U(R)>(P, V, X, st, t_hi, t_lo, K, s0, out_cap, threadIdx.x >> 5,
+                                               blockDim.x >> 5, units, price, lv, BlockSync());
     if (smem_stride > 0 && t_lo > 0) {
         const int nslabs = (t_hi - t_lo + K - 1) / K;
         const int b = nslabs & 1;
