@@ -208,11 +208,16 @@ PIPE_REG = {"fp64": Variant("crr_pipe_reg", "double", 4, 1, K=32, threads=1024),
 #: crr_pipe_cluster; sm_90). H200, one American put, device time against the grid phases:
 #: FP64 N = 1000 57.6 / 67.3 us, 2000 106 / 121, 3000 154 / 175, 4000 205 / 231 (6000 with 6
 #: warps per SM: 396 / 338); FP32 (K = 128) 77 / 111, 145 / 216, 285 / 432. K = 64 against 32:
-#: 57.6 / 65.6 us at N = 1000 (a slab boundary costs ~0.6 us); 4, 8 or 16 blocks: the same
+#: 57.6 / 65.6 us at N = 1000 (a slab boundary costs ~0.6 us); 4, 8 or 16 blocks: the same.
+#: Since the halo stores became one loop over consumer warps (binomial.cu, reg_tree; 56 registers
+#: instead of 61), N = 1000 49.5 us against 51.9, N = 2000 95.4 against 100.4 (A/B, one H200)
 PIPE_CLUSTER = {"fp64": Variant("crr_pipe_cluster", "double", 4, 1, K=64, threads=128, cluster=16),
                 "fp32": Variant("crr_pipe_cluster", "float", 8, 1, K=128, threads=128, cluster=8)}
-#: cluster shapes compiled for the benchmark's sweep (K is a launch argument: same kernels)
+#: cluster shapes compiled for the benchmark's sweep (K is a launch argument: same kernels; K = 96
+#: > cw / 2: each warp's halo from three warps. H200, N = 1000: 50.9 us against 49.5 with K = 64,
+#: K = 112: 54.0; the slabs saved do not pay for the deeper halo recomputed and the longer stores)
 BENCH_CLUSTER_VARIANTS = [Variant("crr_pipe_cluster", "double", 4, 1, K=32, threads=128, cluster=16),
+                          Variant("crr_pipe_cluster", "double", 4, 1, K=96, threads=128, cluster=16),
                           Variant("crr_pipe_cluster", "double", 4, 1, K=64, threads=128, cluster=8),
                           Variant("crr_pipe_cluster", "double", 4, 1, K=64, threads=256, cluster=16)]
 #: extra pipeline shapes compiled for the benchmark's sweep (4 rows: with exercise-row skipping)
@@ -817,6 +822,7 @@ def cluster_max_levels(v: Variant) -> int:
     """The largest N the cluster kernel ``v`` takes (``cluster`` blocks of ``threads / 32`` warps
     of cw - K outputs each)."""
     return v.cluster * (v.threads // 32) * (v.cw - v.K) - 1
+
 
 
 SIDE_NONE, SIDE_EXERCISE, SIDE_ZERO = 0, 1, 2

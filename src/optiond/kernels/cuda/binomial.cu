@@ -62,7 +62,7 @@
 //                     the non-portable size allowed): halos through distributed shared memory,
 //                     one cluster barrier per slab. Up to ~1 warp per SM sub-partition, the FP64
 //                     rate no longer caps the widest levels: H200, one American put, N = 1000
-//                     57.6 us (K = 64) against 67.3 on the grid phases; the pipeline's whole tree
+//                     57.6 us (K = 64; 49.5 now) against 67.3 on the grid phases; the pipeline's whole tree
 //                     for N <= PipelinePlan.cluster_levels (4095). Not compiled with CRR_NO_CLUSTER.
 //   The pipeline kernels (pipe_*) of at most 4 rows per lane unroll their level loops 4 deep
 //   (CRR_PIPE_UNROLL), the batch kernels 2 (CRR_UNROLL).
@@ -1123,7 +1123,11 @@ __global__ void __launch_bounds__(1024) crr_pipe_block(const double* __restrict_
 // Programming Guide asks for before any distributed-shared-memory access (every block of the
 // cluster running) is split: arrive before the first slab, wait after it. Source: CUDA C++
 // Programming Guide, "Thread Block Clusters" and "Distributed Shared Memory" (sm_90). Needs
-// 2 K <= CW and N / (CW - K) + 1 <= nw warps; dynamic shared memory 4 W K sizeof(T).
+// K < CW and N / (CW - K) + 1 <= nw warps; dynamic shared memory 4 W K sizeof(T). With
+// 2 K > CW a warp's halo spans the first nodes of the next I = ceil(K / (CW - K)) warps, and
+// each warp writes into the slots of the I warps on its left (fewer slabs, so fewer barriers,
+// for more halo recomputed: H200, N = 1000, K = 96 / 112: 50.9 / 54.0 us against 49.5 with
+// K = 64, so the pipeline keeps K = 64; the benchmark sweeps K = 96).
 #ifndef CRR_NO_CLUSTER
 __device__ __forceinline__ int cluster_rank() {
     unsigned r;
@@ -1182,25 +1186,15 @@ __device__ __forceinline__ void reg_tree(const Par<T>& P, int K, double* __restr
     const int slab = W * K;
     T* shV = sh;
     T* shX = sh + 2 * slab;
-    if (gw == nw - 1)  // nobody writes the last warp's slot
+    // the halo of warp g comes from warps g + 1 .. g + I (I = 1 if 2 K <= CW): warp g + i
+    // writes its first min(vw, K - (i - 1) vw) nodes at offset (i - 1) vw of g's slot
+    const int I = (K + vw - 1) / vw;
+    if (gw + I >= nw)  // a slot that warps beyond the tree would write: zero (both parities)
         for (int i = lane; i < 2 * K; i += 32) {
             const int o = (i / K) * slab + w * K + i % K;
             shV[o] = (T)0;
             shX[o] = (T)0;
         }
-    T* dV = nullptr;  // the halo slot of warp gw - 1 (parity 0)
-    T* dX = nullptr;
-    if (gw > 0) {
-        const int cr = (gw - 1) / W;
-        dV = shV + ((gw - 1) % W) * K;
-        dX = shX + ((gw - 1) % W) * K;
-#ifndef CRR_NO_CLUSTER
-        if (CL && cr != rank) {
-            dV = cluster_map(dV, cr);
-            dX = cluster_map(dX, cr);
-        }
-#endif
-    }
 #ifndef CRR_NO_CLUSTER
     if (CL) cluster_arrive();  // start-up barrier, waited on after the first slab's levels
 #endif
@@ -1216,15 +1210,25 @@ __device__ __forceinline__ void reg_tree(const Par<T>& P, int K, double* __restr
         }
 #endif
         const int par = (s & 1) * slab;
-        if (dV != nullptr) {
+        for (int i = 1; i <= I && gw - i >= 0; ++i) {
+            const int c = gw - i;  // consumer warp
+            const int off = (i - 1) * vw;
+            T* dV = shV + par + (c % W) * K + off;
+            T* dX = shX + par + (c % W) * K + off;
+#ifndef CRR_NO_CLUSTER
+            if (CL && c / W != rank) {
+                dV = cluster_map(dV, c / W);
+                dX = cluster_map(dX, c / W);
+            }
+#endif
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
                 for (int k = 0; k < G; ++k) {
                     const int p = r * ROW + lane * G + k;
-                    if (p < K) {
-                        dV[par + p] = V[r][k];
-                        if (AM) dX[par + p] = X[r][k];
+                    if (p < vw && off + p < K) {
+                        dV[p] = V[r][k];
+                        if (AM) dX[p] = X[r][k];
                     }
                 }
         }
