@@ -62,8 +62,10 @@
 //                     the non-portable size allowed): halos through distributed shared memory,
 //                     one cluster barrier per slab. Up to ~1 warp per SM sub-partition, the FP64
 //                     rate no longer caps the widest levels: H200, one American put, N = 1000
-//                     57.6 us (K = 64; 49.5 now) against 67.3 on the grid phases; the pipeline's whole tree
-//                     for N <= PipelinePlan.cluster_levels (4095). Not compiled with CRR_NO_CLUSTER.
+//                     57.6 us (K = 64) against 67.3 on the grid phases when it came, 49.5 us
+//                     since its halo stores are one loop over consumer warps (reg_tree); the
+//                     pipeline's whole tree for N <= PipelinePlan.cluster_levels (4095). Not
+//                     compiled with CRR_NO_CLUSTER.
 //   The pipeline kernels (pipe_*) of at most 4 rows per lane unroll their level loops 4 deep
 //   (CRR_PIPE_UNROLL), the batch kernels 2 (CRR_UNROLL).
 //   crr_naive_*       one launch per level, one thread per node, global memory (baseline).
