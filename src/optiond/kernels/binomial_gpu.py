@@ -72,8 +72,9 @@ Kernels (see the .cu file for the layout)
 * pruned pipeline (FP64, N >= ``PipelinePlan.prune_steps``): the grid kernel with 128-node chunks
   computes, slab by slab, only the window between the tree's exactly-known zero side and
   American exercise side (:func:`window_sides`; binomial.cu, "Pruned windows"), on a grid sized
-  for the expected window (:func:`pruned_width`): one at-the-money put at N = 1e6 in 78.7 ms
-  against 311 ms dense on an H200, the same result.
+  for the expected window (:func:`pruned_width`), the exercise values by shifting (binomial.cu,
+  run_levels_shift): one at-the-money put at N = 1e5 in 5.08 ms against 8.5 ms dense, N = 1e6 in
+  64.6 ms against 311 ms, on an H200, the same result.
 * naive: one launch per level (the baseline of the benchmark).
 
 Errors: CUDA failures and out-of-memory raise :class:`GPUError`; callers (the engine) fall back
@@ -210,7 +211,8 @@ PIPE_REG = {"fp64": Variant("crr_pipe_reg", "double", 4, 1, K=32, threads=1024),
 #: warps per SM: 396 / 338); FP32 (K = 128) 77 / 111, 145 / 216, 285 / 432. K = 64 against 32:
 #: 57.6 / 65.6 us at N = 1000 (a slab boundary costs ~0.6 us); 4, 8 or 16 blocks: the same.
 #: Since the halo stores became one loop over consumer warps (binomial.cu, reg_tree; 56 registers
-#: instead of 61), N = 1000 49.5 us against 51.9, N = 2000 95.4 against 100.4 (A/B, one H200)
+#: instead of 61), N = 1000 49.5 us against 51.9, N = 2000 95.4 against 100.4 (A/B, one H200);
+#: with exercise values by shifting (binomial.cu, run_levels_shift) 45.3 and 86.3 us
 PIPE_CLUSTER = {"fp64": Variant("crr_pipe_cluster", "double", 4, 1, K=64, threads=128, cluster=16),
                 "fp32": Variant("crr_pipe_cluster", "float", 8, 1, K=128, threads=128, cluster=8)}
 #: cluster shapes compiled for the benchmark's sweep (K is a launch argument: same kernels; K = 96
@@ -228,8 +230,11 @@ BENCH_PIPE_VARIANTS = [Variant("crr_pipe_grid", "double", 8, 4, K=128, spread=-1
 #: the pruned pipeline's kernel (PipelinePlan.prune): the grid kernel with 128-node chunks (4 per
 #: lane) and pruned windows, K levels per slab (pruned_variant picks K). H200, one American put,
 #: gated device time, all levels in this kernel: K = 64 / 96 / 112: N = 1e5 8.27 / 7.10 / 6.78 ms,
-#: N = 1e6 82.5 / 78.9 / 94.9 ms; the 256- and 1024-node chunk kernels with pruned windows took
-#: 8.0-11.7 ms and 78-135 ms (each warp's latency per level grows with its nodes per lane)
+#: N = 1e6 82.5 / 78.9 / 94.9 ms; since the window is one slab stale and the exercise values
+#: shift (binomial.cu), K = 96 / 104 / 112 / 120: N = 1e5 5.48 / 5.26 / 5.08 / 6.53 ms, N = 1e6
+#: 64.6 / 63.1 / 79.2 / 114 ms; the 256- and 1024-node chunk kernels with pruned windows took
+#: 8.0-11.7 ms and 78-135 ms (each warp's latency per level grows with its nodes per lane), the
+#: 128-node chunk as 2 rows of 64 or 4 of 32 nodes 7.05 / 9.14 ms against 6.78 at N = 1e5
 PIPE_PRUNED = Variant("crr_pipe_grid", "double", 4, 1, K=96, threads=128, prune=True)
 
 

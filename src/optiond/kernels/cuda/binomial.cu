@@ -15,7 +15,11 @@
 // nodes and e <- e u^2 along the row (exercise_row): within a few ulps of an exp per node.
 // FP64 results then differ from the CPU's only by those few ulps at leaves and re-anchored
 // nodes (backward induction is a convex average, so such differences do not grow; measured
-// <= 1.7e-13 relative at N = 31, ~1e-14 from N = 1000 up).
+// <= 1.7e-13 relative at N = 31, ~1e-14 from N = 1000 up). The single-option kernels' full
+// slabs (crr_pipe_reg / crr_pipe_cluster, and crr_pipe_grid with pruned windows) take the
+// American FP64 exercise values by shifting instead (X_{t-2}[j] == X_t[j+1]; run_levels_shift):
+// no recurrence and no re-anchoring there, each value within a few ulps of exp, so those
+// results differ from the CPU's by its recurrence's drift (measured ~1e-14 relative).
 //
 // Exercise rows: at a node where the exercise value X <= 0, max(cont, X) == cont (cont >= 0),
 // so a row of nodes that cannot hold a positive X during a run of levels skips the X
@@ -63,7 +67,8 @@
 //                     one cluster barrier per slab. Up to ~1 warp per SM sub-partition, the FP64
 //                     rate no longer caps the widest levels: H200, one American put, N = 1000
 //                     57.6 us (K = 64) against 67.3 on the grid phases when it came, 49.5 us
-//                     since its halo stores are one loop over consumer warps (reg_tree); the
+//                     once its halo stores became one loop over consumer warps (reg_tree),
+//                     45.3 us with exercise values by shifting (run_levels_shift); the
 //                     pipeline's whole tree for N <= PipelinePlan.cluster_levels (4095). Not
 //                     compiled with CRR_NO_CLUSTER.
 //   The pipeline kernels (pipe_*) of at most 4 rows per lane unroll their level loops 4 deep
@@ -359,6 +364,109 @@ __device__ __forceinline__ void levels_dispatch(T (&V)[R][G], T (&X)[R][G], cons
         } else {
             levels_dispatch<T, G, R, RA - 1, AM, FWD, U>(V, X, P, t, n, ra, na, pfx);
         }
+    }
+}
+
+// Exercise values by shifting (American FP64 trees, the full slabs of the single-option
+// kernels: crr_pipe_grid with pruned windows, crr_pipe_reg, crr_pipe_cluster): node j at
+// level t - 2 has the exercise value of node j + 1 at level t (2j - (t - 2) == 2 (j + 1) - t),
+// so a lane keeps X of two
+// consecutive levels, XP (the level of V) and XQ (one below), and after each level moves the
+// older one a node down (one shuffle per row for its top node): no multiply-add per node and no
+// re-anchoring, and the values stay those loaded or synthesised from exp at the slab's start
+// (X_{t-1} = X_t u + c once there), within a few ulps of exp at every level. The positions the
+// shift fills from beyond the chunk lie above the live part, which loses a node per level.
+// Per level and 4 nodes a lane: 4 DMUL + 4 DFMA + 4 DSETP + 8 FSEL + 4 SHFL instead of
+// 4 DMUL + 8 DFMA + ... + 2 SHFL. H200, one warp in a loop: 50.9 against 58.3 cycles a level;
+// one American put, N = 1e5 (pruned) 5.08 against 6.34 ms, N = 1000 (cluster) 45.3 against
+// 49.4 us. Source: the CRR lattice's recombination, u d = 1.
+template <typename T, int G, int R, int RA, int NA, bool PFX>
+__device__ __forceinline__ void level_shift(T (&V)[R][G], const T (&Xm)[R][G], T (&Xs)[R][G], const Par<T>& P) {
+    T nb[R];
+    neighbours<T, G, R, RA>(V, nb);
+#pragma unroll
+    for (int r = 0; r < RA; ++r) {
+        const bool ex = PFX ? r < NA : r >= RA - NA;
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            const T right = (k < G - 1) ? V[r][(k < G - 1) ? k + 1 : k] : nb[r];
+            const T cont = crr_fma<T>(P.wd, V[r][k], P.wu * right);
+            V[r][k] = ex ? crr_max<T>(cont, Xm[r][k]) : cont;
+        }
+    }
+    T xn[R];
+    neighbours<T, G, R, RA>(Xs, xn);
+#pragma unroll
+    for (int r = 0; r < RA; ++r) {
+#pragma unroll
+        for (int k = 0; k < G - 1; ++k) Xs[r][k] = Xs[r][k + 1];
+        Xs[r][G - 1] = xn[r];
+    }
+}
+
+// n levels with RA live rows, NA of them exercise rows (as levels_fixed), by pairs of levels so
+// that XP and XQ swap roles without moves; on return XP is X of V's level, XQ one below.
+template <typename T, int G, int R, int RA, int NA, bool PFX, int U>
+__device__ __forceinline__ void levels_shift(T (&V)[R][G], T (&XP)[R][G], T (&XQ)[R][G], const Par<T>& P, int n) {
+#pragma unroll U
+    for (int i = 0; i < n / 2; ++i) {
+        level_shift<T, G, R, RA, NA, PFX>(V, XQ, XP, P);
+        level_shift<T, G, R, RA, NA, PFX>(V, XP, XQ, P);
+    }
+    if (n & 1) {
+        level_shift<T, G, R, RA, NA, PFX>(V, XQ, XP, P);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int k = 0; k < G; ++k) {
+                const T x = XP[r][k];
+                XP[r][k] = XQ[r][k];
+                XQ[r][k] = x;
+            }
+    }
+}
+
+// levels_shift<RA = ra, NA = na> (every count NA = RA .. 0; the pruned kernel has R = 1)
+template <typename T, int G, int R, int RA, int NA, int U>
+__device__ __forceinline__ void shift_na(T (&V)[R][G], T (&XP)[R][G], T (&XQ)[R][G], const Par<T>& P, int n, int na,
+                                         bool pfx) {
+    if constexpr (NA >= 0) {
+        if (na != NA)
+            shift_na<T, G, R, RA, NA - 1, U>(V, XP, XQ, P, n, na, pfx);
+        else if (NA == 0 || NA == RA || pfx)
+            levels_shift<T, G, R, RA, NA, true, U>(V, XP, XQ, P, n);
+        else
+            levels_shift<T, G, R, RA, NA, false, U>(V, XP, XQ, P, n);
+    }
+}
+template <typename T, int G, int R, int RA, int U>
+__device__ __forceinline__ void shift_ra(T (&V)[R][G], T (&XP)[R][G], T (&XQ)[R][G], const Par<T>& P, int n, int ra,
+                                         int na, bool pfx) {
+    if constexpr (RA >= 1) {
+        if (ra != RA)
+            shift_ra<T, G, R, RA - 1, U>(V, XP, XQ, P, n, ra, na, pfx);
+        else
+            shift_na<T, G, R, RA, RA, U>(V, XP, XQ, P, n, na, pfx);
+    }
+}
+
+// run_levels for American FP64 trees with exercise values by shifting (above): levels
+// t_from - 1 down to t_to > 2 (no level 0-2 records), XP = X of level t_from and XQ of t_from - 1
+// on entry, of the last level computed and the one below on return.
+template <typename T, int G, int R, int U>
+__device__ __forceinline__ void run_levels_shift(T (&V)[R][G], T (&XP)[R][G], T (&XQ)[R][G], const Par<T>& P, int j0,
+                                                 int t_from, int t_to, int lim) {
+    const int ROW = 32 * G;
+    int t = t_from - 1;  // the level computed next
+    while (t >= t_to) {
+        const int pmax = min(t - j0, lim - 2 - (t_from - 1 - t));
+        if (pmax < 0) break;
+        const int ra = min(R, pmax / ROW + 1);
+        const int n = min(pmax - (ra - 1) * ROW + 1, t - t_to + 1);  // same ra throughout
+        bool pfx = true;
+        const int na = exercise_rows((double)P.sign, P.La, j0, ROW, ra, t, t - n + 1, pfx);
+        shift_ra<T, G, R, R, U>(V, XP, XQ, P, n, ra, na, pfx);
+        t -= n;
     }
 }
 
@@ -721,9 +829,12 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? CRR_F32_MINB : 1) crr_ba
 // outputs are classified (exercised: V == X at a node with X > 0 by position; zero: V == 0
 // by position) and L, H move to the first output that is not low-side and one past the last
 // that is not high-side (a min and a max reduced with atomics into win[2 + 2 ((s + 1) % 3)],
-// read after the barrier; triple-buffered, so each slot is reset one slab before it is used
-// again). Slabs that end at t_lo or at a level <= 2 are dense (every node stored; levels 0-2
-// for the price and the Greeks, and level t_lo complete for whatever comes next). win[0..1]
+// read during the next slab; triple-buffered, so each slot is reset one slab after it is read).
+// The layout of slab s + 1 is fixed before the barrier that ends slab s, from the exact L, H
+// of slab s's input level (one slab stale, moved by the rules: tiles_tree_pruned), so no read
+// waits behind the barrier (H200, one put, N = 1e5: 6.34 against 6.80 ms). Slabs that end at
+// t_lo or at a level <= 2 are dense (every node stored; levels 0-2 for the price and the
+// Greeks, and level t_lo complete for whatever comes next). win[0..1]
 // carry L and H from one launch to the next. The result is the dense tree's: the skipped
 // nodes hold exactly the values the recurrence would give them (zero side), or the exercise
 // value it would choose by a margin of at least (1 - e^{-r dt}) 4a K (exercise side).
@@ -766,7 +877,14 @@ __device__ __forceinline__ void tiles_tree_pruned(const Par<T>& P, T* __restrict
     const double Llow = lowk == CRR_SIDE_EX ? Ls : P.La;   // caps: ln(S* / S0) / a or ln(K / S0) / a
     const double Lhigh = highk == CRR_SIDE_EX ? Ls : P.La;
     const bool leader = warp_id == 0 && lane == 0;
-    int Lsyn = 0, Hsyn = CRR_BIG;  // nodes j < Lsyn / j >= Hsyn of the input level are known
+    // Nodes j < Lsyn / j >= Hsyn of a slab's input level are known (synthesised, not loaded).
+    // These bounds are one slab stale: the slab's layout is fixed before the barrier that ends
+    // the slab before it, from the exact bounds Lx, Hx of that slab's own input level (read from
+    // the slot of the slab before), moved by the rules above: below min(Lx, cap) - kk and at or
+    // above max(Hx, cap) the outputs are known, and the slab's window [jlo, jhi] holds every
+    // other output. So no window read waits behind the barrier; the window is about kk / 2
+    // nodes wider on the exercise side.
+    int Lsyn = 0, Hsyn = CRR_BIG;
     if (prune) {
         if (t_hi == P.N) {
             const double m = 0.5 * ((double)P.N + P.La);  // 2j - N = La: the strike
@@ -777,6 +895,8 @@ __device__ __forceinline__ void tiles_tree_pruned(const Par<T>& P, T* __restrict
             Hsyn = __ldcg(win + 1);
         }
     }
+    int Lx = Lsyn, Hx = Hsyn;  // exact bounds of the current input level (slab 0: these)
+    int jlo_p = 0, jhi_p = 0;  // the previous slab's window
     int t = t_hi;
     int cur = src;
     int s = 0;
@@ -787,20 +907,26 @@ __device__ __forceinline__ void tiles_tree_pruned(const Par<T>& P, T* __restrict
         const int tn = t - kk;
         int jlo = 0;
         int jhi = min(tn, out_cap);
-        if (prune && !fits && tn != t_lo && tn > 2) {
-            int Lc = Lsyn, Hc = Hsyn;
-            if (lowk) Lc = min(Lc, clamp_level_index(floor(0.5 * ((double)t + Llow)) - 2.0));
-            if (highk) Hc = max(Hc, clamp_level_index(ceil(0.5 * ((double)t + Lhigh)) + 2.0));
-            jlo = max(0, Lc - kk);
-            jhi = min(jhi, Hc - 1);
+        const bool windowed = prune && !fits && tn != t_lo && tn > 2;
+        int capL = CRR_BIG, capH = -1;
+        if (windowed) {
+            if (lowk) capL = clamp_level_index(floor(0.5 * ((double)t + Llow)) - 2.0);
+            if (highk) capH = clamp_level_index(ceil(0.5 * ((double)t + Lhigh)) + 2.0);
+            jlo = max(0, min(Lsyn, capL) - kk);
+            jhi = min(jhi, max(Hsyn, capH) - 1);
         }
         int* tgt = nullptr;
+        int Lr = CRR_BIG, Hr = -1;  // the slab before's reduced bounds (its outputs: this input level)
         if (prune) {
             tgt = win + 2 + 2 * ((s + 1) % 3);
             if (leader) {
                 int* rs = win + 2 + 2 * ((s + 2) % 3);
                 rs[0] = CRR_BIG;
                 rs[1] = -1;
+            }
+            if (s > 0) {
+                Lr = __ldcg(win + 2 + 2 * (s % 3));
+                Hr = __ldcg(win + 3 + 2 * (s % 3));
             }
         }
         const int nout = jhi - jlo + 1;
@@ -821,7 +947,7 @@ __device__ __forceinline__ void tiles_tree_pruned(const Par<T>& P, T* __restrict
         T* Xout = Xb + (size_t)dst * stride;
         for (int c = warp_id; c < nchunks; c += nwarps) {
             const int j0 = jlo + c * vw;
-            T V[R][G], X[R][G];
+            T V[R][G], X[R][G], XQ[R][G];
             if (t == P.N) {
                 const T gN = level_scale<T, FWD>(P, t);
 #pragma unroll
@@ -865,7 +991,15 @@ __device__ __forceinline__ void tiles_tree_pruned(const Par<T>& P, T* __restrict
                     }
                 }
             }
-            run_levels<T, G, R, AM, FWD, U>(V, X, P, j0, t, tn, lim, lv);
+            if (AM && !FWD && !fits && tn > 2) {  // exercise values by shifting
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int k = 0; k < G; ++k) XQ[r][k] = crr_fma<T>(X[r][k], P.xm, P.c);
+                run_levels_shift<T, G, R, U>(V, X, XQ, P, j0, t, tn, lim);
+            } else {
+                run_levels<T, G, R, AM, FWD, U>(V, X, P, j0, t, tn, lim, lv);
+            }
             int mn = CRR_BIG, mx = -1;  // first output not low-side, last not high-side
             // 2j - tn < La - 2 (below the strike by two steps) iff j < jB; > La + 2 iff j >= jA
             const int jB = prune ? clamp_level_index(ceil(0.5 * ((double)tn + P.La - 2.0))) : 0;
@@ -889,11 +1023,16 @@ __device__ __forceinline__ void tiles_tree_pruned(const Par<T>& P, T* __restrict
                     }
                 }
             if (prune) {
+#if __CUDA_ARCH__ >= 800
+                mn = __reduce_min_sync(CRR_FULL, mn);
+                mx = __reduce_max_sync(CRR_FULL, mx);
+#else
 #pragma unroll
-                for (int o = 16; o > 0; o >>= 1) {  // (shuffles: __reduce_*_sync needs sm_80)
+                for (int o = 16; o > 0; o >>= 1) {
                     mn = min(mn, __shfl_xor_sync(CRR_FULL, mn, o));
                     mx = max(mx, __shfl_xor_sync(CRR_FULL, mx, o));
                 }
+#endif
                 if (lane == 0) {
                     if (mn < CRR_BIG) atomicMin(tgt, mn);
                     if (mx >= 0) atomicMax(tgt + 1, mx);
@@ -901,19 +1040,26 @@ __device__ __forceinline__ void tiles_tree_pruned(const Par<T>& P, T* __restrict
             }
             if (tn == 0 && j0 == 0 && lane == 0 && price != nullptr) *price = (double)V[0][0];
         }
-        sync();
         if (prune) {
-            const int Lr = __ldcg(tgt), Hr = __ldcg(tgt + 1);
-            Lsyn = lowk ? min(Lr, jhi + 1) : 0;
-            Hsyn = highk ? max(Hr, jlo - 1) + 1 : CRR_BIG;
+            if (s > 0) {  // exact bounds of this slab's input level
+                Lx = lowk ? min(Lr, jhi_p + 1) : 0;
+                Hx = highk ? max(Hr, jlo_p - 1) + 1 : CRR_BIG;
+            }
+            // the next slab's known nodes: below min(Lx, cap) - kk / from max(Hx, cap) on (the
+            // rules), and everything outside this slab's window
+            Lsyn = lowk && windowed ? max(jlo, min(Lx, capL) - kk) : 0;
+            Hsyn = highk && windowed ? min(max(Hx, capH), jhi + 1) : CRR_BIG;
+            jlo_p = jlo;
+            jhi_p = jhi;
         }
+        sync();
         cur = dst;
         t = tn;
         ++s;
     }
-    if (prune && leader) {  // for the next launch: L, H of level t_lo; its first slot reset
-        win[0] = Lsyn;
-        win[1] = Hsyn;
+    if (prune && leader) {  // for the next launch: the exact L, H of level t_lo; its first slot reset
+        win[0] = s == 0 ? Lsyn : (lowk ? min(__ldcg(win + 2 + 2 * (s % 3)), jhi_p + 1) : 0);
+        win[1] = s == 0 ? Hsyn : (highk ? max(__ldcg(win + 3 + 2 * (s % 3)), jlo_p - 1) + 1 : CRR_BIG);
         win[4] = CRR_BIG;
         win[5] = -1;
     }
@@ -1204,7 +1350,18 @@ __device__ __forceinline__ void reg_tree(const Par<T>& P, int K, double* __restr
     int t = P.N;
     int s = 0;
     while (t + 1 > CW) {  // t >= CW > K: full slabs
-        if (j0 <= t) run_levels<T, G, R, AM, FWD, CRR_PIPE_U(R)>(V, X, P, j0, t, t - K, CW, lv);
+        if (j0 <= t) {
+            if (AM && !FWD && t - K > 2) {  // exercise values by shifting (run_levels_shift)
+                T XQ[R][G];
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int k = 0; k < G; ++k) XQ[r][k] = crr_fma<T>(X[r][k], P.xm, P.c);
+                run_levels_shift<T, G, R, CRR_PIPE_U(R)>(V, X, XQ, P, j0, t, t - K, CW);
+            } else {
+                run_levels<T, G, R, AM, FWD, CRR_PIPE_U(R)>(V, X, P, j0, t, t - K, CW, lv);
+            }
+        }
 #ifndef CRR_NO_CLUSTER
         if (!started) {
             cluster_wait();
