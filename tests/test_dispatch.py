@@ -312,7 +312,7 @@ def test_precision_and_route_checks():
 
 
 def test_pipeline_phases_cover_the_tree():
-    plan = bg.PipelinePlan(big_to_mid=8000, mid_to_small=5000, small_to_block=1000, cpu_tail=100)
+    plan = bg.PipelinePlan(big_to_mid=8000, mid_to_small=5000, small_to_block=1000, cpu_tail=100, prune=False)
     ph = bg._pipeline_phases(20_000, "fp64", plan)
     assert [(v.kernel, v.cw, t_hi, t_lo) for v, _, t_hi, t_lo in ph] == [
         ("crr_pipe_grid", 1024, 20_000, 8000), ("crr_pipe_grid", 256, 8000, 5000), ("crr_pipe_grid", 128, 5000, 1000),

@@ -815,7 +815,7 @@ class PipelinePlan:
     #: (:func:`window_sides`: the zero side, and the exercise side of American options); False
     #: computes every node (the benchmark's dense comparison)
     prune: bool = True
-    prune_steps: int = 30_000
+    prune_steps: int = 5_000
 
 
 def reg_max_levels(v: Variant) -> int:

@@ -48,10 +48,11 @@ DEFAULTS: dict[str, Any] = {
     # 341 ms at 600,000)
     # (mid_to_small: N = 1e5 8.67 ms at 15,000 against 8.84 ms at 30,000)
     # prune_steps: FP64 trees of at least this many steps run in the pruned-window kernel
-    # (PipelinePlan.prune_steps); H200, one American put, device time dense / pruned: N = 1e4
-    # 0.58 / 0.68 ms, N = 1e5 8.56 / 6.78 ms (the crossover is calibrated, step 2b)
+    # (PipelinePlan.prune_steps); H200, one American put, device time dense / pruned: N = 5000
+    # 0.276 / 0.259 ms, 1e4 0.551 / 0.513, 2e4 1.38 / 1.02, 1e5 8.5 / 5.08 (the crossover is
+    # calibrated, step 2b)
     "plan": {"big_to_mid": 200_000, "mid_to_small": 15_000, "small_to_block": 0, "cpu_tail": 0,
-             "prune_steps": 30_000},
+             "prune_steps": 5_000},
     # trees of at most this many steps go through the pipeline in one block with the tree in
     # registers (PipelinePlan.reg_levels); off: on an H200 the grid kernel with the pipeline's
     # 4-level unroll is as fast or faster (N = 1000 69.0 against 71.9 us, N = 1500 94 against 114)
@@ -317,7 +318,7 @@ def calibrate(quick: bool = False, save: bool = True, path: Path | str | None = 
 
     # 2b. pruned windows: the smallest N from which the pruned kernel beats the dense phases
     prune_min = None
-    for N in (10_000, 20_000, 30_000, 50_000, 100_000):
+    for N in (5_000, 10_000, 20_000, 30_000, 50_000, 100_000):
         dd = pipe_time(N, bg.PipelinePlan(**dict(best, cpu_tail=0, prune=False)), 1)
         dp = pipe_time(N, bg.PipelinePlan(**dict(best, cpu_tail=0, prune_steps=0)), 1)
         meas["plan"].append({"N": N, "dense_device_s": dd, "pruned_device_s": dp})
