@@ -846,6 +846,30 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? CRR_F32_MINB : 1) crr_ba
 
 __device__ __forceinline__ int clamp_level_index(double x) { return (int)fmin(fmax(x, -1.0), (double)CRR_BIG); }
 
+// The leaves of a tile chunk at j0 (positions p < lim that lie in the tree; the rest 0):
+// V = max(x, 0), X = x, and the first levels' record if the tree is that small.
+template <typename T, int G, int R, bool FWD>
+__device__ __forceinline__ void leaves_chunk(const Par<T>& P, int j0, int lim, T (&V)[R][G], T (&X)[R][G],
+                                             double* __restrict__ lv) {
+    const int ROW = 32 * G;
+    const int lane = threadIdx.x & 31;
+    const int t = P.N;
+    const T gN = level_scale<T, FWD>(P, t);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        T x[G];
+        if (r * ROW < lim) exercise_row<T, FWD, G>(P, j0 + r * ROW + lane * G, t, gN, x);
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            const int p = r * ROW + lane * G + k;
+            const bool in = p < lim && j0 + p <= t;
+            X[r][k] = in ? x[k] : (T)0;
+            V[r][k] = in ? crr_max<T>(x[k], (T)0) : (T)0;
+        }
+    }
+    record_level<T, G, R>(V, j0, t, lv);
+}
+
 // tiles_tree with pruned windows (the PRUNE instances): the same slabs and chunks over the
 // window [L' - kk, H' - 1] of each slab's outputs. Kept apart from tiles_tree because the dense
 // kernels lost ~15 % with the window bookkeeping compiled in, though switched off (H200,
@@ -949,20 +973,7 @@ __device__ __forceinline__ void tiles_tree_pruned(const Par<T>& P, T* __restrict
             const int j0 = jlo + c * vw;
             T V[R][G], X[R][G], XQ[R][G];
             if (t == P.N) {
-                const T gN = level_scale<T, FWD>(P, t);
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    T x[G];
-                    if (r * ROW < lim) exercise_row<T, FWD, G>(P, j0 + r * ROW + lane * G, t, gN, x);
-#pragma unroll
-                    for (int k = 0; k < G; ++k) {
-                        const int p = r * ROW + lane * G + k;
-                        const bool in = p < lim && j0 + p <= t;
-                        X[r][k] = in ? x[k] : (T)0;
-                        V[r][k] = in ? crr_max<T>(x[k], (T)0) : (T)0;
-                    }
-                }
-                record_level<T, G, R>(V, j0, t, lv);
+                leaves_chunk<T, G, R, FWD>(P, j0, lim, V, X, lv);
             } else {
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
@@ -1118,20 +1129,7 @@ __device__ __forceinline__ void tiles_tree(const Par<T>& P, T* __restrict__ Vb, 
             const int j0 = c * vw;
             T V[R][G], X[R][G];
             if (t == P.N) {
-                const T gN = level_scale<T, FWD>(P, t);
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    T x[G];
-                    if (r * ROW < lim) exercise_row<T, FWD, G>(P, j0 + r * ROW + lane * G, t, gN, x);
-#pragma unroll
-                    for (int k = 0; k < G; ++k) {
-                        const int p = r * ROW + lane * G + k;
-                        const bool in = p < lim && j0 + p <= t;
-                        X[r][k] = in ? x[k] : (T)0;
-                        V[r][k] = in ? crr_max<T>(x[k], (T)0) : (T)0;
-                    }
-                }
-                record_level<T, G, R>(V, j0, t, lv);
+                leaves_chunk<T, G, R, FWD>(P, j0, lim, V, X, lv);
             } else {
 #pragma unroll
                 for (int r = 0; r < R; ++r)
