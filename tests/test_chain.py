@@ -34,7 +34,7 @@ def test_every_row_present_with_a_status(spy_result):
     assert (out.loc[out.status == "no-bid", "bid"].fillna(0) <= 0).all()
     assert (out.loc[out.status == "crossed", "bid"] > out.loc[out.status == "crossed", "ask"]).all()
     below = out[out.status == "below-intrinsic"]
-    intrinsic = np.where(below.type == "call", below.underlying_price - below.strike, below.strike - below.underlying_price)
+    intrinsic = np.where(below.type == "call", below.spot - below.strike, below.strike - below.spot)
     assert (below.mid < intrinsic + 1e-9).all()
 
 

@@ -1,26 +1,42 @@
-"""The main job: implied volatilities, model prices and Greeks for every contract of a listed
-option chain.
+"""The main job: from a listed option chain to what a trading desk uses: per-expiry forwards
+and carry solved from the chain itself, implied volatilities at bid, mid and ask, the smile IV
+per strike, model prices and Greeks.
 
 Input: a CSV with the columns of ``examples/data/*.csv``
-(``underlying,quote_date,expiry,type,strike,bid,ask,last,implied_vol,underlying_price,style``).
-For every contract:
+(``underlying,quote_date,expiry,type,strike,bid,ask,last,implied_vol,underlying_price,style``)
+and optionally ``quote_time`` (ISO 8601 with offset, or ``HH:MM`` exchange time) and
+``settlement`` (``am``/``pm``). The job:
 
-1. ``expiry_years`` = calendar days from quote date to expiry / 365 (ACT/365);
-2. the quote is screened: ``no-bid`` (bid missing or <= 0), ``no-ask``, ``crossed``
-   (bid > ask); the mid is (bid + ask) / 2;
-3. the implied volatility of the mid is solved by a bracketed root find on the CRR tree price
-   (American exercise, for equity and ETF options) or on the Black–Scholes–Merton closed form
-   (European, e.g. SPX); ``below-intrinsic`` when the mid is below the lowest value the model
-   can give (e.g. intrinsic), ``no-solution`` when above the highest;
-4. at that volatility the model price and the Greeks are computed.
+1. **Time to expiry** (:mod:`optiond.market.clock`): minutes from the quote instant to the
+   settlement instant over 525,600 (Cboe). The quote instant is the row's ``quote_time``, else
+   ``quote_time=`` of the call, else 16:00 New York on the quote date; settlement 16:00 (PM)
+   or 09:30 (AM). A contract expiring later the same day is priced.
+2. **Screening**: ``no-bid`` (bid missing or <= 0), ``no-ask``, ``crossed`` (bid > ask),
+   ``expired`` (T <= 0), ``invalid`` (a time cell that does not parse); mid = (bid + ask) / 2.
+3. **Market per expiry** (:func:`solve_market`, :mod:`optiond.market.forwards`): the rate from
+   the curve (``curve=``, flat ``rate`` without one); with ``carry="parity"`` (default) the
+   forward and carry from the chain: European expiries by a robust put–call parity fit (also
+   the discount factor when no curve is given), American expiries by the residual carry that
+   makes call and put tree IVs agree near the money; expiries with too few pairs take the
+   carry interpolated in T from their neighbours. ``carry="flat"``: ``rate`` and
+   ``dividend_yield`` as given.
+4. **Implied volatilities** of the bid, mid and ask (one batched solve per chunk): a bracketed
+   root find on the CRR tree price (American) or the Black–Scholes–Merton closed form
+   (European). ``below-intrinsic`` when the mid is under the exercise value,
+   ``below-model-bound`` when above it but under the zero-volatility value on the expiry's
+   forward, ``no-solution`` when above the highest model value. ``iv_bid`` is empty when the
+   bid is under the model's lower bound while the ask solves.
+5. **Smile IV** ``iv_otm`` per strike from the out-of-the-money side (the call for K >= F, the
+   put for K < F), on both rows of the strike.
+6. At the mid IV: the model price and the Greeks.
 
-The rate and dividend yield are flat, continuously compounded inputs (defaults below). Pricing
-goes through a *pricer*: :class:`optiond.engine` in-process or the daemon client, which has
-the same two calls (``price_table`` and ``implied_vol``).
+Pricing goes through a *pricer*: :mod:`optiond.engine` in-process or the daemon client, which
+has the same two calls (``price_table`` and ``implied_vol``).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
@@ -29,22 +45,39 @@ import numpy as np
 import pandas as pd
 
 from . import engine
+from .market import clock
+from .market.curve import ZeroCurve
+from .market.forwards import (CARRY_PAIRS, IMPLIED_RATE_BAND, ExpiryPairs, call_put_residual, interpolate_in_time,
+                              parity_fit, solve_carry)
 from .models import GREEK_FIELDS, Method, Result, object_full
 
 #: default flat rate: about the US Treasury bill yield around the bundled snapshot dates
 DEFAULT_RATE = 0.04
-#: default dividend yield: none (pass the underlying's yield, e.g. 0.011 for SPY)
+#: default dividend yield, used by ``carry="flat"`` only (and where a chain has no pair at all)
 DEFAULT_DIVIDEND_YIELD = 0.0
 #: default CRR steps for American contracts
 DEFAULT_STEPS = 500
+#: carry modes: from the chain (parity fit / carry solve) or flat as given
+CARRY_MODES = ("parity", "flat")
+#: spot of American chains: implied by the front expiry's options, or the file's print
+SPOT_MODES = ("implied", "print")
+#: the front expiry that implies the spot: at least this many days and pairs
+FRONT_MIN_DAYS, FRONT_MIN_PAIRS = 2.0, 3
+#: fixed-point steps of the implied spot (each a carry solve of the front expiry alone)
+FRONT_ITERATIONS = 4
 
 #: volatility tolerance of the chain's implied-vol solve (1e-9 moves a price by < 1e-7)
 IV_TOLERANCE = 1e-9
 
 CHAIN_COLUMNS = ("underlying", "quote_date", "expiry", "type", "strike", "bid", "ask", "last", "implied_vol",
                  "underlying_price", "style")
+#: optional chain columns: the quote instant and the settlement style of each row
+OPTIONAL_CHAIN_COLUMNS = ("quote_time", "settlement")
 STATUSES = ("ok", "no-bid", "no-ask", "crossed", "below-intrinsic", "below-model-bound", "no-solution",
             "not-converged", "invalid", "expired", "error")
+#: columns of the per-expiry market table (``--forwards`` file)
+FORWARD_COLUMNS = ("expiry", "settlement", "T", "spot", "rate", "discount_factor", "forward", "carry", "method", "pairs",
+                   "call_minus_put_iv_pts", "note")
 
 
 class Pricer(Protocol):
@@ -69,7 +102,7 @@ class LocalPricer:
 
 @dataclass
 class ChainSummary:
-    """Counts by status, timing and where it ran."""
+    """Counts by status, timing, where it ran, and the per-expiry market table."""
 
     contracts: int
     by_status: dict[str, int]
@@ -77,6 +110,7 @@ class ChainSummary:
     device: str
     via: str
     extra: dict = field(default_factory=dict)
+    forwards: pd.DataFrame | None = None
 
     @property
     def contracts_per_s(self) -> float:
@@ -89,6 +123,14 @@ class ChainSummary:
             if k != "ok":
                 out.append(f"  {k:<18} {v:>6}")
         out.append(f"elapsed: {self.elapsed_s:.3f} s   {self.contracts_per_s:,.0f} contracts/s   device: {self.device} ({self.via})")
+        if self.forwards is not None and len(self.forwards):
+            out.append("forwards and carry per expiry (rates and carry in %, call-put IV in vol points):")
+            out.append(f"  {'expiry':<10} {'set':<3} {'T (y)':>8} {'spot':>10} {'rate':>6} {'D':>8} {'forward':>11} {'carry':>7} "
+                       f"{'pairs':>5} {'c-p iv':>6}  method")
+            for r in self.forwards.itertuples(index=False):
+                out.append(f"  {r.expiry:<10} {r.settlement:<3} {r.T:>8.5f} {r.spot:>10.4f} {100 * r.rate:>6.3f} {r.discount_factor:>8.6f} "
+                           f"{r.forward:>11.4f} {100 * r.carry:>7.3f} {r.pairs:>5d} {r.call_minus_put_iv_pts:>6.2f}  "
+                           f"{r.method}{'  (' + r.note + ')' if r.note else ''}")
         return out
 
 
@@ -101,29 +143,272 @@ def read_chain(path: str) -> pd.DataFrame:
     return df
 
 
-def _screen(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Quote screening: returns (status array, mid, expiry_years)."""
-    n = len(df)
-    status = object_full(n, "ok")
+# ----------------------------------------------------------------------------- market per expiry
+
+
+@dataclass
+class ChainMarket:
+    """The market inputs of every row of a chain, and the per-expiry table they came from.
+
+    Row arrays, shape (n,): ``T`` (years, NaN where the time cells did not parse), ``spot``
+    (the underlying price priced on: the print, or the spot implied by the options),
+    ``rate``, ``dividend_yield`` (the carry), ``forward`` (``S exp((r - q) T)``), ``group``
+    (the row's index into ``table``, -1 where T is unknown), ``clock_error`` (per-row
+    message, "" when fine). ``table``: one row per (expiry, settlement), columns
+    :data:`FORWARD_COLUMNS`.
+    """
+
+    T: np.ndarray
+    spot: np.ndarray
+    rate: np.ndarray
+    dividend_yield: np.ndarray
+    forward: np.ndarray
+    group: np.ndarray
+    clock_error: list[str]
+    table: pd.DataFrame
+
+    def take(self, rows: np.ndarray) -> "ChainMarket":
+        """The market of a subset of rows (the per-expiry table is kept whole)."""
+        return ChainMarket(self.T[rows], self.spot[rows], self.rate[rows], self.dividend_yield[rows], self.forward[rows],
+                           self.group[rows], [self.clock_error[i] for i in rows], self.table)
+
+
+def _two_sided(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     bid = pd.to_numeric(df["bid"], errors="coerce").to_numpy(dtype=np.float64)
     ask = pd.to_numeric(df["ask"], errors="coerce").to_numpy(dtype=np.float64)
-    quote = pd.to_datetime(df["quote_date"], errors="coerce")
-    expiry = pd.to_datetime(df["expiry"], errors="coerce")
-    days = (expiry - quote).dt.days.to_numpy(dtype=np.float64)
-    T = days / 365.0
     with np.errstate(invalid="ignore"):
-        status[~(T > 0)] = "expired"
+        ok = (bid > 0) & (ask > 0) & (bid <= ask)
+    return bid, ask, ok
+
+
+def _pairs(rows: np.ndarray, kind: np.ndarray, strike: np.ndarray, bid: np.ndarray, ask: np.ndarray) -> ExpiryPairs:
+    """The call/put pairs at common strikes among ``rows`` (two-sided quotes only)."""
+    calls = {strike[i]: i for i in rows if kind[i] == "call"}
+    puts = {strike[i]: i for i in rows if kind[i] == "put"}
+    ks = sorted(set(calls) & set(puts))
+    c = np.array([calls[k] for k in ks], dtype=np.int64)
+    p = np.array([puts[k] for k in ks], dtype=np.int64)
+    return ExpiryPairs(np.asarray(ks, dtype=np.float64), 0.5 * (bid[c] + ask[c]), 0.5 * (bid[p] + ask[p]),
+                       ask[c] - bid[c], ask[p] - bid[p], c, p)
+
+
+def _iv_solver(pricer: Pricer, spot: float, steps: int) -> Callable:
+    """The carry search's batched American IV solve, through the chain's pricer."""
+    m = Method(name="binomial", steps=steps, iv_tolerance=IV_TOLERANCE)
+
+    def solve(prices, kind, T, rate, q, strike):
+        cols = dict(kind=np.where(kind == 1, "call", "put").astype(object), style="american", spot=spot, strike=strike,
+                    expiry=T, rate=rate, dividend_yield=q)
+        vol, st = pricer.implied_vol(prices, cols, m)
+        return np.asarray(vol, dtype=np.float64), np.asarray(st, dtype=object) == "ok"
+
+    return solve
+
+
+def check_market_args(*, carry: str = "parity", quote_time: str | None = None, settlement: str | None = None,
+                      spot_mode: str = "implied") -> None:
+    """Check the chain-wide market arguments of :func:`solve_market`.
+
+    Raises:
+        ValueError: an unknown carry mode, or a quote time or settlement that does not parse.
+    """
+    if carry not in CARRY_MODES:
+        raise ValueError(f"carry {carry!r}: expected one of {CARRY_MODES}")
+    if spot_mode not in SPOT_MODES:
+        raise ValueError(f"spot {spot_mode!r}: expected one of {SPOT_MODES}")
+    if quote_time not in (None, ""):
+        clock.check_quote_time(quote_time)
+    if settlement not in (None, ""):
+        clock.settlement_style(settlement)
+
+
+def _implied_spot(american: list[int], pairs: list[ExpiryPairs], Tg: np.ndarray, rg: np.ndarray, q0: np.ndarray,
+                  S_print: float, dividend_yield: float, pricer: Pricer, steps: int) -> tuple[float, str]:
+    """The spot the options imply: the spot at which the front expiry (the shortest of at least
+    :data:`FRONT_MIN_DAYS` days with :data:`FRONT_MIN_PAIRS` pairs) has the carry
+    ``dividend_yield``, found by fixed-point steps ``S <- S exp((q_d - q(S)) T)`` from the
+    print, ``q(S)`` the front's carry solve at spot S. Returns ``(spot, note)``; the print when
+    no expiry qualifies or the solve fails."""
+    cands = [g for g in american if Tg[g] * 365.0 >= FRONT_MIN_DAYS and len(pairs[g]) >= FRONT_MIN_PAIRS
+             and np.isfinite(q0[g])]
+    if not cands:
+        return S_print, "spot: the print (no front expiry to imply it from)"
+    g = min(cands, key=lambda i: Tg[i])
+    S = S_print
+    for _ in range(FRONT_ITERATIONS):  # the American front solve depends on S beside F: a few fixed-point steps
+        r = solve_carry([pairs[g]], S, Tg[[g]], rg[[g]], q0[[g]] + math.log(S / S_print) / Tg[g],
+                        _iv_solver(pricer, S, steps))[0]
+        if not r.converged:
+            return S_print, "spot: the print (front-expiry solve failed)"
+        S *= math.exp((dividend_yield - r.q) * Tg[g])
+        if abs(r.q - dividend_yield) * Tg[g] < 1e-7:
+            break
+    return S, f"spot {S:.4f} implied by the {365.0 * Tg[g]:.1f}-day forward (print {S_print:g})"
+
+
+def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float = DEFAULT_RATE,
+                 dividend_yield: float = DEFAULT_DIVIDEND_YIELD, curve: ZeroCurve | None = None,
+                 carry: str = "parity", quote_time: str | None = None, settlement: str | None = None,
+                 spot_mode: str = "implied", steps: int = DEFAULT_STEPS) -> ChainMarket:
+    """Time to expiry, rate, forward and carry for every row of a chain.
+
+    Args:
+        df: the chain (columns :data:`CHAIN_COLUMNS`, optional :data:`OPTIONAL_CHAIN_COLUMNS`).
+        pricer: prices the American carry solve's implied volatilities (default in-process).
+        rate: flat continuously compounded rate (annual decimal), used when ``curve`` is None.
+        dividend_yield: the carry of ``carry="flat"`` (annual decimal); with ``spot_mode="implied"``
+            also the carry assumed over the front expiry's few days.
+        curve: a zero curve (:class:`optiond.market.curve.ZeroCurve`); European expiries then
+            take D from it and fit F only (Cboe's rule), instead of fitting both.
+        carry: ``"parity"`` (from the chain) or ``"flat"``.
+        spot_mode: for American expiries under ``carry="parity"``: ``"implied"`` (default)
+            prices on the spot the front expiry's options imply (:func:`_implied_spot`), so a
+            print that is stale against the option quotes moves neither the early-exercise
+            values nor the carries; ``"print"`` keeps the file's ``underlying_price``.
+        quote_time: the quote time of rows without a ``quote_time`` cell (``HH:MM`` exchange
+            time or ISO 8601); None: 16:00 New York on the quote date.
+        settlement: ``"am"``/``"pm"`` for rows without a ``settlement`` cell (None: pm).
+        steps: CRR steps of the carry solve's tree IVs (those of the chain's pricing).
+
+    Returns:
+        :class:`ChainMarket`.
+
+    Raises:
+        ValueError: an unknown ``carry`` mode, or a ``quote_time``/``settlement`` argument that
+            does not parse (a bad *cell* only marks its row).
+    """
+    check_market_args(carry=carry, quote_time=quote_time, settlement=settlement, spot_mode=spot_mode)
+    pricer = pricer or LocalPricer()
+    n = len(df)
+    qt = df["quote_time"].where(df["quote_time"].notna(), quote_time).tolist() if "quote_time" in df else quote_time
+    st = df["settlement"].where(df["settlement"].notna(), settlement).tolist() if "settlement" in df else settlement
+    T, _, clock_error = clock.expiry_years(df["quote_date"].tolist(), df["expiry"].tolist(), qt, st)
+    settle = np.array([clock.settlement_style(s) if not e else "" for s, e in
+                       zip(st if isinstance(st, list) else [st] * n, clock_error)], dtype=object)
+    kind = df["type"].astype(str).str.strip().str.lower().to_numpy(dtype=object)
+    style = df["style"].astype(str).str.strip().str.lower().to_numpy(dtype=object)
+    spot = pd.to_numeric(df["underlying_price"], errors="coerce").to_numpy(dtype=np.float64)
+    strike = pd.to_numeric(df["strike"], errors="coerce").to_numpy(dtype=np.float64)
+    bid, ask, two = _two_sided(df)
+    expiry = df["expiry"].astype(str).to_numpy(dtype=object)
+    live = np.isfinite(T) & (T > 0)
+    keys = sorted({(expiry[i], settle[i]) for i in np.flatnonzero(live)}, key=lambda k: (k[0], k[1] == "pm"))
+    gid = {k: g for g, k in enumerate(keys)}
+    group = np.array([gid.get((expiry[i], settle[i]), -1) if live[i] else -1 for i in range(n)], dtype=np.int64)
+    E = len(keys)
+    members = [np.flatnonzero(group == g) for g in range(E)]
+    Tg = np.array([float(np.median(T[m])) for m in members])
+    Sg = np.array([float(np.nanmedian(spot[m])) for m in members])
+    european = np.array([bool(np.all(style[m] == "european")) for m in members], dtype=bool)
+    flat = curve or ZeroCurve.flat(rate)
+    rg = flat.zero_rate(Tg) if E else np.empty(0)
+    qg = np.full(E, float(dividend_yield))
+    solved = np.zeros(E, dtype=bool)
+    method = np.array(["flat"] * E, dtype=object)
+    pairs_used = np.zeros(E, dtype=np.int64)
+    note = np.array([""] * E, dtype=object)
+    if carry == "parity" and E:
+        pairs = [_pairs(m[two[m] & np.isfinite(strike[m])], kind, strike, bid, ask) for m in members]
+        american: list[int] = []
+        q0 = np.full(E, np.nan)
+        for g in range(E):
+            p = pairs[g]
+            fixed_d = math.exp(-rg[g] * Tg[g])
+            try:
+                if european[g] and curve is None:
+                    fit = parity_fit(p, Tg[g])
+                    r_imp = -math.log(fit.discount) / Tg[g]
+                    if IMPLIED_RATE_BAND[0] <= r_imp <= IMPLIED_RATE_BAND[1]:
+                        rg[g], method[g] = r_imp, "parity fit (F, D)"
+                    else:
+                        note[g] = f"implied rate {100 * r_imp:.2f} % off the band: D from the flat rate"
+                        fit = parity_fit(p, Tg[g], fixed_d)
+                        method[g] = "parity fit (F; D from rate)"
+                else:
+                    fit = parity_fit(p, Tg[g], fixed_d)
+                    method[g] = "parity fit (F; D from curve)" if curve is not None else "parity fit (F; D from rate)"
+            except ValueError as e:
+                note[g] = str(e)
+                continue
+            q_parity = rg[g] - math.log(fit.forward / Sg[g]) / Tg[g]
+            pairs_used[g] = fit.pairs
+            if european[g]:
+                qg[g], solved[g] = q_parity, True
+            else:
+                q0[g] = q_parity
+                american.append(g)
+        if american:
+            S_print = float(np.median(Sg[american]))
+            S_used = S_print
+            if spot_mode == "implied":
+                S_used, spot_note = _implied_spot(american, pairs, Tg, rg, q0, S_print, float(dividend_yield), pricer,
+                                                  steps)
+                note[american] = spot_note
+                Sg[american] = S_used
+                q0[american] = q0[american] + np.log(S_used / S_print) / Tg[american]
+            res = solve_carry([pairs[g] for g in american], S_used, Tg[american], rg[american], q0[american],
+                              _iv_solver(pricer, S_used, steps))
+            for g, r in zip(american, res):
+                pairs_used[g] = r.pairs
+                if r.converged:
+                    qg[g], solved[g], method[g] = r.q, True, "carry solve (call/put IVs agree)"
+                else:
+                    note[g] = "; ".join(x for x in (note[g], r.note) if x)
+        for eu in (True, False):  # interpolate within the same exercise style
+            sel = european == eu
+            todo = sel & ~solved
+            if not todo.any():
+                continue
+            if (sel & solved).any():
+                idx = np.flatnonzero(sel)
+                qg[idx] = interpolate_in_time(Tg[idx], qg[idx], solved[idx])
+                if eu and curve is None:
+                    rg[idx] = interpolate_in_time(Tg[idx], rg[idx], solved[idx])
+                method[todo] = "interpolated"
+                note[todo] = [f"too few pairs: carry interpolated ({n_})" if n_ else "too few pairs: carry interpolated"
+                              for n_ in note[todo]]
+            else:
+                method[todo] = "flat (no pair solved)"
+    Dg = np.exp(-rg * Tg)
+    Fg = Sg * np.exp((rg - qg) * Tg)
+    table = pd.DataFrame({"expiry": [k[0] for k in keys], "settlement": [k[1] for k in keys], "T": Tg, "spot": Sg,
+                          "rate": rg,
+                          "discount_factor": Dg, "forward": Fg, "carry": qg, "method": method, "pairs": pairs_used,
+                          "call_minus_put_iv_pts": np.full(E, np.nan), "note": note}, columns=list(FORWARD_COLUMNS))
+    r_row = np.full(n, np.nan)
+    q_row = np.full(n, np.nan)
+    has = group >= 0
+    r_row[has], q_row[has] = rg[group[has]], qg[group[has]]
+    s_row = spot.copy()
+    s_row[has] = Sg[group[has]]
+    with np.errstate(invalid="ignore"):
+        f_row = s_row * np.exp((r_row - q_row) * T)
+    return ChainMarket(T, s_row, r_row, q_row, f_row, group, clock_error, table)
+
+
+# ----------------------------------------------------------------------------- pricing
+
+
+def _screen(df: pd.DataFrame, market: ChainMarket) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Quote screening: returns (status, error, bid, ask, mid)."""
+    n = len(df)
+    status = object_full(n, "ok")
+    error = np.array(market.clock_error, dtype=object) if n else object_full(0, "")
+    bid, ask, _ = _two_sided(df)
+    T = market.T
+    with np.errstate(invalid="ignore"):
+        status[error != ""] = "invalid"
+        status[(status == "ok") & ~(T > 0)] = "expired"
         status[(status == "ok") & ~(ask > 0)] = "no-ask"
         status[(status == "ok") & ~(bid > 0)] = "no-bid"
         status[(status == "ok") & (bid > ask)] = "crossed"
-    mid = 0.5 * (bid + ask)
-    return status, mid, T
+    return status, error, bid, ask, 0.5 * (bid + ask)
 
 
 def _explain_below(rows: np.ndarray, status: np.ndarray, error: np.ndarray, kind: np.ndarray, spot: np.ndarray,
-                   strike: np.ndarray, mid: np.ndarray, rate: float, dividend_yield: float) -> None:
+                   strike: np.ndarray, mid: np.ndarray, market: ChainMarket) -> None:
     """Split the model's "below its lowest value" answer into truly below intrinsic, and
-    above intrinsic but below the zero-volatility (forward) value at this rate and yield."""
+    above intrinsic but below the zero-volatility value on the expiry's forward."""
     if rows.size == 0:
         return
     intrinsic = np.where(kind[rows] == "call", spot[rows] - strike[rows], strike[rows] - spot[rows]).clip(0.0)
@@ -132,42 +417,89 @@ def _explain_below(rows: np.ndarray, status: np.ndarray, error: np.ndarray, kind
             error[r] = f"mid {mid[r]:.6g} < intrinsic {intr:.6g}"
         else:
             status[r] = "below-model-bound"
-            error[r] = (f"mid {mid[r]:.6g} is above intrinsic {intr:.6g} but below the zero-volatility value at "
-                        f"rate={rate:g}, dividend_yield={dividend_yield:g}: check --rate / --dividend-yield")
+            error[r] = (f"mid {mid[r]:.6g} is above intrinsic {intr:.6g} but below the zero-volatility value on the "
+                        f"forward {market.forward[r]:.6g} (rate={market.rate[r]:.6g}, carry={market.dividend_yield[r]:.6g})")
+
+
+def _smile_iv(df: pd.DataFrame, kind: np.ndarray, strike: np.ndarray, iv: np.ndarray, market: ChainMarket) -> np.ndarray:
+    """``iv_otm``: per (expiry, strike), the call's IV where K >= F, the put's where K < F."""
+    otm_side = np.where(strike >= market.forward, "call", "put")
+    own = np.where(kind == otm_side, iv, np.nan)
+    key = pd.DataFrame({"g": market.group, "k": strike, "v": own})
+    return key.groupby(["g", "k"])["v"].transform("max").to_numpy(dtype=np.float64)
+
+
+def _residuals(market: ChainMarket, kind: np.ndarray, strike: np.ndarray, iv: np.ndarray, status: np.ndarray) -> None:
+    """Fill the table's call-put IV residual (vol points): the vega-weighted median of
+    ``iv_call - iv_put`` over each expiry's :data:`CARRY_PAIRS` strike pairs nearest its
+    forward where both sides solved (:func:`optiond.market.forwards.call_put_residual`)."""
+    table = market.table
+    res = np.full(len(table), np.nan)
+    ok = status == "ok"
+    for g in range(len(table)):
+        rows = np.flatnonzero((market.group == g) & ok)
+        c = {strike[i]: iv[i] for i in rows if kind[i] == "call"}
+        p = {strike[i]: iv[i] for i in rows if kind[i] == "put"}
+        ks = np.array(sorted(set(c) & set(p)))
+        if ks.size:
+            res[g] = 100.0 * call_put_residual(ks, [c[k] for k in ks], [p[k] for k in ks], table.forward.iat[g],
+                                               table["T"].iat[g], CARRY_PAIRS)
+    table["call_minus_put_iv_pts"] = res
 
 
 def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float = DEFAULT_RATE,
-                dividend_yield: float = DEFAULT_DIVIDEND_YIELD, steps: int = DEFAULT_STEPS, chunk: int = 1024,
+                dividend_yield: float = DEFAULT_DIVIDEND_YIELD, steps: int = DEFAULT_STEPS,
+                curve: ZeroCurve | None = None, carry: str = "parity", quote_time: str | None = None,
+                settlement: str | None = None, spot_mode: str = "implied", market: ChainMarket | None = None,
+                chunk: int = 2048,
                 progress: Callable[[int], None] | None = None) -> tuple[pd.DataFrame, ChainSummary]:
-    """Implied volatility, model price and Greeks for every contract of a chain.
+    """Market inputs per expiry, implied volatilities at bid/mid/ask, smile IVs, model prices
+    and Greeks for every contract of a chain.
 
     Args:
         df: the chain (columns :data:`CHAIN_COLUMNS`), one row per contract.
         pricer: in-process engine (default) or a daemon client.
-        rate, dividend_yield: flat continuously compounded annual decimals.
+        rate, dividend_yield, curve, carry, quote_time, settlement, spot_mode: the market set-up, as
+            :func:`solve_market` (ignored when ``market`` is given).
         steps: CRR steps for American contracts (European ones use the closed form).
+        market: market inputs already solved for these rows (:func:`solve_market`, or
+            :meth:`ChainMarket.take` of a whole chain's when pricing it in parts).
         chunk: contracts per pricing request (bounds request size and drives progress).
         progress: called with the number of contracts finished after each chunk.
 
     Returns:
-        ``(out, summary)``: ``out`` is ``df`` with ``expiry_years, mid, iv, model_price,
-        delta, gamma, theta, vega, rho, status, error, device`` appended (every input row kept,
-        in order); ``summary`` counts statuses and times the run.
+        ``(out, summary)``: ``out`` is ``df`` with ``expiry_years, spot, rate, dividend_yield,
+        forward, mid, iv_bid, iv, iv_ask, iv_otm, model_price, delta, gamma, theta, vega, rho,
+        status, error, device`` appended (every input row kept, in order; volatilities as
+        annualised decimals); ``summary`` counts statuses, times the run and carries the
+        per-expiry table (:data:`FORWARD_COLUMNS`) in ``summary.forwards``.
+
+    Raises:
+        ValueError: as :func:`solve_market` for a bad market set-up argument.
     """
     pricer = pricer or LocalPricer()
     t0 = time.perf_counter()
+    if market is None:
+        market = solve_market(df, pricer, rate=rate, dividend_yield=dividend_yield, curve=curve, carry=carry,
+                              quote_time=quote_time, settlement=settlement, spot_mode=spot_mode, steps=steps)
+    market_s = time.perf_counter() - t0
     n = len(df)
-    status, mid, T = _screen(df)
-    error = object_full(n, "")
-    iv = np.full(n, np.nan)
+    status, error, bid, ask, mid = _screen(df, market)
+    T = market.T
+    iv, iv_bid, iv_ask = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     res_cols = {k: np.full(n, np.nan) for k in ("model_price",) + GREEK_FIELDS}
     kind = df["type"].astype(str).str.strip().str.lower().to_numpy(dtype=object)
     style = df["style"].astype(str).str.strip().str.lower().to_numpy(dtype=object)
-    spot = pd.to_numeric(df["underlying_price"], errors="coerce").to_numpy(dtype=np.float64)
+    spot = market.spot
     strike = pd.to_numeric(df["strike"], errors="coerce").to_numpy(dtype=np.float64)
     method_name = np.where(style == "european", "black-scholes", "binomial").astype(object)
     device, via = "cpu", getattr(pricer, "via", "in-process")
-    todo = np.flatnonzero(status == "ok")
+    with np.errstate(invalid="ignore"):
+        live = np.isfinite(T) & (T > 0) & (market.group >= 0)
+        side_ok = live & (status != "invalid")
+        bid_rows = side_ok & (bid > 0) & ~(bid > ask)
+        ask_rows = side_ok & (ask > 0) & ~(bid > ask)
+    todo = np.flatnonzero((status == "ok") | bid_rows | ask_rows)
     done = n - todo.size
     if progress:
         progress(done)
@@ -178,20 +510,30 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
             if sel.size == 0:
                 continue
             m = Method(name=name, steps=steps, iv_tolerance=IV_TOLERANCE)
-            cols = dict(kind=kind[sel], style=style[sel], spot=spot[sel], strike=strike[sel], expiry=T[sel],
-                        rate=rate, dividend_yield=dividend_yield)
-            vol, st = pricer.implied_vol(mid[sel], cols, m)
-            iv[sel] = vol
+            # bid, mid and ask of the chunk in ONE solve
+            parts = [sel[status[sel] == "ok"], sel[bid_rows[sel]], sel[ask_rows[sel]]]
+            allr = np.concatenate(parts)
+            prices = np.concatenate([mid[parts[0]], bid[parts[1]], ask[parts[2]]])
+            cols = dict(kind=kind[allr], style=style[allr], spot=spot[allr], strike=strike[allr], expiry=T[allr],
+                        rate=market.rate[allr], dividend_yield=market.dividend_yield[allr])
+            vol, st = pricer.implied_vol(prices, cols, m)
+            vol = np.asarray(vol, dtype=np.float64)
             st = np.asarray(st, dtype=object)
-            bad = st != "ok"
-            status[sel[bad]] = [s.split(":", 1)[0] for s in st[bad]]
-            error[sel[bad]] = [s.split(":", 1)[1].strip() if ":" in s else "" for s in st[bad]]
-            _explain_below(sel[bad & (st == "below-intrinsic")], status, error, kind, spot, strike, mid, rate, dividend_yield)
-            good = sel[~bad]
+            a, b = parts[0].size, parts[0].size + parts[1].size
+            iv_bid[parts[1]] = np.where(st[a:b] == "ok", vol[a:b], np.nan)
+            iv_ask[parts[2]] = np.where(st[b:] == "ok", vol[b:], np.nan)
+            msel, mvol, mst = parts[0], vol[:a], st[:a]
+            iv[msel] = mvol
+            bad = mst != "ok"
+            status[msel[bad]] = [s.split(":", 1)[0] for s in mst[bad]]
+            error[msel[bad]] = [s.split(":", 1)[1].strip() if ":" in s else "" for s in mst[bad]]
+            _explain_below(msel[bad & (mst == "below-intrinsic")], status, error, kind, spot, strike, mid, market)
+            good = msel[~bad]
             if good.size == 0:
                 continue
-            gcols = {k: (v[~bad] if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
-            res = pricer.price_table(dict(gcols, volatility=vol[~bad]), m)
+            gcols = dict(kind=kind[good], style=style[good], spot=spot[good], strike=strike[good], expiry=T[good],
+                         rate=market.rate[good], dividend_yield=market.dividend_yield[good], volatility=mvol[~bad])
+            res = pricer.price_table(gcols, m)
             res_cols["model_price"][good] = res.price
             for g in GREEK_FIELDS:
                 res_cols[g][good] = getattr(res, g)
@@ -202,15 +544,25 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
         done += rows.size
         if progress:
             progress(done)
+    ok = status == "ok"
+    _residuals(market, kind, strike, iv, status)
     out = df.copy()
     out["expiry_years"] = T
+    out["spot"] = market.spot
+    out["rate"] = market.rate
+    out["dividend_yield"] = market.dividend_yield
+    out["forward"] = market.forward
     out["mid"] = mid
+    out["iv_bid"] = iv_bid
     out["iv"] = iv
+    out["iv_ask"] = iv_ask
+    out["iv_otm"] = _smile_iv(df, kind, strike, np.where(ok, iv, np.nan), market)
     for k, v in res_cols.items():
         out[k] = v
     out["status"] = status
     out["error"] = error
-    out["device"] = np.where(status == "ok", device, "")
+    out["device"] = np.where(ok, device, "")
     counts = pd.Series(status).value_counts().to_dict()
-    summary = ChainSummary(n, {str(k): int(v) for k, v in counts.items()}, time.perf_counter() - t0, device, via)
+    summary = ChainSummary(n, {str(k): int(v) for k, v in counts.items()}, time.perf_counter() - t0, device, via,
+                           extra={"market_s": market_s}, forwards=market.table)
     return out, summary

@@ -92,28 +92,56 @@ def cmd_price(args: argparse.Namespace) -> int:
     return 0 if ok == len(res) or args.allow_errors else 1
 
 
+def forwards_path(output: str | None, explicit: str | None) -> str | None:
+    """Where the per-expiry market table goes: ``--forwards`` if given, else beside the output
+    (``<out>.forwards.csv``, the output's ``.csv`` suffix dropped), else nowhere."""
+    if explicit:
+        return explicit
+    if not output:
+        return None
+    base = output[:-4] if output.lower().endswith(".csv") else output
+    return f"{base}.forwards.csv"
+
+
 def cmd_chain(args: argparse.Namespace) -> int:
+    from ..market.curve import CurveError, ZeroCurve
+
     try:
         df = chain_job.read_chain(args.file)
     except (OSError, ValueError, pd.errors.ParserError) as e:
         print(f"optiond chain: {e}", file=sys.stderr)
         return 2
+    try:
+        curve = ZeroCurve.from_csv(args.rates) if args.rates else None
+        chain_job.check_market_args(carry=args.carry, quote_time=args.quote_time, settlement=args.settlement,
+                                    spot_mode=args.spot)
+    except (CurveError, ValueError) as e:
+        print(f"optiond chain: {e}", file=sys.stderr)
+        return 2
     pricer = make_pricer(args)
     bar, update = _progress(len(df), df["underlying"].iloc[0] if len(df) else "chain")
     try:
-        out, summary = chain_job.price_chain(df, pricer, rate=args.rate, dividend_yield=args.dividend_yield,
-                                             steps=args.steps, progress=update)
+        out, summary = chain_job.price_chain(df, pricer, steps=args.steps, rate=args.rate,
+                                             dividend_yield=args.dividend_yield, curve=curve, carry=args.carry,
+                                             quote_time=args.quote_time, settlement=args.settlement, spot_mode=args.spot,
+                                             progress=update)
     finally:
         bar.close()
+    fwd_path = forwards_path(args.output, args.forwards)
     if args.output:
         out.to_csv(args.output, index=False)
+    if fwd_path:
+        summary.forwards.to_csv(fwd_path, index=False)
     if args.json:
         print(json.dumps({"contracts": summary.contracts, "by_status": summary.by_status, "elapsed_s": summary.elapsed_s,
-                          "contracts_per_s": summary.contracts_per_s, "device": summary.device, "via": summary.via}))
+                          "contracts_per_s": summary.contracts_per_s, "device": summary.device, "via": summary.via,
+                          "forwards": json.loads(summary.forwards.to_json(orient="records"))}))
     else:
         print("\n".join(summary.lines()))
         if args.output:
             print(f"wrote {args.output}")
+        if fwd_path:
+            print(f"wrote {fwd_path}")
     return 0
 
 
@@ -147,9 +175,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("file", help="chain CSV")
     c.add_argument("-o", "--output", help="output CSV")
     c.add_argument("--rate", type=float, default=chain_job.DEFAULT_RATE,
-                   help=f"flat continuously compounded rate, annual decimal (default {chain_job.DEFAULT_RATE})")
+                   help=f"flat continuously compounded rate, annual decimal, when no --rates curve is given "
+                        f"(default {chain_job.DEFAULT_RATE})")
+    c.add_argument("--rates", metavar="FILE.csv",
+                   help="zero curve: columns days,rate (continuously compounded annual decimals; linear in r*T "
+                        "between points, flat beyond the ends)")
+    c.add_argument("--carry", choices=chain_job.CARRY_MODES, default="parity",
+                   help="parity (default): forward and carry per expiry from the chain itself; flat: --rate and "
+                        "--dividend-yield as given")
+    c.add_argument("--spot", choices=chain_job.SPOT_MODES, default="implied",
+                   help="American chains with --carry parity: implied (default) prices on the spot the front "
+                        "expiry's options imply, print on the file's underlying_price")
     c.add_argument("--dividend-yield", type=float, default=chain_job.DEFAULT_DIVIDEND_YIELD,
-                   help=f"continuous dividend yield, annual decimal (default {chain_job.DEFAULT_DIVIDEND_YIELD})")
+                   help=f"continuous dividend yield, annual decimal, for --carry flat "
+                        f"(default {chain_job.DEFAULT_DIVIDEND_YIELD})")
+    c.add_argument("--quote-time", metavar="TIME",
+                   help="quote time of rows without a quote_time cell: HH:MM in New York time on the quote date, or "
+                        "an ISO 8601 timestamp (default: the 16:00 close)")
+    c.add_argument("--settlement", choices=("am", "pm"),
+                   help="settlement of rows without a settlement cell: pm (16:00, default) or am (09:30, AM-settled "
+                        "index series)")
+    c.add_argument("--forwards", metavar="FILE.csv",
+                   help="per-expiry forward table (default: <output>.forwards.csv beside --output)")
     c.add_argument("--steps", type=int, default=chain_job.DEFAULT_STEPS,
                    help=f"CRR steps for American contracts (default {chain_job.DEFAULT_STEPS})")
     c.add_argument("--json", action="store_true", help="print the summary as JSON")
