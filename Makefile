@@ -4,6 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CHAIN  ?= examples/data/spy_chain_2026-02-13.csv
+# the snapshot time of the bundled Yahoo chains (examples/data/README.md), New York time
+QUOTE_TIME ?= 10:50
 OUTDIR ?= out
 
 # system libraries Qt needs for the panel and its offscreen tests (Debian/Ubuntu names)
@@ -22,11 +24,11 @@ venv: $(STAMP)
 demo: $(STAMP)
 	@mkdir -p $(OUTDIR)
 	@echo "== 1. main job in-process (no daemon) =="
-	$(VENV)/bin/optiond chain $(CHAIN) -o $(OUTDIR)/spy_chain_priced.csv --no-daemon
+	$(VENV)/bin/optiond chain $(CHAIN) -o $(OUTDIR)/spy_chain_priced.csv --quote-time $(QUOTE_TIME) --no-daemon
 	@echo "== 2. the same job through a daemon =="
 	$(VENV)/bin/optiond serve --detach
 	$(VENV)/bin/optiond status
-	$(VENV)/bin/optiond chain $(CHAIN) -o $(OUTDIR)/spy_chain_priced_daemon.csv --daemon-only; rc=$$?; \
+	$(VENV)/bin/optiond chain $(CHAIN) -o $(OUTDIR)/spy_chain_priced_daemon.csv --quote-time $(QUOTE_TIME) --daemon-only; rc=$$?; \
 	  $(VENV)/bin/optiond stop; exit $$rc
 
 system-deps:

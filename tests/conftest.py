@@ -174,3 +174,28 @@ def daemon(tmp_path_factory):
     finally:
         mp.undo()
         stop_daemon(handle)
+
+
+#: bundled chains (examples/data) -> the quote time of the snapshot (examples/data/README.md);
+#: SPX was taken after the close (the default 16:00)
+SNAPSHOTS = {"spy_chain_2026-02-13.csv": "10:50", "qqq_chain_2026-02-13.csv": "10:50",
+             "tsla_chain_2026-02-13.csv": "10:50", "aapl_chain_2026-02-13.csv": "10:50",
+             "spx_chain_2025-10-01.csv": None}
+
+
+@pytest.fixture(scope="session")
+def bundled_chains():
+    """``get(name) -> (df, out, summary)``: a bundled chain priced in-process with the default
+    market set-up and its snapshot time, each chain priced once per session."""
+    from optiond import chain
+
+    data = Path(__file__).resolve().parents[1] / "examples" / "data"
+    done: dict = {}
+
+    def get(name: str):
+        if name not in done:
+            df = chain.read_chain(str(data / name))
+            done[name] = (df, *chain.price_chain(df, quote_time=SNAPSHOTS[name]))
+        return done[name]
+
+    return get

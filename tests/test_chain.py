@@ -18,10 +18,8 @@ SPY = DATA / "spy_chain_2026-02-13.csv"
 
 
 @pytest.fixture(scope="module")
-def spy_result():
-    df = chain.read_chain(str(SPY))
-    out, summary = chain.price_chain(df)
-    return df, out, summary
+def spy_result(bundled_chains):
+    return bundled_chains(SPY.name)
 
 
 def test_every_row_present_with_a_status(spy_result):
