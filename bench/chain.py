@@ -1,7 +1,13 @@
-"""The main job's speed: ``optiond chain`` on a bundled real chain, in-process (and through a
-running daemon with --daemon). Prints JSON with contracts/s.
+"""The main job's speed: a bundled real chain through ``optiond.chain.price_chain``, with the
+forward/carry solve (``carry="parity"``, the default) beside the flat market (``carry="flat"``)
+in the same run, in-process and through a running daemon; and the CLI's wall time split into
+start-up, pricing and the rest. Prints JSON.
 
-    python bench/chain.py [--chain examples/data/spy_chain_2026-02-13.csv] [--daemon]
+    python bench/chain.py [--chain examples/data/spy_chain_2026-02-13.csv] [--quote-time 10:50]
+                          [--daemon] [--cli] [--repeats 3]
+
+``--daemon`` needs a running daemon (``optiond serve``); its requests are sent with
+``force=True`` so the reply cache does not answer the repeats.
 """
 
 from __future__ import annotations
@@ -9,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,29 +25,64 @@ from optiond import chain
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _best(df, pricer, steps: int, carry: str, quote_time: str | None, repeats: int) -> dict:
+    best = None
+    for _ in range(repeats):
+        _, s = chain.price_chain(df, pricer, steps=steps, carry=carry, quote_time=quote_time)
+        best = s if best is None or s.elapsed_s < best.elapsed_s else best
+    market_s = float(best.extra.get("market_s", 0.0))
+    return {"elapsed_s": best.elapsed_s, "market_s": market_s, "pricing_s": best.elapsed_s - market_s,
+            "contracts_per_s": best.contracts_per_s, "device": best.device, "via": best.via,
+            "ok": best.by_status.get("ok", 0), "below_model_bound": best.by_status.get("below-model-bound", 0)}
+
+
+def _cli(args, daemon: bool) -> dict:
+    """Wall time of ``optiond chain`` and of the bare start-up, in fresh processes."""
+    env = dict(os.environ)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import optiond.cli as c; c.build_parser()"], check=True, env=env)
+    startup = time.perf_counter() - t
+    cmd = [sys.executable, "-m", "optiond.cli", "chain", args.chain, "--json", "--steps", str(args.steps),
+           "--daemon-only" if daemon else "--no-daemon", "-o", os.devnull, "--forwards", os.devnull]
+    if args.quote_time:
+        cmd += ["--quote-time", args.quote_time]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t
+    if proc.returncode:
+        return {"error": proc.stderr.strip().splitlines()[-1:] or proc.returncode}
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"wall_s": wall, "startup_s": startup, "job_s": summary["elapsed_s"],
+            "rest_s": wall - startup - summary["elapsed_s"], "device": summary["device"], "via": summary["via"]}
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--chain", default=str(ROOT / "examples/data/spy_chain_2026-02-13.csv"))
+    ap.add_argument("--quote-time", default="10:50", help="snapshot time (examples/data/README.md); '' for 16:00")
     ap.add_argument("--steps", type=int, default=chain.DEFAULT_STEPS)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--daemon", action="store_true", help="also time it through a running daemon")
+    ap.add_argument("--daemon", action="store_true", help="also through a running daemon")
+    ap.add_argument("--cli", action="store_true", help="also time the optiond chain command")
     args = ap.parse_args()
+    qt = args.quote_time or None
     df = chain.read_chain(args.chain)
     runs = {"in-process": chain.LocalPricer()}
     if args.daemon:
         from optiond.commands.pricing import ClientPricer
 
-        runs["daemon"] = ClientPricer(fallback=False)
+        runs["daemon"] = ClientPricer(fallback=False, force=True)
     out = {"bench": "chain", "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "chain": Path(args.chain).name,
-           "contracts": len(df), "steps": args.steps, "runs": {}}
+           "contracts": len(df), "steps": args.steps, "quote_time": qt, "runs": {}}
     for name, pricer in runs.items():
-        chain.price_chain(df.head(50), pricer, steps=args.steps)  # warm-up (JIT, sockets)
-        best = None
-        for _ in range(args.repeats):
-            _, s = chain.price_chain(df, pricer, steps=args.steps)
-            best = s if best is None or s.elapsed_s < best.elapsed_s else best
-        out["runs"][name] = {"elapsed_s": best.elapsed_s, "contracts_per_s": best.contracts_per_s, "device": best.device,
-                             "via": best.via, "ok": best.by_status.get("ok", 0)}
+        chain.price_chain(df.head(200), pricer, steps=args.steps, quote_time=qt)  # warm-up (JIT, sockets, GPU)
+        r = {carry: _best(df, pricer, args.steps, carry, qt, args.repeats) for carry in ("flat", "parity")}
+        r["parity_over_flat"] = r["parity"]["elapsed_s"] / r["flat"]["elapsed_s"]
+        out["runs"][name] = r
+    if args.cli:
+        out["cli"] = {"in-process": _cli(args, daemon=False)}
+        if args.daemon:
+            out["cli"]["daemon"] = _cli(args, daemon=True)
     print(json.dumps(out, indent=2))
 
 

@@ -44,7 +44,6 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 import pandas as pd
 
-from . import engine
 from .market import clock
 from .market.curve import ZeroCurve
 from .market.forwards import (CARRY_PAIRS, IMPLIED_RATE_BAND, ExpiryPairs, call_put_residual, interpolate_in_time,
@@ -94,9 +93,13 @@ class LocalPricer:
     via = "in-process"
 
     def price_table(self, columns: Mapping[str, Any], method: Method | None = None) -> Result:
+        from . import engine  # the kernels (numba) load only where the chain prices in this process
+
         return engine.price_table(columns, method)
 
     def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None) -> tuple[np.ndarray, np.ndarray]:
+        from . import engine
+
         return engine.implied_vol_table(prices, columns, method)
 
 
@@ -124,13 +127,16 @@ class ChainSummary:
                 out.append(f"  {k:<18} {v:>6}")
         out.append(f"elapsed: {self.elapsed_s:.3f} s   {self.contracts_per_s:,.0f} contracts/s   device: {self.device} ({self.via})")
         if self.forwards is not None and len(self.forwards):
-            out.append("forwards and carry per expiry (rates and carry in %, call-put IV in vol points):")
+            notes = self.forwards["note"].astype(str)
+            common = notes.iat[0] if (notes == notes.iat[0]).all() else ""
+            out.append("forwards and carry per expiry (rates and carry in %, call-put IV in vol points)"
+                       + (f"; {common}:" if common else ":"))
             out.append(f"  {'expiry':<10} {'set':<3} {'T (y)':>8} {'spot':>10} {'rate':>6} {'D':>8} {'forward':>11} {'carry':>7} "
                        f"{'pairs':>5} {'c-p iv':>6}  method")
             for r in self.forwards.itertuples(index=False):
                 out.append(f"  {r.expiry:<10} {r.settlement:<3} {r.T:>8.5f} {r.spot:>10.4f} {100 * r.rate:>6.3f} {r.discount_factor:>8.6f} "
                            f"{r.forward:>11.4f} {100 * r.carry:>7.3f} {r.pairs:>5d} {r.call_minus_put_iv_pts:>6.2f}  "
-                           f"{r.method}{'  (' + r.note + ')' if r.note else ''}")
+                           f"{r.method}{'  (' + r.note + ')' if r.note and r.note != common else ''}")
         return out
 
 
@@ -196,9 +202,11 @@ def _iv_solver(pricer: Pricer, spot: float, steps: int) -> Callable:
     """The carry search's batched American IV solve, through the chain's pricer."""
     m = Method(name="binomial", steps=steps, iv_tolerance=IV_TOLERANCE)
 
-    def solve(prices, kind, T, rate, q, strike):
+    def solve(prices, kind, T, rate, q, strike, lo=None, hi=None):
         cols = dict(kind=np.where(kind == 1, "call", "put").astype(object), style="american", spot=spot, strike=strike,
                     expiry=T, rate=rate, dividend_yield=q)
+        if lo is not None:
+            cols.update(iv_lo=lo, iv_hi=hi)
         vol, st = pricer.implied_vol(prices, cols, m)
         return np.asarray(vol, dtype=np.float64), np.asarray(st, dtype=object) == "ok"
 
@@ -421,6 +429,24 @@ def _explain_below(rows: np.ndarray, status: np.ndarray, error: np.ndarray, kind
                         f"forward {market.forward[r]:.6g} (rate={market.rate[r]:.6g}, carry={market.dividend_yield[r]:.6g})")
 
 
+def _bid_ask_brackets(bsel: np.ndarray, asel: np.ndarray, iv: np.ndarray, mid: np.ndarray, bid: np.ndarray,
+                      ask: np.ndarray, vega: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Volatility brackets that hold the bid's and the ask's implied volatility: below (above)
+    the mid's by about twice the half-spread over the vega, capped at the mid's volatility on
+    the other side; NaN (the full bracket) where the mid has no volatility or vega. Only a hint:
+    the root find widens it when the root lies outside (:func:`optiond.engine.implied_vol`)."""
+    out = []
+    for rows, px, sign in ((bsel, bid, -1.0), (asel, ask, 1.0)):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            w = 2.0 * np.abs(mid[rows] - px[rows]) / vega[rows] + 0.002
+            ok = np.isfinite(iv[rows]) & np.isfinite(w) & (vega[rows] > 0)
+            far = iv[rows] + sign * w
+        lo = np.where(ok, np.minimum(iv[rows], far), np.nan)
+        hi = np.where(ok, np.maximum(iv[rows], far), np.nan)
+        out.append((np.where(lo > 0, lo, np.nan), np.where(lo > 0, hi, np.nan)))
+    return np.concatenate([out[0][0], out[1][0]]), np.concatenate([out[0][1], out[1][1]])
+
+
 def _smile_iv(df: pd.DataFrame, kind: np.ndarray, strike: np.ndarray, iv: np.ndarray, market: ChainMarket) -> np.ndarray:
     """``iv_otm``: per (expiry, strike), the call's IV where K >= F, the put's where K < F."""
     otm_side = np.where(strike >= market.forward, "call", "put")
@@ -510,37 +536,39 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
             if sel.size == 0:
                 continue
             m = Method(name=name, steps=steps, iv_tolerance=IV_TOLERANCE)
-            # bid, mid and ask of the chunk in ONE solve
-            parts = [sel[status[sel] == "ok"], sel[bid_rows[sel]], sel[ask_rows[sel]]]
-            allr = np.concatenate(parts)
-            prices = np.concatenate([mid[parts[0]], bid[parts[1]], ask[parts[2]]])
-            cols = dict(kind=kind[allr], style=style[allr], spot=spot[allr], strike=strike[allr], expiry=T[allr],
-                        rate=market.rate[allr], dividend_yield=market.dividend_yield[allr])
-            vol, st = pricer.implied_vol(prices, cols, m)
-            vol = np.asarray(vol, dtype=np.float64)
-            st = np.asarray(st, dtype=object)
-            a, b = parts[0].size, parts[0].size + parts[1].size
-            iv_bid[parts[1]] = np.where(st[a:b] == "ok", vol[a:b], np.nan)
-            iv_ask[parts[2]] = np.where(st[b:] == "ok", vol[b:], np.nan)
-            msel, mvol, mst = parts[0], vol[:a], st[:a]
-            iv[msel] = mvol
-            bad = mst != "ok"
-            status[msel[bad]] = [s.split(":", 1)[0] for s in mst[bad]]
-            error[msel[bad]] = [s.split(":", 1)[1].strip() if ":" in s else "" for s in mst[bad]]
-            _explain_below(msel[bad & (mst == "below-intrinsic")], status, error, kind, spot, strike, mid, market)
-            good = msel[~bad]
-            if good.size == 0:
-                continue
-            gcols = dict(kind=kind[good], style=style[good], spot=spot[good], strike=strike[good], expiry=T[good],
-                         rate=market.rate[good], dividend_yield=market.dividend_yield[good], volatility=mvol[~bad])
-            res = pricer.price_table(gcols, m)
-            res_cols["model_price"][good] = res.price
-            for g in GREEK_FIELDS:
-                res_cols[g][good] = getattr(res, g)
-            failed = np.flatnonzero(res.status != "ok")
-            status[good[failed]] = "error"
-            error[good[failed]] = res.error[failed]
-            device, via = res.device, getattr(res, "via", via)
+
+            def cols_of(r: np.ndarray, **extra) -> dict:
+                return dict(kind=kind[r], style=style[r], spot=spot[r], strike=strike[r], expiry=T[r],
+                            rate=market.rate[r], dividend_yield=market.dividend_yield[r], **extra)
+
+            # 1. the mid's implied volatility, then the model price and Greeks there
+            msel = sel[status[sel] == "ok"]
+            if msel.size:
+                mvol, mst = pricer.implied_vol(mid[msel], cols_of(msel), m)
+                mvol, mst = np.asarray(mvol, dtype=np.float64), np.asarray(mst, dtype=object)
+                iv[msel] = mvol
+                bad = mst != "ok"
+                status[msel[bad]] = [s.split(":", 1)[0] for s in mst[bad]]
+                error[msel[bad]] = [s.split(":", 1)[1].strip() if ":" in s else "" for s in mst[bad]]
+                _explain_below(msel[bad & (mst == "below-intrinsic")], status, error, kind, spot, strike, mid, market)
+                good = msel[~bad]
+                if good.size:
+                    res = pricer.price_table(cols_of(good, volatility=mvol[~bad]), m)
+                    res_cols["model_price"][good] = res.price
+                    for g in GREEK_FIELDS:
+                        res_cols[g][good] = getattr(res, g)
+                    failed = np.flatnonzero(res.status != "ok")
+                    status[good[failed]] = "error"
+                    error[good[failed]] = res.error[failed]
+                    device, via = res.device, getattr(res, "via", via)
+            # 2. bid and ask together, each bracketed next to the mid's volatility where it has one
+            bsel, asel = sel[bid_rows[sel]], sel[ask_rows[sel]]
+            both = np.concatenate([bsel, asel])
+            if both.size:
+                lo, hi = _bid_ask_brackets(bsel, asel, iv, mid, bid, ask, res_cols["vega"])
+                vol, st = pricer.implied_vol(np.concatenate([bid[bsel], ask[asel]]), cols_of(both, iv_lo=lo, iv_hi=hi), m)
+                vol = np.where(np.asarray(st, dtype=object) == "ok", np.asarray(vol, dtype=np.float64), np.nan)
+                iv_bid[bsel], iv_ask[asel] = vol[:bsel.size], vol[bsel.size:]
         done += rows.size
         if progress:
             progress(done)

@@ -25,7 +25,7 @@ from . import runctl
 from .kernels import binomial_cpu, black_scholes
 from .kernels.rootfind import IV_STATUS_NAMES
 from .models import (AMERICAN, GREEK_FIELDS, Batch, InvalidInputError, Method, Result, RowError, object_full,
-                     scalar_row, validate_columns, validate_steps)
+                     pd_numeric, scalar_row, validate_columns, validate_steps)
 
 
 def select_device(batch: Batch | None, method: Method) -> str:
@@ -389,7 +389,13 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
     return res
 
 
-def implied_vol(prices: Any, batch: Batch, method: Method | None = None) -> tuple[np.ndarray, np.ndarray]:
+#: optional columns of an implied-volatility table: a per-row volatility bracket known to be
+#: near the root (annualised decimals), a hint that shortens the tree's root find
+BRACKET_COLUMNS = ("iv_lo", "iv_hi")
+
+
+def implied_vol(prices: Any, batch: Batch, method: Method | None = None,
+                bracket: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Implied volatility of each option from its price.
 
     Binomial: a bracketed (Brent) root find on the CRR tree price with the row's exercise
@@ -399,6 +405,11 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None) -> tupl
         prices: option prices, shape (n,), currency units.
         batch: the contracts and market (its ``volatility`` column is ignored).
         method: binomial (steps) or black-scholes.
+        bracket: ``(lo, hi)``, shape (n,) each: a volatility bracket per row that likely holds
+            the root (e.g. around the root of a nearby price); the tree's root find starts
+            there, and rows whose price falls outside it are solved again on the full bracket,
+            so the answer is the same as without it (within the tolerance). NaN entries take
+            the full bracket. The closed form ignores it.
 
     Returns:
         ``(vol, status)``: float64 annualised volatilities (NaN where none) and status strings
@@ -409,26 +420,18 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None) -> tupl
     n = len(batch)
     prices = np.broadcast_to(np.asarray(prices, dtype=np.float64), (n,))
     if method.name == "binomial":
-        steps = method.steps_for(n)
-        code = None
-        if select_device(batch, method) != "cpu":  # the whole chain together: one batch launch per Brent step
-            import logging
-
-            from .kernels import binomial_gpu
-            try:
-                precision = method.precision if int(steps.max(initial=0)) <= binomial_gpu.FP32_MAX_STEPS else "fp64"
-                vol, code = binomial_gpu.crr_implied_vol_gpu(prices, batch.kind, batch.style, batch.spot, batch.strike,
-                                                             batch.expiry, batch.rate, batch.dividend_yield, steps,
-                                                             xtol=method.iv_tolerance, precision=precision)
-            except Exception as e:  # noqa: BLE001 (any GPU failure: solve on the CPU)
-                logging.getLogger(__name__).warning("GPU implied volatility failed (%s: %s); solved on the CPU instead",
-                                                    type(e).__name__, e)
-                code = None
-        if code is None:
-            vol, code = binomial_cpu.crr_implied_vol(prices, batch.kind, batch.style, batch.spot, batch.strike,
-                                                     batch.expiry, batch.rate, batch.dividend_yield, steps,
-                                                     xtol=method.iv_tolerance)
-        return vol, np.asarray(IV_STATUS_NAMES, dtype=object)[code]
+        if bracket is not None:
+            lo = np.where(np.isfinite(bracket[0]), bracket[0], binomial_cpu.MIN_IV)
+            hi = np.where(np.isfinite(bracket[1]), bracket[1], binomial_cpu.MAX_IV)
+            narrow = (lo > binomial_cpu.MIN_IV) | (hi < binomial_cpu.MAX_IV)
+            vol, status = _tree_implied_vol(prices, batch, method, lo, hi)
+            redo = np.flatnonzero(narrow & np.isin(status, ("below-intrinsic", "no-solution", "invalid")))
+            if redo.size:  # the root lies outside the hint: the full bracket for those rows
+                sub = batch.take(redo)
+                m = method if np.ndim(method.steps) == 0 else dataclasses.replace(method, steps=method.steps_for(n)[redo])
+                vol[redo], status[redo] = _tree_implied_vol(prices[redo], sub, m, binomial_cpu.MIN_IV, binomial_cpu.MAX_IV)
+            return vol, status
+        return _tree_implied_vol(prices, batch, method, binomial_cpu.MIN_IV, binomial_cpu.MAX_IV)
     vol, code = black_scholes.bs_implied_vol(prices, batch.kind, batch.spot, batch.strike, batch.expiry, batch.rate, batch.dividend_yield)
     status = np.asarray(IV_STATUS_NAMES, dtype=object)[code]
     am = batch.style == AMERICAN
@@ -437,8 +440,40 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None) -> tupl
     return vol, status
 
 
+def _tree_implied_vol(prices: np.ndarray, batch: Batch, method: Method, lo, hi) -> tuple[np.ndarray, np.ndarray]:
+    """Tree implied volatilities in the bracket ``[lo, hi]`` (scalars or per row), on the GPU
+    when the dispatch chooses it (any GPU failure: the CPU)."""
+    n = len(batch)
+    steps = method.steps_for(n)
+    code = None
+    if select_device(batch, method) != "cpu":  # the whole chain together: one batch launch per Brent step
+        import logging
+
+        from .kernels import binomial_gpu
+        try:
+            precision = method.precision if int(steps.max(initial=0)) <= binomial_gpu.FP32_MAX_STEPS else "fp64"
+            vol, code = binomial_gpu.crr_implied_vol_gpu(prices, batch.kind, batch.style, batch.spot, batch.strike,
+                                                         batch.expiry, batch.rate, batch.dividend_yield, steps,
+                                                         lo=lo, hi=hi, xtol=method.iv_tolerance, precision=precision)
+        except Exception as e:  # noqa: BLE001 (any GPU failure: solve on the CPU)
+            logging.getLogger(__name__).warning("GPU implied volatility failed (%s: %s); solved on the CPU instead",
+                                                type(e).__name__, e)
+            code = None
+    if code is None:
+        vol, code = binomial_cpu.crr_implied_vol(prices, batch.kind, batch.style, batch.spot, batch.strike,
+                                                 batch.expiry, batch.rate, batch.dividend_yield, steps, lo=lo, hi=hi,
+                                                 xtol=method.iv_tolerance)
+    return vol, np.asarray(IV_STATUS_NAMES, dtype=object)[code]
+
+
 def implied_vol_table(prices: Any, columns: Mapping[str, Any], method: Method | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`implied_vol` from raw columns (``volatility`` not needed), marking invalid rows.
+
+    Args:
+        prices: option prices, a scalar or shape (n,), currency units.
+        columns: the batch columns, plus optional ``iv_lo``, ``iv_hi`` (:data:`BRACKET_COLUMNS`:
+            a per-row bracket hint, see :func:`implied_vol`).
+        method: binomial (steps) or black-scholes.
 
     Returns:
         ``(vol, status)`` as :func:`implied_vol`; a row with an invalid input gets NaN and
@@ -466,5 +501,18 @@ def implied_vol_table(prices: Any, columns: Mapping[str, Any], method: Method | 
     if valid.size:
         batch = Batch._from_valid({k: v[valid] for k, v in arrays.items()})
         m = method if steps is None else dataclasses.replace(method, steps=steps[valid])
-        vol[valid], status[valid] = implied_vol(prices[valid], batch, m)
+        vol[valid], status[valid] = implied_vol(prices[valid], batch, m, bracket=_bracket(columns, n, valid))
     return vol, status
+
+
+def _bracket(columns: Mapping[str, Any], n: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The optional per-row bracket hint (:data:`BRACKET_COLUMNS`) of ``rows``, or None.
+    Values that are not numbers, not positive or not ordered become NaN (no hint)."""
+    if not any(c in columns for c in BRACKET_COLUMNS):
+        return None
+    lo, hi = (np.broadcast_to(pd_numeric(columns.get(c, np.nan)), (n,))[rows].astype(np.float64)
+              for c in BRACKET_COLUMNS)
+    with np.errstate(invalid="ignore"):
+        bad = ~((lo > 0) & (hi > lo))
+    lo[bad], hi[bad] = np.nan, np.nan
+    return lo, hi

@@ -21,18 +21,21 @@ OPTIONAL_COLUMNS = ("eps", "payoff") + HESTON_FIELDS
 class ClientPricer:
     """The daemon client behind the chain job's pricer interface (with or without fall-back)."""
 
-    def __init__(self, fallback: bool):
+    def __init__(self, fallback: bool, force: bool = False):
+        """``fallback``: price in this process when no daemon answers; ``force``: bypass the
+        daemon's reply cache (benchmarks)."""
         from ..daemon.client import get_client  # the daemon is optional for in-process runs
 
         self.client = get_client()
         self.fallback = fallback
+        self.force = force
         self.via = "daemon"
 
     def price_table(self, columns: Mapping[str, Any], method: Method | None = None) -> Result:
-        return self.client.price_table(columns, method, fallback=self.fallback)
+        return self.client.price_table(columns, method, fallback=self.fallback, force=self.force)
 
     def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None):
-        return self.client.implied_vol(prices, columns, method, fallback=self.fallback)
+        return self.client.implied_vol(prices, columns, method, fallback=self.fallback, force=self.force)
 
 
 def make_pricer(args: argparse.Namespace):

@@ -279,8 +279,9 @@ def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol):
             continue
         # the lowest volatility at which p stays in [0, 1] (with a margin)
         dt = T[i] / N
-        lo_i = max(lo, 1.0001 * abs(r[i] - q[i]) * math.sqrt(dt) + 1e-12)
-        if lo_i >= hi:
+        lo_i = max(lo[i], 1.0001 * abs(r[i] - q[i]) * math.sqrt(dt) + 1e-12)
+        hi_i = hi[i]
+        if lo_i >= hi_i:
             status[i] = IV_INVALID
             continue
         V = np.empty(N + 1)
@@ -289,7 +290,7 @@ def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol):
         st = np.empty(8)
         c, am = kind[i] == 1, style[i] == 1
         flo = crr_tree(c, am, S[i], K[i], T[i], r[i], q[i], lo_i, N, V, X, lv) - target[i]
-        fhi = crr_tree(c, am, S[i], K[i], T[i], r[i], q[i], hi, N, V, X, lv) - target[i]
+        fhi = crr_tree(c, am, S[i], K[i], T[i], r[i], q[i], hi_i, N, V, X, lv) - target[i]
         ftol = 1e-12 * max(1.0, target[i])
         if flo > ftol:
             status[i] = IV_BELOW
@@ -297,7 +298,7 @@ def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol):
         if fhi < -ftol:
             status[i] = IV_ABOVE
             continue
-        brent_init(st, lo_i, hi, flo, fhi)
+        brent_init(st, lo_i, hi_i, flo, fhi)
         status[i] = IV_NOT_CONVERGED
         for _ in range(200):
             if brent_step(st, xtol, ftol):
@@ -319,7 +320,8 @@ def crr_implied_vol(price, kind, style, spot, strike, expiry, rate, dividend_yie
 
     Args:
         price: market prices, shape (n,). Other arguments as :func:`crr_batch`.
-        lo, hi: volatility bracket (annualised decimals); ``lo`` is raised per option to the
+        lo, hi: volatility bracket (annualised decimals), scalars or shape (n,) (a per-option
+            bracket, e.g. around a known nearby root); ``lo`` is raised per option to the
             smallest volatility at which p stays in [0, 1].
         xtol: absolute tolerance on the volatility.
 
@@ -329,11 +331,11 @@ def crr_implied_vol(price, kind, style, spot, strike, expiry, rate, dividend_yie
         lowest volatility, e.g. below intrinsic; ``IV_ABOVE``: above the value at ``hi``).
         Never raises for an unreachable price.
     """
-    p, kind, style, S, K, T, r, q, N = as_columns(price, (kind, np.int8), (style, np.int8), spot, strike, expiry, rate,
-                                                  dividend_yield, (steps, np.int64))
+    p, kind, style, S, K, T, r, q, N, lo, hi = as_columns(price, (kind, np.int8), (style, np.int8), spot, strike, expiry,
+                                                          rate, dividend_yield, (steps, np.int64), lo, hi)
     if parallel is None:
         parallel = p.shape[0] > 1 and float(np.sum(N.astype(np.float64) ** 2)) * 6 >= PARALLEL_MIN_NODES
     if not parallel:
-        return _iv_serial(p, kind, style, S, K, T, r, q, N, float(lo), float(hi), float(xtol))
+        return _iv_serial(p, kind, style, S, K, T, r, q, N, lo, hi, float(xtol))
     with POOL_LOCK:
-        return _iv_parallel(p, kind, style, S, K, T, r, q, N, float(lo), float(hi), float(xtol))
+        return _iv_parallel(p, kind, style, S, K, T, r, q, N, lo, hi, float(xtol))

@@ -1254,8 +1254,8 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
     Raises:
         GPUError: a GPU failure (the caller falls back to the CPU).
     """
-    p, kind, style, S, K, T, r, q, N = as_columns(price, (kind, np.int8), (style, np.int8), spot, strike, expiry, rate,
-                                                  dividend_yield, (steps, np.int64))
+    p, kind, style, S, K, T, r, q, N, lo, hi = as_columns(price, (kind, np.int8), (style, np.int8), spot, strike, expiry,
+                                                          rate, dividend_yield, (steps, np.int64), lo, hi)
     n = S.shape[0]
     f = evaluator or _gpu_price_evaluator(precision)
     vol = np.full(n, np.nan)
@@ -1270,7 +1270,7 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
         return vol, status
     # both bracket ends of every option in one launch
     two = np.concatenate([idx, idx])
-    sig = np.concatenate([lo_i[idx], np.full(idx.size, float(hi))])
+    sig = np.concatenate([lo_i[idx], hi[idx]])
     vals = f(kind[two], style[two], S[two], K[two], T[two], r[two], q[two], sig, N[two])
     flo = vals[:idx.size] - p[idx]
     fhi = vals[idx.size:] - p[idx]
@@ -1284,7 +1284,7 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
     if rows.size == 0:
         return vol, status
     states = np.empty((rows.size, 8))
-    _init_rows(states, lo_i[rows], np.full(rows.size, float(hi)), flo[keep], fhi[keep])
+    _init_rows(states, lo_i[rows], hi[rows], flo[keep], fhi[keep])
     ftol_r = ftol[keep]
     active = np.ones(rows.size, dtype=np.bool_)
     status[rows] = IV_NOT_CONVERGED

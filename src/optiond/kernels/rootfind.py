@@ -9,7 +9,8 @@ It is written in *reverse communication*: the caller owns the function evaluatio
 vector ``st = [a, fa, b, fb, c, fc, d, e]`` is started by :func:`brent_init`; the caller then
 loops ``while not brent_step(st, xtol, ftol): st[FB] = f(st[B])``. Scalar pricers call it
 inside their own loop; a batch pricer (GPU) keeps one state row per option and evaluates all
-the pending ``st[:, B]`` in one launch per iteration (:func:`brent_step_rows`).
+the pending ``st[:, B]`` in one launch per iteration (:func:`brent_step_rows`). The algorithm
+itself is written once, in plain Python, in :mod:`optiond.kernels.brent`; this module compiles it.
 """
 
 from __future__ import annotations
@@ -17,74 +18,17 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-_EPS = float(np.finfo(np.float64).eps)
-A, FA, B, FB, C, FC, D, E = range(8)
+from . import brent as _brent
+from .brent import A, B, C, D, E, FA, FB, FC  # noqa: F401 (the state layout, re-exported)
 
 #: implied-volatility status codes shared by every pricer
 IV_OK, IV_BELOW, IV_ABOVE, IV_NOT_CONVERGED, IV_INVALID = 0, 1, 2, 3, 4
 IV_STATUS_NAMES = ("ok", "below-intrinsic", "no-solution", "not-converged", "invalid")
 
 
-@nb.njit(cache=True, nogil=True)
-def brent_init(st, a, b, fa, fb):
-    """Start a search on [a, b] with f(a) = fa, f(b) = fb of opposite signs."""
-    st[A], st[FA], st[B], st[FB] = a, fa, b, fb
-    st[C], st[FC] = a, fa
-    st[D] = b - a
-    st[E] = b - a
-
-
-@nb.njit(cache=True, nogil=True)
-def brent_step(st, xtol, ftol):
-    """Advance the search given ``st[FB] = f(st[B])``.
-
-    Returns True when ``st[B]`` is the root (bracket narrower than ``xtol`` plus rounding, or
-    ``|f| <= ftol``); otherwise moves ``st[B]`` to the next point to evaluate and returns False.
-    """
-    a, fa, b, fb, c, fc, d, e = st[A], st[FA], st[B], st[FB], st[C], st[FC], st[D], st[E]
-    if (fb > 0.0) == (fc > 0.0):
-        c, fc = a, fa
-        d = b - a
-        e = d
-    if abs(fc) < abs(fb):
-        a, fa = b, fb
-        b, fb = c, fc
-        c, fc = a, fa
-    tol = 2.0 * _EPS * abs(b) + 0.5 * xtol
-    m = 0.5 * (c - b)
-    if abs(m) <= tol or abs(fb) <= ftol:
-        st[A], st[FA], st[B], st[FB], st[C], st[FC], st[D], st[E] = a, fa, b, fb, c, fc, d, e
-        return True
-    if abs(e) >= tol and abs(fa) > abs(fb):
-        s = fb / fa
-        if a == c:
-            p = 2.0 * m * s
-            q = 1.0 - s
-        else:
-            qq = fa / fc
-            rr = fb / fc
-            p = s * (2.0 * m * qq * (qq - rr) - (b - a) * (rr - 1.0))
-            q = (qq - 1.0) * (rr - 1.0) * (s - 1.0)
-        if p > 0.0:
-            q = -q
-        else:
-            p = -p
-        if 2.0 * p < min(3.0 * m * q - abs(tol * q), abs(e * q)):
-            e = d
-            d = p / q
-        else:
-            d = m
-            e = m
-    else:
-        d = m
-        e = m
-    a, fa = b, fb
-    if abs(d) > tol:
-        b += d
-    else:
-        b += tol if m > 0.0 else -tol
-    st[A], st[FA], st[B], st[FB], st[C], st[FC], st[D], st[E] = a, fa, b, np.nan, c, fc, d, e
-    return False
+#: :func:`optiond.kernels.brent.brent_init` and ``brent_step``, compiled for the kernels
+brent_init = nb.njit(cache=True, nogil=True)(_brent.brent_init)
+brent_step = nb.njit(cache=True, nogil=True)(_brent.brent_step)
 
 
 @nb.njit(cache=True, nogil=True)

@@ -32,9 +32,8 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 import numpy as np
-from scipy.optimize import least_squares
 
-from ..kernels.rootfind import B, FB, brent_init, brent_step
+from ..kernels.brent import B, FB, brent_init, brent_step
 
 #: strikes used per expiry by the parity fit (nearest the first forward estimate)
 PARITY_STRIKES = 20
@@ -141,6 +140,8 @@ def parity_fit(pairs: ExpiryPairs, T: float, discount: float | None = None, *,
     Raises:
         ValueError: too few pairs (3 to fit F and D, 1 for F alone).
     """
+    from scipy.optimize import least_squares  # imported on first use: a second off the CLI's start-up
+
     need = MIN_PAIRS_FORWARD if discount is not None else MIN_PAIRS_FIT
     if len(pairs) < need:
         raise ValueError(f"{len(pairs)} two-sided strike pair(s); the parity fit needs {need}")
@@ -209,9 +210,10 @@ def call_put_residual(strike, iv_call, iv_put, forward: float, T: float, max_pai
     return weighted_median(c[ok] - p[ok], vega_weights(k[ok], 0.5 * (c[ok] + p[ok]), forward, T))
 
 
-#: ``f(prices, kind, T, rate, dividend_yield, strike) -> (vol, ok)``: the batched American
-#: implied-volatility solve the carry search calls once per iteration (kind 1 = call)
-IVSolver = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+#: ``f(prices, kind, T, rate, dividend_yield, strike, lo, hi) -> (vol, ok)``: the batched
+#: American implied-volatility solve the carry search calls once per iteration (kind 1 = call;
+#: ``lo``/``hi`` a per-row bracket hint, NaN for none, as :func:`optiond.engine.implied_vol`)
+IVSolver = Callable[..., tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass
@@ -327,12 +329,14 @@ def solve_carry(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.n
             continue
         searches.append(_Search(float(q0[e]), math.sqrt(T[e]) / 0.3989422804014327))
     first = True
+    last: list[tuple[float, np.ndarray, np.ndarray] | None] = [None] * E
     while True:
         todo = [e for e in range(E) if searches[e] is not None and not searches[e].done]
         if not todo:
             break
-        diffs = _iv_differences([used[e] for e in todo], spot, T[todo], rate[todo],
-                                np.array([searches[e].next_q for e in todo]), iv_solver)
+        qs = np.array([searches[e].next_q for e in todo])
+        diffs = _iv_differences([used[e] for e in todo], spot, T[todo], rate[todo], qs, iv_solver,
+                                [last[e] for e in todo])
         for k, e in enumerate(todo):
             d, ivc, ivp = diffs[k]
             if first:
@@ -346,6 +350,8 @@ def solve_carry(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.n
                     # Newton slope from the pairs' vega algebra: d(iv_c - iv_p)/dq = sqrt(T)/phi(d1)
                     phi = float(np.sum(weights[e] * weights[e]) / weights[e].sum()) / math.sqrt(T[e])
                     searches[e].slope = math.sqrt(T[e]) / max(phi, 1e-3)
+                ivc, ivp = ivc[ok], ivp[ok]
+            last[e] = (float(qs[k]), ivc, ivp)
             searches[e].tell(weighted_median(d, weights[e]) if d.size else float("nan"))
         first = False
     for e in range(E):
@@ -360,8 +366,12 @@ def solve_carry(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.n
 
 
 def _iv_differences(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.ndarray, q: np.ndarray,
-                    iv_solver: IVSolver) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """``iv_call - iv_put`` per pair of every expiry at its carry ``q[e]``: ONE batched solve."""
+                    iv_solver: IVSolver, last: list | None = None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``iv_call - iv_put`` per pair of every expiry at its carry ``q[e]``: ONE batched solve.
+
+    ``last[e]``: ``(q, iv_call, iv_put)`` of the expiry's previous evaluation, or None; its
+    volatilities bracket this one's (a carry step of dq moves an IV by about
+    ``dq sqrt(T) N(d1) / phi(d1)``), which shortens the root finds."""
     sizes = [len(p) for p in pairs]
     m = int(sum(sizes))
     if m == 0:
@@ -370,8 +380,19 @@ def _iv_differences(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: 
     strike = np.concatenate([p.strike for p in pairs])
     prices = np.concatenate([np.concatenate([p.call_mid for p in pairs]), np.concatenate([p.put_mid for p in pairs])])
     kind = np.concatenate([np.ones(m, np.int8), np.zeros(m, np.int8)])
+    lo, hi = np.full(2 * m, np.nan), np.full(2 * m, np.nan)
+    if last is not None:
+        start = 0
+        for e, n in enumerate(sizes):
+            prev = last[e]
+            if prev is not None and prev[1].size == n:
+                w = 0.005 + 4.0 * abs(q[e] - prev[0]) * math.sqrt(T[e])
+                for off, iv in ((0, prev[1]), (m, prev[2])):
+                    sl = slice(off + start, off + start + n)
+                    lo[sl], hi[sl] = np.maximum(iv - w, 1e-4), iv + w
+            start += n
     vol, ok = iv_solver(prices, kind, np.tile(T[per], 2), np.tile(rate[per], 2), np.tile(q[per], 2),
-                        np.tile(strike, 2))
+                        np.tile(strike, 2), lo, hi)
     vol = np.where(ok, vol, np.nan)
     ivc, ivp = vol[:m], vol[m:]
     out = []
