@@ -426,3 +426,55 @@ def test_device_timer_without_timing_is_a_no_op():
     t.stop()
     t.finish()
     assert not t.gated
+
+
+def test_vectorised_implied_vol_with_row_brackets_equals_cpu():
+    """Per-row brackets (the chain's hints) take the same Brent steps in the vectorised and the
+    per-option root finds; a bracket that holds the root gives the same volatility as the full
+    one to the tolerance, in fewer tree evaluations."""
+    rng = np.random.default_rng(9)
+    n = 40
+    kind, style = rng.integers(0, 2, n), np.ones(n, dtype=np.int64)
+    S, K = 100.0, rng.uniform(80, 120, n)
+    T, r, q = rng.uniform(0.1, 1.5, n), 0.04, 0.01
+    sig = rng.uniform(0.15, 0.6, n)
+    price = bc.crr_batch(kind, style, S, K, T, r, q, sig, 150, greeks=False)[0]
+    lo, hi = sig - 0.02, sig + 0.03
+    vol, st = bg.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, 150, lo=lo, hi=hi, xtol=1e-10,
+                                     evaluator=bg.cpu_evaluator)
+    ref_vol, ref_st = bc.crr_implied_vol(price, kind, style, S, K, T, r, q, 150, lo=lo, hi=hi, xtol=1e-10)
+    np.testing.assert_array_equal(st, ref_st)
+    np.testing.assert_array_equal(vol, ref_vol)
+    full, _ = bc.crr_implied_vol(price, kind, style, S, K, T, r, q, 150, xtol=1e-10)
+    np.testing.assert_allclose(vol, full, atol=1e-9)
+    np.testing.assert_allclose(vol, sig, atol=1e-8)
+    calls = []
+
+    def counting(*a):
+        calls.append(1)
+        return bg.cpu_evaluator(*a)
+
+    bg.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, 150, lo=lo, hi=hi, xtol=1e-10, evaluator=counting)
+    narrow = len(calls)
+    calls.clear()
+    bg.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, 150, xtol=1e-10, evaluator=counting)
+    assert narrow < len(calls)
+
+
+def test_engine_bracket_hint_outside_the_root_is_solved_again():
+    """A hint that misses the root (below or above it) changes nothing: those rows are solved
+    again on the full bracket; a nonsense hint (lo >= hi, negative) is ignored."""
+    n = 6
+    sig = np.array([0.2, 0.3, 0.45, 0.25, 0.35, 0.5])
+    cols = dict(kind=["put", "call"] * 3, style="american", spot=100.0, strike=[90, 95, 100, 105, 110, 115.0],
+                expiry=0.5, rate=0.04, dividend_yield=0.01)
+    price = bc.crr_batch(np.array([0, 1] * 3), 1, 100.0, np.array(cols["strike"]), 0.5, 0.04, 0.01, sig, 200,
+                         greeks=False)[0]
+    m = Method(steps=200, iv_tolerance=1e-10, device="cpu")
+    ref, ref_st = engine.implied_vol_table(price, cols, m)
+    lo = np.array([0.25, 0.05, 0.40, -1.0, 0.30, np.nan])  # row 0 above the root, row 1 below, 3 nonsense
+    hi = np.array([0.35, 0.10, 0.50, 0.30, 0.20, np.nan])  # row 4 lo > hi: ignored
+    vol, st = engine.implied_vol_table(price, dict(cols, iv_lo=lo, iv_hi=hi), m)
+    assert list(st) == list(ref_st) == ["ok"] * n
+    np.testing.assert_allclose(vol, ref, atol=1e-9)
+    np.testing.assert_allclose(vol, sig, atol=1e-8)
