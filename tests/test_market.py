@@ -283,3 +283,61 @@ def test_bad_market_rows_and_expiries_still_price():
     assert (out1.status == "ok").all() and s1.forwards["method"].iloc[0] == "flat (no pair solved)"
     with pytest.raises(ValueError, match="carry"):
         chain.price_chain(df, carry="guess")
+
+
+# ----------------------------------------------------------------------------- the command line
+
+
+def _small_chain(tmp_path, rows=None):
+    qd = "2026-03-02"
+    exps = ["2026-04-17", "2026-09-18"]
+    T = [clock.years_between(clock.quote_instant(qd, None), clock.settlement_instant(x, "pm")) for x in exps]
+    df = _synthetic_chain(6000.0, qd, list(zip(exps, T)), [0.04] * 2, [0.012] * 2, "european", 0)
+    if rows is not None:
+        df = df.iloc[rows]
+    f = tmp_path / "chain.csv"
+    df.to_csv(f, index=False)
+    return f
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--rates", "{gap}"], "row 2"),
+    (["--rates", "{neg}"], "negative"),
+    (["--rates", "{missing}"], "cannot read"),
+    (["--quote-time", "25:61"], "out of range"),
+    (["--quote-time", "yesterday-ish"], "quote time"),
+])
+def test_chain_cli_bad_market_options_one_line(tmp_path, capsys, extra, words):
+    from optiond.cli import main as cli_main
+
+    src = _small_chain(tmp_path)
+    (tmp_path / "gap.csv").write_text("days,rate\n30,0.04\n90,\n")
+    (tmp_path / "neg.csv").write_text("days,rate\n-5,0.04\n90,0.04\n")
+    args = [a.format(gap=tmp_path / "gap.csv", neg=tmp_path / "neg.csv", missing=tmp_path / "none.csv") for a in extra]
+    rc = cli_main(["chain", str(src), "--no-daemon", "-o", str(tmp_path / "out.csv")] + args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and words in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_chain_cli_curve_single_strike_and_forwards_file(tmp_path, capsys):
+    from optiond.cli import main as cli_main
+
+    src = _small_chain(tmp_path, rows=[12, 37])  # one expiry, one strike: a call and a put
+    (tmp_path / "curve.csv").write_text("days,rate\n30,0.041\n365,0.037\n")
+    out = tmp_path / "out.csv"
+    rc = cli_main(["chain", str(src), "--no-daemon", "-o", str(out), "--rates", str(tmp_path / "curve.csv")])
+    printed = capsys.readouterr().out
+    assert rc == 0 and "forwards and carry per expiry" in printed
+    res = pd.read_csv(out)
+    assert (res.status == "ok").all()
+    fwd = pd.read_csv(tmp_path / "out.forwards.csv", keep_default_na=False)
+    assert len(fwd) == 1 and fwd.method[0] == "parity fit (F; D from curve)" and fwd.pairs[0] == 1
+    curve = ZeroCurve.from_csv(str(tmp_path / "curve.csv"))
+    assert fwd.rate[0] == pytest.approx(float(curve.zero_rate(fwd["T"][0])), rel=1e-12)
+    # one pair and the curve's D (not the 4 % the quotes were priced with): F = K + (C - P) / D is
+    # off the true forward by (C - P) (1/D_curve - 1/D_true)
+    T, K = fwd["T"][0], res.strike[0]
+    true_f = 6000.0 * math.exp((0.04 - 0.012) * T)
+    c_minus_p = (true_f - K) * math.exp(-0.04 * T)
+    assert abs(fwd.forward[0] - true_f) <= abs(c_minus_p) * abs(math.exp(fwd.rate[0] * T) - math.exp(0.04 * T)) + 1e-9
