@@ -413,7 +413,8 @@ class Server:
                                local_rank=int(local.get("local_rank", 0)), local_size=int(local.get("local_size", 1)),
                                max_queued=self.limits.max_queued_jobs,
                                max_inflight_bytes=self.limits.max_inflight_bytes)
-        self.metrics = Metrics(self._metrics_state, __version__, PROTOCOL_VERSION)
+        self.metrics = Metrics(self._metrics_state, __version__, PROTOCOL_VERSION,
+                               log_stats=self.json_log.stats if self.json_log is not None else None)
         if self._metrics_port is not None:
             try:
                 self.http = HttpEndpoint(self.metrics, self._health, self._ready, self.ip, int(self._metrics_port))
