@@ -5,8 +5,10 @@ on its own (``python -m optiond.daemon.commands serve ...``), which is how ``ser
 and ``serve --workers R`` start the daemon.
 
 ``optiond serve --workers R`` runs the daemon as an MPI job of R ranks on this host: it
-replaces itself by ``mpiexec -n R python -m optiond.daemon.commands serve ...`` (the
-``mpiexec`` of the ``mpich`` wheel beside this Python, else the one on PATH). Under a service
+replaces itself by ``mpiexec -n R python -m optiond.daemon.commands serve ...`` (MPICH's
+``mpiexec.gforker`` beside this Python's ``mpiexec``, else that ``mpiexec``, else the one on
+PATH), with the environment of :func:`optiond.daemon.pool.loopback_env`, so that no process of
+the pool listens beyond loopback. Under a service
 manager the main process is then ``mpiexec``: the unit needs ``NotifyAccess=all``
 (``optiond service unit --workers R`` writes it). ``mpiexec -n R optiond serve`` with the
 site's MPI does the same across hosts.
@@ -126,7 +128,7 @@ def _exec_mpi(args: argparse.Namespace, conn: Path) -> int:
     except RuntimeError as e:
         _print_err(f"optiond serve --workers: {e}")
         return EXIT_FAILED
-    env = dict(os.environ)
+    env = {**os.environ, **pool.loopback_env()}  # a one-host pool listens on loopback only
     if pool.BACKOFF_ENV not in env:
         env[pool.BACKOFF_ENV] = pool.default_backoff()
     if env.get("WATCHDOG_PID") == str(os.getpid()):
