@@ -113,6 +113,7 @@ def test_workers_pool_listens_on_loopback_only(tmp_path):
         assert ours <= {port for _, _, port in socks}  # the listing sees the daemon's own ports
         print(f"{len(tree)} processes, listening: {sorted(set((a, p) for _, a, p in socks))}")
         assert [s for s in socks if not is_loopback(s[1])] == []
+        assert "warning" not in handle.log()  # a launcher that listens beyond loopback would be named
     finally:
         c.close()
         stop_daemon(handle)

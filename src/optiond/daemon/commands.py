@@ -128,6 +128,9 @@ def _exec_mpi(args: argparse.Namespace, conn: Path) -> int:
     except RuntimeError as e:
         _print_err(f"optiond serve --workers: {e}")
         return EXIT_FAILED
+    warning = pool.launcher_warning(cmd[0])
+    if warning:
+        _print_err(f"optiond serve --workers: warning: {warning}")
     env = {**os.environ, **pool.loopback_env()}  # a one-host pool listens on loopback only
     if pool.BACKOFF_ENV not in env:
         env[pool.BACKOFF_ENV] = pool.default_backoff()

@@ -86,6 +86,17 @@ def find_local_launcher() -> str | None:
     return shutil.which("mpiexec.gforker", path=os.path.dirname(exe)) or exe
 
 
+def launcher_warning(exe: str) -> str | None:
+    """What a one-host pool under ``exe`` exposes beyond loopback, or None: MPICH's Hydra
+    ``mpiexec`` (``hydra_pmi_proxy`` beside it) listens on every interface for its proxies."""
+    if os.path.basename(exe).startswith("mpiexec.gforker"):
+        return None
+    if shutil.which("hydra_pmi_proxy", path=os.path.dirname(exe)):
+        return (f"{exe} is MPICH's Hydra, whose control port listens on every interface (no mpiexec.gforker beside "
+                f"it); the ranks' own transport stays on loopback")
+    return None
+
+
 def _loopback_interface() -> str:
     """The name of the loopback interface (``lo`` on Linux, ``lo0`` on macOS and BSD)."""
     try:
@@ -294,5 +305,5 @@ def ping(_: Any = None) -> dict[str, Any]:
     return {"pid": os.getpid(), "time": time.time()}
 
 
-__all__ = ["launched_by_mpi", "find_mpiexec", "find_local_launcher", "loopback_env", "mpiexec_command", "bootstrap", "worker_loop", "configure_rank",
+__all__ = ["launched_by_mpi", "find_mpiexec", "find_local_launcher", "launcher_warning", "loopback_env", "mpiexec_command", "bootstrap", "worker_loop", "configure_rank",
            "host", "run_chunk", "rank_info", "sparse_column", "prices_only"]
