@@ -5,8 +5,10 @@ on its own (``python -m optiond.daemon.commands serve ...``), which is how ``ser
 and ``serve --workers R`` start the daemon.
 
 ``optiond serve --workers R`` runs the daemon as an MPI job of R ranks on this host: it
-replaces itself by ``mpiexec -n R python -m optiond.daemon.commands serve ...`` (the
-``mpiexec`` of the ``mpich`` wheel beside this Python, else the one on PATH). Under a service
+replaces itself by ``mpiexec -n R python -m optiond.daemon.commands serve ...`` (MPICH's
+``mpiexec.gforker`` beside this Python's ``mpiexec``, else that ``mpiexec``, else the one on
+PATH), with the environment of :func:`optiond.daemon.pool.loopback_env`, so that no process of
+the pool listens beyond loopback. Under a service
 manager the main process is then ``mpiexec``: the unit needs ``NotifyAccess=all``
 (``optiond service unit --workers R`` writes it). ``mpiexec -n R optiond serve`` with the
 site's MPI does the same across hosts.
@@ -126,7 +128,10 @@ def _exec_mpi(args: argparse.Namespace, conn: Path) -> int:
     except RuntimeError as e:
         _print_err(f"optiond serve --workers: {e}")
         return EXIT_FAILED
-    env = dict(os.environ)
+    warning = pool.launcher_warning(cmd[0])
+    if warning:
+        _print_err(f"optiond serve --workers: warning: {warning}")
+    env = {**os.environ, **pool.loopback_env()}  # a one-host pool listens on loopback only
     if pool.BACKOFF_ENV not in env:
         env[pool.BACKOFF_ENV] = pool.default_backoff()
     if env.get("WATCHDOG_PID") == str(os.getpid()):
@@ -173,6 +178,10 @@ def _detach(conn: Path, args: argparse.Namespace) -> int:
     while time.monotonic() < deadline:
         code = proc.poll()
         if code is not None:
+            owner = paths.DaemonLock(conn).owner()  # another start won the connection file's lock
+            if owner is not None and owner != proc.pid and paths.pid_running(owner):
+                _print_err(f"optiond daemon already running (pid {owner}); connection file {conn}")
+                return EXIT_OK
             _print_err(f"optiond serve --detach: the daemon exited with code {code}; see {log_path}")
             return EXIT_FAILED
         try:
@@ -237,44 +246,76 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _process_gone(pid: int) -> bool | None:
-    """True when ``pid`` has exited (or is a zombie), False when it runs, None when unknown."""
-    if os.name == "nt":
-        return None
+def _daemon_command_line(pid: int) -> str | None:
+    """The command line of process ``pid`` (POSIX), or None when it cannot be read."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        pass
+    try:
+        out = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _signal_daemon(pid: int) -> str | None:
+    """Send SIGTERM to the daemon ``pid`` (it then stops cleanly); an error message, or None."""
+    import signal
+
+    if os.name != "posix":
+        return (f"cannot reach pid {pid} without its connection file on this system; pass the daemon's "
+                f"--connection-file")
+    cmd = _daemon_command_line(pid)
+    if cmd is None or not paths.pid_running(pid):
+        return f"no process with pid {pid}"
+    if "optiond" not in cmd or " serve" not in f" {cmd} ":
+        return f"pid {pid} is not an optiond daemon ({cmd[:80]})"
+    try:
+        os.kill(pid, signal.SIGTERM)
     except PermissionError:
-        return False
-    try:  # a zombie of a detached daemon whose parent has not reaped it yet
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
-    except (OSError, IndexError):
-        return False
+        return f"pid {pid} belongs to another user"
+    except ProcessLookupError:
+        return f"no process with pid {pid}"
+    return None
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    """Ask the daemon to shut down, wait for it, and remove its connection file."""
+    """Ask the daemon to shut down, wait for it, and remove its connection file. With
+    ``--pid``, the daemon of that pid: by its connection file when that names it, else by a
+    SIGTERM (POSIX), after checking that the pid is an ``optiond serve`` process."""
     from .client import DaemonUnavailable
 
     conn = paths.connection_file(args.connection_file)
-    client = _client(args, min(args.timeout, 5.0))
     try:
-        pid = client.shutdown()["pid"]
-    except DaemonUnavailable as e:
-        removed = paths.remove_connection_file(conn) if conn.exists() else False
-        _print_err(f"optiond daemon: not running\n  {e}" + ("\n  removed its stale connection file" if removed else ""))
-        return EXIT_DOWN
+        named = paths.read_connection_file(conn).get("pid")
+    except (FileNotFoundError, paths.ConnectionFileError):
+        named = None
+    if args.pid is not None and named != args.pid:
+        err = _signal_daemon(args.pid)
+        if err is not None:
+            _print_err(f"optiond stop --pid: {err}")
+            return EXIT_DOWN if err.startswith("no process") else EXIT_FAILED
+        pid = args.pid
+    else:
+        client = _client(args, min(args.timeout, 5.0))
+        try:
+            pid = client.shutdown()["pid"]
+        except DaemonUnavailable as e:
+            removed = paths.remove_connection_file(conn) if conn.exists() else False
+            _print_err(f"optiond daemon: not running\n  {e}" +
+                       ("\n  removed its stale connection file" if removed else ""))
+            return EXIT_DOWN
     deadline = time.monotonic() + args.timeout
     stopped = False
     while time.monotonic() < deadline:
-        gone = _process_gone(pid)
-        if gone or (gone is None and not conn.exists()):
+        if not paths.pid_running(pid):
             stopped = True
             break
         time.sleep(0.05)
-    paths.remove_connection_file(conn)
+    if args.pid is None or named == pid:
+        paths.remove_connection_file(conn)
     if not stopped:
         _print_err(f"optiond daemon (pid {pid}) acknowledged the shutdown but still runs after {args.timeout:g} s")
         return EXIT_FAILED
@@ -325,6 +366,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("stop", help="shut the daemon down cleanly")
     p.add_argument("--connection-file", help=conn_help)
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for it to exit (default 15)")
+    p.add_argument("--pid", type=int, help="the daemon of this pid (as 'optiond status' or a refused 'serve' name "
+                                           "it), even when its connection file is gone or names another")
     p.set_defaults(func=cmd_stop)
 
 

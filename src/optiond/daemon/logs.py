@@ -16,6 +16,15 @@ The file is written by a :class:`logging.handlers.QueueListener` thread. Log rec
 through a :class:`logging.handlers.QueueHandler`; request lines are queued as plain maps by
 :meth:`JsonLog.access` (no :class:`logging.LogRecord` is built in the request loop: the writer
 thread makes it), which costs the request loop about a microsecond.
+
+Write errors (a full disk, a vanished directory) never reach the daemon: the queue holds at
+most :data:`MAX_QUEUED` records and a record that finds it full is dropped and counted, so a
+stalled or failing file never grows the daemon's memory nor blocks a request. The first failed
+write prints one line to stderr; from then on the writer drops what comes (counted), and every
+:data:`RETRY_S` reopens the file (a log path that is a symlink is followed again) and tries
+once more; once a write succeeds the log resumes, with a ``log_gap`` line saying how many lines
+were lost. :meth:`JsonLog.stats` gives the counts, exported as
+``optiond_log_records_dropped_total`` and ``optiond_log_write_errors_total``.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ import math
 import os
 import queue
 import re
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +48,10 @@ LOG_DIR_ENV = "OPTIOND_LOG_DIR"
 FILE_NAME = "daemon.jsonl"
 MAX_BYTES = 20 * 1024 * 1024
 BACKUPS = 5
+#: records waiting for the writer thread at most (about 1 KiB each); more are dropped and counted
+MAX_QUEUED = 4096
+#: seconds between two attempts to write again after a write error
+RETRY_S = 1.0
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
 
@@ -114,7 +129,10 @@ class JsonLog:
         self.file_handler.setFormatter(JsonFormatter())
         self.file_handler.addFilter(Redact(secret))
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.queue_handler = _Enqueue(self._queue)
+        self.max_queued = MAX_QUEUED
+        self._dropped_full = 0  # records refused at a full queue (producers, under _drop_lock)
+        self._drop_lock = threading.Lock()
+        self.queue_handler = _Enqueue(self)
         self.listener = _Listener(self._queue, self.file_handler, respect_handler_level=False)
         self.access_enabled = access
         self.listener.start()
@@ -135,13 +153,32 @@ class JsonLog:
         if self.access_enabled or warning:
             fields["_t"] = time.time()
             fields["_w"] = warning
-            self._queue.put_nowait(fields)
+            self._offer(fields)
+
+    def _offer(self, item: Any) -> None:
+        """Queue ``item`` for the writer, or drop and count it when :attr:`max_queued` wait already."""
+        if self._queue.qsize() < self.max_queued:
+            self._queue.put_nowait(item)
+        else:
+            with self._drop_lock:
+                self._dropped_full += 1
+
+    def stats(self) -> dict[str, Any]:
+        """``dropped``: records lost (queue full, or written while the file could not be);
+        ``write_errors``: failed attempts to write or flush the file; ``failing``: whether the
+        file is failing now; ``queued``: records waiting for the writer."""
+        w = self.listener
+        return {"dropped": self._dropped_full + w.dropped, "write_errors": w.write_errors,
+                "failing": w.failing_since is not None, "queued": self._queue.qsize()}
 
     def close(self) -> None:
         for lg in self.loggers:
             lg.removeHandler(self.queue_handler)
         self.listener.stop()
-        self.file_handler.close()
+        try:
+            self.file_handler.close()
+        except OSError:  # the last flush failed: what it held is lost, the descriptor is closed
+            pass
 
 
 class _RotatingFile(logging.handlers.RotatingFileHandler):
@@ -155,10 +192,6 @@ class _RotatingFile(logging.handlers.RotatingFileHandler):
         self._size = self.stream.tell() if self.stream is not None else 0
         self.secret = secret
 
-    def _open(self):
-        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # a new file is private too
-        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
-
     def shouldRollover(self, record: logging.LogRecord) -> bool:  # noqa: N802 (logging API)
         return False  # decided in write_line, from the bytes counted
 
@@ -168,11 +201,13 @@ class _RotatingFile(logging.handlers.RotatingFileHandler):
             line = line.replace(self.secret, "<redacted>")
         line += "\n"
         with self.lock:
+            if self.stream is None:
+                self.stream = self._open()
             if self.maxBytes > 0 and self._size and self._size + len(line) >= self.maxBytes:
                 self.doRollover()
                 self._size = 0
-            if self.stream is None:
-                self.stream = self._open()
+                if self.stream is None:
+                    self.stream = self._open()
             self.stream.write(line)
             self._size += len(line)
 
@@ -181,6 +216,26 @@ class _RotatingFile(logging.handlers.RotatingFileHandler):
             self.write_line(self.format(record))
         except Exception:  # noqa: BLE001 (logging must never raise into the daemon)
             self.handleError(record)
+
+    def drop_stream(self) -> None:
+        """Close the file after a write error, discarding what its buffer still holds (a
+        failed close still releases the descriptor); the next :meth:`write_line` reopens the
+        path and counts the size of the file found there."""
+        with self.lock:
+            stream, self.stream = self.stream, None
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            self._size = -1
+
+    def _open(self):
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # a new file is private too
+        stream = os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+        if getattr(self, "_size", 0) < 0:
+            self._size = stream.tell()
+        return stream
 
 
 #: the writer thread lets records gather this long after a quiet spell (fewer wake-ups under load)
@@ -206,8 +261,25 @@ def _json_value(v: Any) -> str:
 
 class _Listener(logging.handlers.QueueListener):
     """Writes the maps queued by :meth:`JsonLog.access` as ``optiond.access`` lines (straight to
-    the file: no LogRecord), the records of the loggers through the handler, and works in
-    batches: after the queue runs dry it flushes the file and waits :data:`_BATCH_S`."""
+    the file: no LogRecord), the records of the loggers through the handler's filters and
+    formatter, and works in batches: after the queue runs dry it flushes the file and waits
+    :data:`_BATCH_S`.
+
+    It never dies of a write error: the first one is printed once to stderr and the file is
+    closed; until :data:`RETRY_S` has passed the records that come are dropped (counted in
+    :attr:`dropped`), then the file is reopened and the record at hand written and flushed: on
+    success the log resumes with a ``log_gap`` line, else the wait starts again. Lines
+    written since the last successful flush are counted as dropped when a flush fails."""
+
+    def __init__(self, *a: Any, **kw: Any):
+        super().__init__(*a, **kw)
+        self.dropped = 0
+        self.write_errors = 0
+        #: ``time.time()`` of the first error of the current failure, None while writing works
+        self.failing_since: float | None = None
+        self._retry_at = 0.0
+        self._unflushed = 0  # lines written into the file's buffer since the last successful flush
+        self._lost_now = 0   # lines lost in the current failure
 
     def prepare(self, record: Any) -> Any:
         return record
@@ -220,30 +292,108 @@ class _Listener(logging.handlers.QueueListener):
             self._second = (sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)))
         return f"{self._second[1]}.{int((t - sec) * 1000):03d}Z"
 
-    def handle(self, record: Any) -> None:
+    def _line(self, record: Any) -> str | None:
+        """The JSON line of a queued map or LogRecord (None: filtered out)."""
         if isinstance(record, dict):
             t = record.pop("_t")
             level = "WARNING" if record.pop("_w") else "INFO"
-            try:  # by hand: a line per request is the busy path (json.dumps only for text that needs escapes)
-                body = ", ".join(f'"{k}": {_json_value(v)}' for k, v in record.items())
-                self.handlers[0].write_line(f'{{"ts": "{self._ts(t)}", "level": "{level}", "logger": "optiond.access", '
-                                            f'"msg": "request", {body}}}')
-            except Exception:  # noqa: BLE001
-                pass
-        else:
-            super().handle(record)
+            # by hand: a line per request is the busy path (json.dumps only for text that needs escapes)
+            body = ", ".join(f'"{k}": {_json_value(v)}' for k, v in record.items())
+            return (f'{{"ts": "{self._ts(t)}", "level": "{level}", "logger": "optiond.access", '
+                    f'"msg": "request", {body}}}')
+        h = self.handlers[0]
+        if not h.filter(record):
+            return None
+        return h.format(record)
+
+    def handle(self, record: Any) -> None:
+        try:
+            self._handle(record)
+        except Exception:  # noqa: BLE001 (the writer thread must outlive any record)
+            self._lose(1)
         if self.queue.empty():
-            for h in self.handlers:
-                h.flush()
+            if self.failing_since is None:
+                self._flush()
             time.sleep(_BATCH_S)
+
+    def _handle(self, record: Any) -> None:
+        if self.failing_since is not None and time.monotonic() < self._retry_at:
+            self._lose(1)
+            return
+        line = self._line(record)
+        if line is None:
+            return
+        try:
+            self.handlers[0].write_line(line)
+        except OSError as e:
+            self._failed(e, pending=self._unflushed + 1)
+            return
+        self._unflushed += 1
+        if self.failing_since is not None and self._flush():  # a retry: flushed at once to know
+            self._resumed()
+
+    def _flush(self) -> bool:
+        try:
+            self.handlers[0].flush()
+        except OSError as e:
+            self._failed(e, pending=self._unflushed)
+            return False
+        self._unflushed = 0
+        return True
+
+    def _lose(self, n: int) -> None:
+        self.dropped += n
+        self._lost_now += n
+
+    def _failed(self, error: OSError, pending: int) -> None:
+        self.write_errors += 1
+        self._lose(pending)
+        self._unflushed = 0
+        self.handlers[0].drop_stream()
+        self._retry_at = time.monotonic() + RETRY_S
+        if self.failing_since is None:
+            self.failing_since = time.time()
+            _stderr(f"optiond: cannot write the JSON log {self.handlers[0].baseFilename} ({error}); its lines are "
+                    f"dropped (optiond_log_records_dropped_total) and writing is retried every {RETRY_S:g} s")
+
+    def _resumed(self) -> None:
+        lost, since = self._lost_now, self.failing_since or time.time()
+        self.failing_since, self._lost_now, self._unflushed = None, 0, 0
+        h = self.handlers[0]
+        gap = logging.makeLogRecord({"name": "optiond.daemon.logs", "levelno": logging.WARNING,
+                                     "levelname": "WARNING", "msg": "the JSON log could not be written for a while",
+                                     "event": "log_gap", "dropped": lost,
+                                     "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))})
+        try:
+            h.write_line(h.format(gap))
+        except OSError as e:
+            self._failed(e, pending=1)
+            return
+        _stderr(f"optiond: the JSON log {h.baseFilename} is written again ({lost} lines were dropped)")
+
+
+def _stderr(text: str) -> None:
+    """One line to stderr, if stderr can take it (it may sit on the same full disk)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 class _Enqueue(logging.handlers.QueueHandler):
     """A QueueHandler that queues the record itself (the formatting happens in the writer
-    thread; the fields passed with ``extra=`` must stay on the record for the JSON)."""
+    thread; the fields passed with ``extra=`` must stay on the record for the JSON), within
+    the log's bound (:meth:`JsonLog._offer`)."""
+
+    def __init__(self, log: JsonLog):
+        super().__init__(log._queue)
+        self._offer = log._offer
 
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
         return record
 
+    def enqueue(self, record: logging.LogRecord) -> None:
+        self._offer(record)
 
-__all__ = ["JsonLog", "JsonFormatter", "Redact", "log_dir", "LOG_DIR_ENV"]
+
+__all__ = ["JsonLog", "JsonFormatter", "Redact", "log_dir", "LOG_DIR_ENV", "MAX_QUEUED", "RETRY_S"]

@@ -29,6 +29,8 @@ outcome}``                             device (``cpu``, ``gpu:0`` ...) and outco
 ``auth_failures_total``,               messages dropped for a bad signature / answered with a
 ``malformed_messages_total``           protocol error
 ``uptime_seconds``, ``ready``          seconds since start; 1 when ``/readyz`` says ready
+``log_records_dropped_total``,         JSON log lines lost (queue full, or the file failing),
+``log_write_errors_total``             and failed writes of the file (a full disk...)
 =====================================  ======================================================
 
 plus the standard ``process_*`` metrics of :class:`prometheus_client.ProcessCollector`.
@@ -107,6 +109,20 @@ class _StateCollector:
         yield g("optiond_ready", "1 when the daemon accepts work (see /readyz)", value=1.0 if st["ready"] else 0.0)
 
 
+class _LogCollector:
+    """The JSON log's counters (:meth:`optiond.daemon.logs.JsonLog.stats`), 0 without a log."""
+
+    def __init__(self, stats: Callable[[], dict] | None):
+        self._stats = stats
+
+    def collect(self):
+        st = self._stats() if self._stats is not None else {}
+        yield CounterMetricFamily("optiond_log_records_dropped", "JSON log lines dropped (queue full or file failing)",
+                                  value=st.get("dropped", 0))
+        yield CounterMetricFamily("optiond_log_write_errors", "Failed writes or flushes of the JSON log file",
+                                  value=st.get("write_errors", 0))
+
+
 class Metrics:
     """The daemon's metrics (see the module docstring).
 
@@ -116,9 +132,12 @@ class Metrics:
             ``mpi`` (``ranks``, ``workers_alive``), ``auth_failures``, ``malformed``,
             ``uptime_s``, ``ready``.
         version, protocol_version: for ``optiond_info``.
+        log_stats: returns the JSON log's ``dropped`` and ``write_errors`` counts
+            (:meth:`optiond.daemon.logs.JsonLog.stats`); None: no log, both 0.
     """
 
-    def __init__(self, state: Callable[[], dict], version: str = "", protocol_version: str = ""):
+    def __init__(self, state: Callable[[], dict], version: str = "", protocol_version: str = "",
+                 log_stats: Callable[[], dict] | None = None):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter("optiond_requests", "Requests answered", ["op", "model", "device", "outcome"],
@@ -132,6 +151,7 @@ class Metrics:
         Info("optiond", "Daemon version", registry=r).info({"version": version, "protocol_version": protocol_version})
         ProcessCollector(registry=r)
         r.register(_StateCollector(state))
+        r.register(_LogCollector(log_stats))
         self._children: dict[tuple, tuple] = {}
         self._lock = threading.Lock()
 

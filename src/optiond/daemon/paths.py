@@ -18,6 +18,7 @@ import json
 import os
 import stat
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,169 @@ def shell_endpoint(info: dict[str, Any]) -> str:
             and os.environ.get(TRANSPORT_ENV, "").lower() != "tcp" and os.path.exists(ipc[6:])):
         return ipc
     return endpoint(info)
+
+
+class DaemonRunning(RuntimeError):
+    """Another daemon holds the lock of this connection file; ``pid`` is its process id (None
+    when it could not be read)."""
+
+    def __init__(self, conn_file: Path, pid: int | None):
+        self.pid = pid
+        self.connection_file = conn_file
+        who = f"pid {pid}" if pid else "pid unknown"
+        super().__init__(f"a daemon already runs ({who}) with connection file {conn_file}; stop it first "
+                         f"(optiond stop{f' --pid {pid}' if pid else ''})")
+
+
+def lock_file(conn_file: Path) -> Path:
+    """The lock held by the daemon that owns ``conn_file``: ``<name>.lock`` beside it."""
+    conn_file = Path(conn_file)
+    return conn_file.with_name(conn_file.name + ".lock")
+
+
+def pid_file(conn_file: Path) -> Path:
+    """The pid of the daemon that holds :func:`lock_file`: ``<name>.pid`` beside it."""
+    conn_file = Path(conn_file)
+    return conn_file.with_name(conn_file.name + ".pid")
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        text = Path(path).read_text(encoding="ascii").strip()
+    except (OSError, ValueError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def pid_running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (POSIX; elsewhere: exists)."""
+    if pid <= 0:
+        return False
+    if os.name == "nt":
+        import ctypes  # noqa: PLC0415
+
+        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+        if not handle:
+            return False
+        code = ctypes.c_ulong()
+        ctypes.windll.kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
+        ctypes.windll.kernel32.CloseHandle(handle)
+        return code.value == 259  # STILL_ACTIVE
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped) does not run
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+class DaemonLock:
+    """The exclusive lock that makes one daemon the owner of a connection file, for its whole
+    life (:mod:`filelock`: ``flock`` on POSIX, ``LockFileEx`` on Windows; the operating system
+    frees it when the process ends, however it ends). The owner's pid goes to
+    :func:`pid_file` so that a refused daemon can name it.
+
+    Args:
+        conn_file: the connection file (the lock and pid files go beside it).
+
+    Raises (:meth:`acquire`):
+        DaemonRunning: another process holds the lock.
+        OSError: the directory or lock file cannot be created.
+    """
+
+    #: how long a refused daemon waits for the owner, just started, to write its pid
+    PID_WAIT_S = 2.0
+
+    def __init__(self, conn_file: str | os.PathLike):
+        self.connection_file = Path(conn_file)
+        self.path = lock_file(self.connection_file)
+        self.pid_path = pid_file(self.connection_file)
+        self._lock = None
+        self._inode: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._lock is not None
+
+    def acquire(self) -> None:
+        """Take the lock now or raise :class:`DaemonRunning` naming the owner's pid."""
+        import filelock  # noqa: PLC0415
+
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock = filelock.FileLock(str(self.path), mode=0o600, thread_local=False, fallback_to_soft=False)
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
+            raise DaemonRunning(self.connection_file, self.owner()) from None
+        self._lock = lock
+        self._inode = os.stat(self.path).st_ino
+        _write_atomic(self.pid_path, f"{os.getpid()}\n")
+
+    def owner(self) -> int | None:
+        """The pid of the process holding the lock as its pid file says (waiting up to
+        :attr:`PID_WAIT_S` for an owner that has just started to write it), or None."""
+        deadline = time.monotonic() + self.PID_WAIT_S
+        while True:
+            pid = _read_pid(self.pid_path)
+            if (pid is not None and pid != os.getpid() and pid_running(pid)) or time.monotonic() >= deadline:
+                return pid
+            time.sleep(0.02)
+
+    def still_held(self) -> bool:
+        """Whether the lock file at :attr:`path` is still the one locked (not deleted or
+        replaced) and the pid file names this process."""
+        if self._lock is None:
+            return False
+        try:
+            same = os.stat(self.path).st_ino == self._inode
+        except OSError:
+            return False
+        return same and _read_pid(self.pid_path) == os.getpid()
+
+    def renew(self) -> None:
+        """After :meth:`still_held` said no: take the lock at :attr:`path` again (a fresh file
+        if it was deleted) and rewrite the pid file; the old lock is released.
+
+        Raises:
+            DaemonRunning: another daemon took the path meanwhile.
+        """
+        old = self._lock
+        try:
+            if old is not None and os.path.exists(self.path) and os.stat(self.path).st_ino == self._inode:
+                _write_atomic(self.pid_path, f"{os.getpid()}\n")  # only the pid file went missing
+                return
+        except OSError:
+            pass
+        self._lock = None
+        try:
+            self.acquire()
+        except DaemonRunning:
+            self._lock = old
+            raise
+        if old is not None:
+            old.release(force=True)
+
+    def release(self) -> None:
+        """Remove the pid file (if still this process's) and release the lock."""
+        if self._lock is None:
+            return
+        if _read_pid(self.pid_path) == os.getpid():
+            try:
+                os.unlink(self.pid_path)
+            except OSError:
+                pass
+        self._lock.release(force=True)
+        self._lock = None

@@ -7,7 +7,9 @@ Two ways to start a pool of R ranks (R-1 workers beside the front end):
   0 then serves ZeroMQ and the others become :mod:`mpi4py.futures` workers
   (:class:`mpi4py.futures.MPICommExecutor`) until rank 0 stops;
 * ``optiond serve --workers R``: re-executes itself under the ``mpiexec`` of the MPI it was
-  built with (the PyPI ``mpich`` wheel's on a workstation), i.e. the first way on one host.
+  built with (the PyPI ``mpich`` wheel's on a workstation), i.e. the first way on one host,
+  with every listener on loopback or in shared memory (:func:`find_local_launcher`,
+  :func:`loopback_env`): no port of the pool is reachable from the network.
 
 Devices: each rank uses GPU ``local_rank % n_gpus`` when CuPy sees GPUs on its host (the
 engine then prices on "the current device"); CPU threads per rank are the host's cores
@@ -73,13 +75,67 @@ def find_mpiexec() -> str | None:
     return shutil.which("mpiexec", path=here) or shutil.which("mpiexec")
 
 
+def find_local_launcher() -> str | None:
+    """The launcher of a one-host pool: MPICH's ``mpiexec.gforker`` beside the ``mpiexec``
+    that :func:`find_mpiexec` finds (it forks the ranks and talks to them over socket pairs:
+    no TCP port, where Hydra's ``mpiexec`` listens on 0.0.0.0 for its proxies whatever its
+    options), else that ``mpiexec``, else None."""
+    exe = find_mpiexec()
+    if exe is None:
+        return None
+    return shutil.which("mpiexec.gforker", path=os.path.dirname(exe)) or exe
+
+
+def launcher_warning(exe: str) -> str | None:
+    """What a one-host pool under ``exe`` exposes beyond loopback, or None: MPICH's Hydra
+    ``mpiexec`` (``hydra_pmi_proxy`` beside it) listens on every interface for its proxies."""
+    if os.path.basename(exe).startswith("mpiexec.gforker"):
+        return None
+    if shutil.which("hydra_pmi_proxy", path=os.path.dirname(exe)):
+        return (f"{exe} is MPICH's Hydra, whose control port listens on every interface (no mpiexec.gforker beside "
+                f"it); the ranks' own transport stays on loopback")
+    return None
+
+
+def _loopback_interface() -> str:
+    """The name of the loopback interface (``lo`` on Linux, ``lo0`` on macOS and BSD)."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (OSError, AttributeError):
+        names = []
+    return next((n for n in names if n in ("lo", "lo0")), "lo")
+
+
+def loopback_env() -> dict[str, str]:
+    """The environment that keeps every listener of a one-host pool on loopback or in shared
+    memory, for the MPIs a workstation has:
+
+    * MPICH ch4 over UCX (the ``mpich`` wheel): ``UCX_TLS=self,sm`` (the ranks reach one another
+      through shared memory; UCX opens no TCP listener) and ``UCX_NET_DEVICES=<lo>``;
+      over libfabric: ``FI_TCP_IFACE`` / ``FI_SOCKETS_IFACE=<lo>``; ch3 / nemesis:
+      ``MPIR_CVAR_CH3_INTERFACE_HOSTNAME=127.0.0.1``, ``MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE=<lo>``;
+    * Open MPI: its runtime's (``oob``, PRRTE's) and its TCP transport's (``btl_tcp``)
+      interfaces restricted to ``127.0.0.0/8``.
+
+    A multi-host pool is the site's MPI started by ``mpiexec -n R optiond serve``, configured
+    by IT; this environment is only for ``optiond serve --workers R``."""
+    lo = _loopback_interface()
+    loop_net = "127.0.0.0/8"
+    return {"UCX_TLS": "self,sm", "UCX_NET_DEVICES": lo, "FI_TCP_IFACE": lo, "FI_SOCKETS_IFACE": lo,
+            "MPIR_CVAR_CH3_INTERFACE_HOSTNAME": "127.0.0.1", "MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE": lo,
+            "OMPI_MCA_oob_tcp_if_include": loop_net, "OMPI_MCA_btl_tcp_if_include": loop_net,
+            "PRTE_MCA_oob_tcp_if_include": loop_net, "PMIX_MCA_ptl_tcp_if_include": loop_net}
+
+
 def mpiexec_command(ranks: int, argv: list[str]) -> list[str]:
-    """``mpiexec -n ranks python -m optiond.daemon.commands <argv>``.
+    """The one-host pool's command line: ``<launcher> -n ranks python -m
+    optiond.daemon.commands <argv>`` (the launcher: :func:`find_local_launcher`); run it with
+    :func:`loopback_env` added to the environment.
 
     Raises:
         RuntimeError: no ``mpiexec`` found (install the ``mpich`` wheel or the site's MPI).
     """
-    exe = find_mpiexec()
+    exe = find_local_launcher()
     if exe is None:
         raise RuntimeError("no mpiexec found beside this Python or on PATH: install mpi4py and the 'mpich' wheel "
                            "(pip install mpi4py mpich) or load the site's MPI")
@@ -249,5 +305,5 @@ def ping(_: Any = None) -> dict[str, Any]:
     return {"pid": os.getpid(), "time": time.time()}
 
 
-__all__ = ["launched_by_mpi", "find_mpiexec", "mpiexec_command", "bootstrap", "worker_loop", "configure_rank",
+__all__ = ["launched_by_mpi", "find_mpiexec", "find_local_launcher", "launcher_warning", "loopback_env", "mpiexec_command", "bootstrap", "worker_loop", "configure_rank",
            "host", "run_chunk", "rank_info", "sparse_column", "prices_only"]

@@ -104,6 +104,8 @@ TIMELINE_CHUNKS = 64
 COALESCE_MIN = 4
 #: the daemon process's interpreter switch interval (seconds; Python's default is 0.005)
 SWITCH_INTERVAL_S = 0.0005
+#: seconds between two checks that the connection file, its lock and pid file are still this daemon's
+GUARD_S = 1.0
 JOB_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 #: the columns the engine cannot price without (a table lacking one is handed to the engine
 #: whole, so its error is the engine's own)
@@ -336,6 +338,7 @@ class Server:
         self.metrics: Metrics | None = None
         self.http: HttpEndpoint | None = None
         self.json_log = None
+        self._lock = paths.DaemonLock(self.connection_file)
         self._shell_ops: dict[str, Handler] = {
             "ping": self._op_ping, "status": self._op_status, "price": self._op_price,
             "implied_vol": self._op_implied_vol, "submit": self._op_submit, "result": self._op_result,
@@ -351,7 +354,7 @@ class Server:
         write the connection file. Returns the connection info (as written, key included).
 
         Raises:
-            RuntimeError: another daemon answers on the connection file already.
+            paths.DaemonRunning: another daemon holds the connection file's lock (a RuntimeError).
             OSError / zmq.ZMQError: the file or a socket cannot be created.
         """
         self._refuse_if_running()
@@ -413,7 +416,8 @@ class Server:
                                local_rank=int(local.get("local_rank", 0)), local_size=int(local.get("local_size", 1)),
                                max_queued=self.limits.max_queued_jobs,
                                max_inflight_bytes=self.limits.max_inflight_bytes)
-        self.metrics = Metrics(self._metrics_state, __version__, PROTOCOL_VERSION)
+        self.metrics = Metrics(self._metrics_state, __version__, PROTOCOL_VERSION,
+                               log_stats=self.json_log.stats if self.json_log is not None else None)
         if self._metrics_port is not None:
             try:
                 self.http = HttpEndpoint(self.metrics, self._health, self._ready, self.ip, int(self._metrics_port))
@@ -423,6 +427,7 @@ class Server:
         self._threads = [
             threading.Thread(target=self._heartbeat, args=(hb_ctl_peer,), name="optiond-heartbeat", daemon=True),
             threading.Thread(target=self._publisher, name="optiond-events", daemon=True),
+            threading.Thread(target=self._guard, name="optiond-guard", daemon=True),
             threading.Thread(target=self._channel, args=(self._control, self._control_ops, self._control_counters,
                                                          self._control_tick_fn()),
                              name="optiond-control", daemon=True),
@@ -458,21 +463,34 @@ class Server:
         return f"ipc://{path}"
 
     def _refuse_if_running(self) -> None:
-        try:
-            old = paths.read_connection_file(self.connection_file)
-        except (FileNotFoundError, paths.ConnectionFileError):
-            return
-        from .client import Client, DaemonUnavailable  # local import: client imports nothing from here
+        """Take the connection file's lock for this daemon's life (:class:`paths.DaemonLock`),
+        or raise :class:`paths.DaemonRunning` naming the daemon that holds it."""
+        self._lock.acquire()
 
-        client = Client(self.connection_file, timeout=1.0, retries=0)
-        try:
-            client.status()  # the control channel answers even while the other daemon prices
-        except DaemonUnavailable:
-            return  # a stale file left by a daemon that died: ours replaces it
-        finally:
-            client.close()
-        raise RuntimeError(f"a daemon already runs (pid {old.get('pid')}) with connection file {self.connection_file}; "
-                           f"stop it first (optiond stop)")
+    def _guard(self) -> None:
+        """Every :data:`GUARD_S`: keep the connection file, the lock and the pid file this
+        daemon's. A connection file deleted or overwritten is written again (logged as a
+        warning); a lock file deleted is taken again, and if another daemon has taken it
+        meanwhile this one stops (logged as an error): the connection file is then the other's."""
+        while not self._stop.wait(GUARD_S):
+            try:
+                if not self._lock.still_held():
+                    log.warning("the lock or pid file of %s was removed; taking it again", self.connection_file)
+                    self._lock.renew()
+                try:
+                    ours = paths.read_connection_file(self.connection_file).get("key") == self.key
+                except (FileNotFoundError, paths.ConnectionFileError):
+                    ours = False
+                if not ours and not self._stop.is_set():
+                    log.warning("connection file %s was removed or changed; writing it again (pid %d)",
+                                self.connection_file, self.pid)
+                    paths.write_connection_file(self.connection_file, self.info)
+            except paths.DaemonRunning as e:
+                log.error("daemon (pid %d) stops: %s took connection file %s after its lock file was deleted",
+                          self.pid, f"pid {e.pid}" if e.pid else "another daemon", self.connection_file)
+                self.stop()
+            except OSError as e:
+                log.warning("cannot check connection file %s: %s", self.connection_file, e)
 
     def stop(self) -> None:
         """Ask the loops to finish (thread- and signal-safe); :meth:`serve_forever` returns."""
@@ -501,6 +519,7 @@ class Server:
         close the sockets and remove the connection file (if still ours)."""
         self._stop.set()
         if self._ctx is None:
+            self._lock.release()
             return
         sdnotify.notify("STOPPING=1")
         self._set_state("stopping")
@@ -529,6 +548,7 @@ class Server:
                 sock.close()
         self._ctx.destroy(linger=0)  # closes any socket a thread left open, then terms
         self._ctx = None
+        self._lock.release()  # after the connection file is gone: a new daemon starts clean
         log.info("daemon (pid %d) stopped", self.pid)
         if self.json_log is not None:
             self.json_log.close()
