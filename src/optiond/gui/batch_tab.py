@@ -79,17 +79,18 @@ class BatchTab(QWidget):
         self.rate.setToolTip("Flat continuously compounded rate, annual decimal (0.04 = 4 %); with carry = parity, "
                              "European expiries imply their own rate from put-call parity")
         self.carry = QComboBox()
-        for mode, label, tip in (("parity", "parity (from the chain)",
+        for mode, label, tip in (("parity", "parity",
                                   "Forward and carry per expiry from the chain itself: a put-call parity fit "
                                   "(European) or the carry that makes call and put IVs agree (American)"),
-                                 ("flat", "flat (as given)", "The rate and dividend yield as given, for every expiry")):
+                                 ("flat", "flat", "The rate and dividend yield as given, for every expiry")):
             self.carry.addItem(label, mode)
             self.carry.setItemData(self.carry.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
         self.carry.setToolTip("Where each expiry's forward and carry come from")
         self.carry.currentIndexChanged.connect(self._carry_chosen)
         self.quote_time = QLineEdit()
         self.quote_time.setPlaceholderText("16:00")
-        self.quote_time.setMaximumWidth(90)
+        self.quote_time.setMinimumWidth(self.quote_time.fontMetrics().horizontalAdvance("00:00") + 24)
+        self.quote_time.setMaximumWidth(110)
         self.quote_time.setToolTip("HH:MM New York time of the snapshot (or ISO 8601 with offset); blank: the 16:00 "
                                    "close of the quote date. The bundled Yahoo files (SPY, QQQ, TSLA, AAPL) are 10:50")
         self.dividend = QDoubleSpinBox()
@@ -501,11 +502,11 @@ class BatchTab(QWidget):
             bars = np.isfinite(s.iv_bid) | np.isfinite(s.iv_ask)  # from the bid IV (or the mid) to the ask IV
             if bars.any():
                 iv = s.iv[bars]
-                p.addItem(pg.ErrorBarItem(x=x[bars], y=100 * iv, beam=0.0, pen=pg.mkPen((46, 125, 50, 150), width=1),
+                p.addItem(pg.ErrorBarItem(x=x[bars], y=100 * iv, beam=0.0, pen=pg.mkPen((230, 81, 0), width=1.5),
                                           top=100 * np.nan_to_num(s.iv_ask[bars] - iv),
                                           bottom=100 * np.nan_to_num(iv - s.iv_bid[bars])))
             p.plot(x, 100 * s.iv, name="OTM IV (mid), bid–ask bars", pen=pg.mkPen((25, 118, 210), width=1.5),
-                   symbol="o", symbolSize=5, symbolBrush=pg.mkBrush(25, 118, 210), symbolPen=None)
+                   symbol="o", symbolSize=4, symbolBrush=pg.mkBrush(25, 118, 210), symbolPen=None)
         if np.isfinite(s.forward):
             p.addItem(pg.InfiniteLine(0.0 if log_x else s.forward, angle=90,
                                       pen=pg.mkPen((80, 80, 80), style=Qt.PenStyle.DashLine),
@@ -514,6 +515,10 @@ class BatchTab(QWidget):
         name = df["underlying"].iloc[0] if "underlying" in df and len(df) else ""
         p.setTitle(f"{name} {exp}: smile (out-of-the-money side)")
         p.enableAutoRange()
+        if x.size >= 2:  # frame the smile itself: the file's stray quotes and the wings' wide bars may run off
+            lo, hi = np.nanmin(s.iv), np.nanmax(s.iv)
+            pad = 0.08 * (hi - lo) + 0.005
+            p.setYRange(100 * (lo - pad), 100 * (hi + pad), padding=0)
 
     # ------------------------------------------------------------------ export
 
