@@ -411,7 +411,7 @@ def test_daemon_down_prices_in_process(monkeypatch, tmp_path):
 def test_table_drives_the_functions():
     assert [f.name for f in table.FUNCTIONS] == ["BOPM_PUT", "BOPM_CALL", "BS_PUT", "BS_CALL", "BOPM_IV", "BOPM_GREEKS",
                                                  "MLMC_CALL", "MLMC_PUT", "MLMC_ASIAN_CALL", "MLMC_DIGITAL_CALL",
-                                                 "MLMC_STDERR", "HESTON_CALL", "HESTON_PUT"]
+                                                 "MLMC_STDERR", "HESTON_CALL", "HESTON_PUT", "PARITY_FORWARD"]
     assert set(F.WORKSHEET_FUNCTIONS) == set(F.formulas_functions()) == {f.name for f in table.FUNCTIONS}
     for spec in table.FUNCTIONS:
         f = F.WORKSHEET_FUNCTIONS[spec.name]
@@ -510,3 +510,92 @@ def test_one_cell_short_path_answers_as_the_general_path(client, name, cell):
     F.clear_cache()
     general = F._compute(spec, *F._read_cells(spec, values))[0]
     assert short == general or (isinstance(short, float) and math.isnan(short) and math.isnan(general))
+
+
+# ---- PARITY_FORWARD: a put-call parity fit of a pasted strip ---------------------------------
+
+def _bs_strip(S, T, r, q, strikes):
+    """European call and put prices of a strip by the closed form (a skewed smile)."""
+    from optiond.kernels.black_scholes import bs_price_greeks
+
+    k = np.asarray(strikes, dtype=float)
+    vols = 0.22 - 0.15 * np.log(k / S)
+    return (bs_price_greeks(1, S, k, T, r, q, vols)["price"], bs_price_greeks(0, S, k, T, r, q, vols)["price"])
+
+
+@pytest.mark.parametrize("S,T,r,q", [(100.0, 0.5, 0.045, 0.012), (5000.0, 1.75, 0.031, 0.016), (42.0, 0.05, 0.0, 0.03)])
+def test_parity_forward_gives_back_forward_and_discount(S, T, r, q):
+    """A strip priced by Black-Scholes-Merton with known r and q: F = S e^((r-q)T) and
+    D = e^(-rT) back to 1e-9 relative (both fitted), F alone when the rate is given; a row
+    and a column strip give the same answer, and no request is sent."""
+    strikes = np.linspace(0.8 * S, 1.2 * S, 9)
+    calls, puts = _bs_strip(S, T, r, q, strikes)
+    F_true, D_true = S * math.exp((r - q) * T), math.exp(-r * T)
+
+    class NoClient:
+        def __getattr__(self, name):
+            raise AssertionError("PARITY_FORWARD is computed in this process")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(F, "_client", lambda: NoClient())
+        row = F.PARITY_FORWARD([strikes.tolist()], [calls.tolist()], [puts.tolist()], T)
+        column = F.PARITY_FORWARD(col(strikes), col(calls), col(puts), T)
+        given = F.PARITY_FORWARD(col(strikes), col(calls), col(puts), T, r)
+    assert len(row) == 1 and len(row[0]) == 2
+    (f, d), (fc, dc), (fg, dg) = row[0], column[0], given[0]
+    assert f == pytest.approx(F_true, rel=1e-9) and d == pytest.approx(D_true, rel=1e-9)
+    assert (fc, dc) == pytest.approx((f, d), rel=1e-12)
+    assert fg == pytest.approx(F_true, rel=1e-9) and dg == D_true
+    # with the rate, one strike is enough
+    one = F.PARITY_FORWARD([[strikes[4]]], [[calls[4]]], [[puts[4]]], T, r)[0]
+    assert one[0] == pytest.approx(F_true, rel=1e-9)
+
+
+def test_parity_forward_skips_strikes_with_an_empty_cell_and_a_wrong_rate_moves_only_f():
+    S, T, r, q = 100.0, 0.5, 0.04, 0.01
+    strikes = np.linspace(85, 115, 7)
+    calls, puts = _bs_strip(S, T, r, q, strikes)
+    c = calls.tolist()
+    c[2] = None  # a missing quote
+    f, d = F.PARITY_FORWARD(col(strikes), col(c), col(puts), T)[0]
+    assert f == pytest.approx(S * math.exp((r - q) * T), rel=1e-9) and d == pytest.approx(math.exp(-r * T), rel=1e-9)
+    # C - P = D (F - K) at every strike: with D off by a factor, F solves the fit in least squares
+    f_wrong, d_wrong = F.PARITY_FORWARD(col(strikes), col(calls), col(puts), T, r + 0.01)[0]
+    assert d_wrong == math.exp(-(r + 0.01) * T)
+    y = calls - puts
+    assert f_wrong == pytest.approx(float(np.mean(strikes + y / d_wrong)), rel=1e-9)  # equal weights, no outlier
+
+
+@pytest.mark.parametrize("args,text", [
+    (([[90, 100, 110]], [[12, 5]], [[2, 5, 12]], 0.5), "#optiond: strikes, call_mids and put_mids must have the same "
+                                                        "length, got 3, 2 and 3"),
+    (([[90, 100]], [[12, 5]], [[2, 5]], 0.5), "#optiond: 2 two-sided strike pair(s); the parity fit needs 3 (or give "
+                                              "rate to fit the forward alone)"),
+    (([[90, 100, 110]], [[12, 5, 2]], [[2, 5, 12]], 0), "#optiond: T must be > 0, got 0"),
+    (([[90, 100, 110]], [[12, 5, 2]], [[2, 5, 12]], -1.5), "#optiond: T must be > 0, got -1.5"),
+    (([[90, 100, 110]], [[12, 5, 2]], [[2, 5, 12]], "abc"), '#optiond: T must be a number, got "abc"'),
+    (([[90, 100, 110]], [[12, "x", 2]], [[2, 5, 12]], 0.5), '#optiond: call_mids must be a number, got "x"'),
+    (([[90, 100, 110]], [[12, 5, 2]], [[2, "#N/A", 12]], 0.5), "#optiond: put_mids is #N/A"),
+    (([[90, -100, 110]], [[12, 5, 2]], [[2, 5, 12]], 0.5), "#optiond: strikes must be > 0, got -100"),
+    (([[90, 100, 110]], [[12, 5, 2]], [[2, -5, 12]], 0.5), "#optiond: put_mids must be >= 0, got -5"),
+    (([[90, 100], [110, 120]], [[12, 5, 2, 1]], [[2, 5, 12, 20]], 0.5), "#optiond: strikes must be one row or one "
+                                                                          "column, got 2x2"),
+    (([[90, 100, 110]], [[12, 5, 2]], [[2, 5, 12]], [[0.5, 1.0]]), "#optiond: T must be a single cell"),
+    (([[90, 100, 100]], [[12, 5, 5]], [[2, 5, 5]], 0.5), "#optiond: strikes has a strike twice"),
+    (([[90, 100, 110]], [[12, 5, 2]], [[2, 5, 12]], None), "#optiond: T is required (empty cell)"),
+    (([[90, 100, 110]], [[12, 5, 2]], [[2, 5, 12]], 0.5, "x"), '#optiond: rate must be a number, got "x"'),
+    (([[90, 100, 110]], [[12, 5, 2]], [[2, 5, 12]], 0.5, float("nan")), "#optiond: rate must be a finite number, "
+                                                                         "got nan"),
+])
+def test_parity_forward_bad_input_gives_a_short_reason(args, text):
+    got = F.PARITY_FORWARD(*args)
+    assert got == text and len(got) <= table.EXCEL_TEXT_LIMIT
+
+
+def test_parity_forward_in_the_table_and_reference():
+    spec = table.BY_NAME["PARITY_FORWARD"]
+    assert spec.signature() == "PARITY_FORWARD(strikes, call_mids, put_mids, T, [rate])"
+    assert spec.op == "forward" and spec.args[-1].optional and spec.args[-1].default is None
+    ref = table.reference()
+    assert "## `PARITY_FORWARD(strikes, call_mids, put_mids, T, [rate])`" in ref
+    assert "| `rate` | none |" in ref

@@ -300,11 +300,133 @@ def test_results_sort_filter_smile_export(qtbot, panel, tmp_path):
     assert tab.expiry_combo.count() == res["expiry"].nunique()
     tab.expiry_combo.setCurrentIndex(tab.expiry_combo.findData("2026-03-20"))
     items = {item.name(): item for item in tab.smile_plot.getPlotItem().listDataItems()}
-    calls = expect[expect["type"] == "call"].sort_values("strike")
-    xs, ys = items["calls (solved)"].getData()
-    np.testing.assert_allclose(xs, calls["strike"])
-    np.testing.assert_allclose(ys, 100 * calls["iv"])
+    # the smile: one point per strike, from the out-of-the-money side's row (call for K >= F)
+    exp = res[res["expiry"] == "2026-03-20"]
+    otm = exp[(exp["type"] == np.where(exp["strike"] >= exp["forward"], "call", "put")) & np.isfinite(exp["iv_otm"])]
+    otm = otm.sort_values("strike")
+    assert len(otm) > 10 and otm["strike"].is_unique
+    xs, ys = items["OTM IV (mid), bid–ask bars"].getData()
+    np.testing.assert_allclose(xs, otm["strike"])
+    np.testing.assert_allclose(ys, 100 * otm["iv"])
     assert "2026-03-20" in tab.smile_plot.getPlotItem().titleLabel.text
+    tab.axis_combo.setCurrentIndex(tab.axis_combo.findData("log_moneyness"))
+    items = {item.name(): item for item in tab.smile_plot.getPlotItem().listDataItems()}
+    xs, _ = items["OTM IV (mid), bid–ask bars"].getData()
+    np.testing.assert_allclose(xs, np.log(otm["strike"] / otm["forward"]), rtol=1e-12)
+
+
+def _two_expiries(tmp_path: Path) -> tuple[pd.DataFrame, Path]:
+    """Two AAPL expiries (about 3 and 5 weeks) as a chain file of their own."""
+    df = chain.read_chain(str(AAPL))
+    part = df[df["expiry"].isin(["2026-03-13", "2026-03-20"])].reset_index(drop=True)
+    assert part["expiry"].nunique() == 2
+    path = tmp_path / "aapl_two_expiries.csv"
+    part.to_csv(path, index=False)
+    return part, path
+
+
+def test_forward_table_and_smile_follow_the_whole_chain(qtbot, panel, tmp_path):
+    """A chain priced in parts on the daemon: its market is solved once on the whole chain,
+    so the forward table's forwards and carries are those of chain.solve_market in this
+    process, every row is priced on them, and the residuals and the smile are those of the
+    chain priced in one piece; the smile points lie within their bid/ask IV bars."""
+    _wait_ready(qtbot, panel)
+    tab = panel.batch_tab
+    part, path = _two_expiries(tmp_path)
+    tab.carry.setCurrentIndex(tab.carry.findData("parity"))
+    tab.quote_time.setText("10:50")
+    out = _run(qtbot, tab, path)  # in parts: the first is 4 rows (backend.ChunkSizer), calls before puts
+    assert out.finished, out.summary()
+    assert out.done == len(part)
+
+    market = chain.solve_market(part, quote_time="10:50", steps=STEPS)  # in process
+    ref, summary = chain.price_chain(part, market=market, steps=STEPS)
+    shown = tab.forward_model.frame()
+    assert list(shown["expiry"]) == ["2026-03-13", "2026-03-20"] == list(out.forwards["expiry"])
+    assert list(shown["method"]) == list(market.table["method"]) and shown["method"].str.startswith("carry solve").all()
+    np.testing.assert_allclose(shown["forward"], market.table["forward"], rtol=1e-10)
+    np.testing.assert_allclose(shown["carry"], 100 * market.table["carry"], rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(shown["rate"], 100 * market.table["rate"], rtol=1e-12)
+    np.testing.assert_allclose(out.forwards["call_minus_put_iv_pts"], summary.forwards["call_minus_put_iv_pts"],
+                               atol=1e-6)
+    assert np.isfinite(shown["call_minus_put_iv_pts"]).all()
+    res = tab.table_model.frame()
+    np.testing.assert_allclose(res["forward"], ref["forward"], rtol=1e-10)
+    np.testing.assert_allclose(res["iv_otm"], ref["iv_otm"], atol=1e-7, equal_nan=True)
+    assert (res["status"] == ref["status"]).all()
+
+    for expiry in ("2026-03-13", "2026-03-20"):
+        sm = backend.smile(res, expiry)
+        rows = res[res["expiry"] == expiry]
+        fwd = float(market.table.set_index("expiry").loc[expiry, "forward"])
+        assert sm.forward == pytest.approx(fwd, rel=1e-10)
+        otm = rows[(rows["type"] == np.where(rows["strike"] >= fwd, "call", "put")) & np.isfinite(rows["iv_otm"])]
+        otm = otm.sort_values("strike")
+        assert len(sm.strike) == len(otm) > 5
+        np.testing.assert_array_equal(sm.strike, otm["strike"])
+        np.testing.assert_array_equal(sm.iv, otm["iv_otm"])
+        np.testing.assert_array_equal(sm.iv, otm["iv"])  # the OTM row's own mid IV
+        np.testing.assert_array_equal(sm.iv_bid, otm["iv_bid"])
+        np.testing.assert_array_equal(sm.iv_ask, otm["iv_ask"])
+        np.testing.assert_allclose(sm.log_moneyness, np.log(otm["strike"] / fwd), rtol=1e-12)
+        b, a = np.isfinite(sm.iv_bid), np.isfinite(sm.iv_ask)
+        assert b.sum() > 5 and a.all()
+        assert (sm.iv_bid[b] <= sm.iv[b] + 1e-12).all() and (sm.iv[a] <= sm.iv_ask[a] + 1e-12).all()
+
+    # clicking a row of the forward table plots that expiry's smile, with the forward marked
+    tab.forward_table.clicked.emit(tab.forward_model.index(0, 0))
+    assert tab.expiry_combo.currentData() == "2026-03-13"
+    plot = tab.smile_plot.getPlotItem()
+    lines = [i for i in plot.items if type(i).__name__ == "InfiniteLine"]
+    assert len(lines) == 1 and lines[0].value() == pytest.approx(float(market.table["forward"].iloc[0]))
+    bars = [i for i in plot.items if type(i).__name__ == "ErrorBarItem"]
+    assert len(bars) == 1
+
+
+def test_bad_quote_time_is_refused_with_a_reason(qtbot, tmp_path, settings):
+    """A quote time that does not parse is not run: the tab says why (no daemon needed),
+    and run_batch itself reports it as the outcome's error, never raising."""
+    win = MainWindow(tmp_path / "no-daemon.json", settings)
+    qtbot.addWidget(win)
+    try:
+        tab = win.batch_tab
+        assert tab.set_file(AAPL)
+        tab.quote_time.setText("25:99")
+        tab.run()
+        assert not tab.is_running() and tab.outcome is None
+        assert "Not started" in tab.message.text() and "25:99" in tab.message.text()
+    finally:
+        win.shutdown()
+
+    class NoDaemon:
+        def price_table(self, *a, **k):
+            raise AssertionError("not called")
+
+        implied_vol = price_table
+
+    df = chain.read_chain(str(AAPL)).iloc[:20]
+    out = backend.run_batch(df, "chain", NoDaemon(), backend.BatchSettings(quote_time="25:99"),
+                            cancel=threading.Event())
+    assert out.error and "25:99" in out.error and out.done == 0 and out.forwards is None
+
+
+def test_cancel_during_the_market_solve(qtbot, panel):
+    """The whole chain's forward and carry solve comes first (the status line says so);
+    Cancel stops it: no row priced, no forward table, the tab idle again."""
+    _wait_ready(qtbot, panel)
+    tab = panel.batch_tab
+    assert tab.set_file(SPY)
+    tab.steps.setValue(5000)  # the carry solve's tree IVs alone are minutes of work on a CPU
+    tab.carry.setCurrentIndex(tab.carry.findData("parity"))
+    qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "Solving the forward and carry" in tab.message.text(), timeout=10000)
+    with qtbot.waitSignal(tab.job_finished, timeout=60000) as blocker:
+        qtbot.mouseClick(tab.cancel_button, Qt.MouseButton.LeftButton)
+    out = blocker.args[0]
+    assert out.cancelled and not out.error and out.done == 0 and out.forwards is None
+    assert tab.forward_model.rowCount() == 0
+    assert not tab.is_running() and tab.run_button.isEnabled()
+    assert "Cancelled" in tab.message.text()
 
 
 def test_cancel_stops_a_long_run(qtbot, panel):
@@ -314,6 +436,7 @@ def test_cancel_stops_a_long_run(qtbot, panel):
     tab = panel.batch_tab
     assert tab.set_file(SPY)
     tab.steps.setValue(5000)
+    tab.carry.setCurrentIndex(tab.carry.findData("flat"))  # no market solve before the pricing
     total = len(chain.read_chain(str(SPY)))
     qtbot.mouseClick(tab.run_button, Qt.MouseButton.LeftButton)
     assert tab.is_running() and tab.cancel_button.isEnabled() and not tab.run_button.isEnabled()
@@ -389,6 +512,8 @@ def test_settings_remembered(qtbot, tmp_path, settings):
     tab.steps.setValue(777)
     tab.rate.setValue(0.0525)
     tab.dividend.setValue(0.011)
+    tab.carry.setCurrentIndex(tab.carry.findData("flat"))
+    tab.quote_time.setText("10:50")
     tab.device.setCurrentText("cpu")
     first.tabs.setCurrentIndex(2)
     first.close()
@@ -402,6 +527,7 @@ def test_settings_remembered(qtbot, tmp_path, settings):
         assert tab.steps.value() == 777
         assert tab.rate.value() == pytest.approx(0.0525) and tab.dividend.value() == pytest.approx(0.011)
         assert tab.device.currentText() == "cpu"
+        assert tab.carry.currentData() == "flat" and tab.quote_time.text() == "10:50"
         assert second.tabs.currentIndex() == 2
     finally:
         second.shutdown()

@@ -2,7 +2,8 @@
 
 The workbook is written with openpyxl: input cells, a column of strikes, and formulas
 ``=BOPM_PUT(...)``, ``=BOPM_CALL(...)``, ``=BS_PUT(...)``, ``=BOPM_IV(...)``,
-``=BOPM_GREEKS(...)``, ``=MLMC_CALL(...)`` and ``=HESTON_PUT(...)`` that refer to them (single
+``=BOPM_GREEKS(...)``, ``=MLMC_CALL(...)``, ``=HESTON_PUT(...)`` and ``=PARITY_FORWARD(...)`` (over
+a strip of ``=BS_CALL`` and ``=BS_PUT`` cells) that refer to them (single
 cells, array formulas over a range of strikes, a formula over formula cells, bad inputs). The
 ``formulas`` package recalculates it with the functions registered under their Excel names;
 every request must be answered by the daemon (``OPTIOND_FALLBACK=0``), and the cell values are
@@ -102,6 +103,7 @@ def build(path) -> None:
         ws[f"G{r}"] = f"=BS_PUT($B$1, D{r}, $B$4, $B$2, $B$5, $B$3)"
         ws[f"I{r}"] = f'=BOPM_IV(E{r}, $B$1, D{r}, $B$4, $B$2, $B$3, "put", $B$6, TRUE)'
         ws[f"K{r}"] = f"=E{r}-G{r}"  # early exercise premium over the European closed form, by Excel arithmetic
+        ws[f"Y{r}"] = f"=BS_CALL($B$1, D{r}, $B$4, $B$2, $B$5, $B$3)"
     last = ROWS[-1]
     # range arguments: one request each, the result spills over the array formula's cells
     ws["H2"] = ArrayFormula(f"H2:H{last}", f"=BOPM_PUT(B1, D2:D{last}, B4, B2, B5, B6, B3, FALSE)")
@@ -129,6 +131,10 @@ def build(path) -> None:
     ws["A18"] = "=HESTON_PUT(B1, D4, V1, B2, B3, V2, V3, V4, V5, 1.5)"
     ws["A19"] = '=HESTON_PUT(B1, D4, V1, B2, B3, V2, V3, V4, V5, V6, FALSE, "xyz")'
     ws["A20"] = "=MLMC_STDERR(B1, D4, B4, B2, B5, V7, B3)"
+    # the forward and discount factor of the strip of closed-form calls (Y) and puts (G)
+    ws["Z2"] = ArrayFormula("Z2:AA2", f"=PARITY_FORWARD(D2:D{last}, Y2:Y{last}, G2:G{last}, B4)")
+    ws["Z3"] = ArrayFormula("Z3:AA3", f"=PARITY_FORWARD(D2:D{last}, Y2:Y{last}, G2:G{last}, B4, B2)")
+    ws["A21"] = f"=PARITY_FORWARD(D2:D{last}, Y2:Y{last}, G2:G{last}, 0)"
     wb.save(path)
 
 
@@ -241,6 +247,15 @@ def test_workbook_defaults_and_errors(recalculated):
     for ref, text in expected.items():
         assert cell(values, ref) == text
     assert cell(values, "A17").startswith("#optiond: eps=0.0001 is below the worksheet floor of 0.0001 x S = 0.01")
+
+
+def test_workbook_parity_forward_of_a_strip_of_formula_cells(recalculated):
+    values = recalculated[0]
+    for ref in ("Z2:AA2", "Z3:AA3"):  # both fitted; the rate given
+        forward, discount = values[ref].ravel()
+        assert forward == pytest.approx(S * math.exp((R - Q) * T), rel=1e-9)
+        assert discount == pytest.approx(math.exp(-R * T), rel=1e-9)
+    assert cell(values, "A21") == "#optiond: T must be > 0, got 0"
 
 
 def test_workbook_mlmc_stderr_through_the_daemon(recalculated):

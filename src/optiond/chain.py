@@ -447,7 +447,7 @@ def _bid_ask_brackets(bsel: np.ndarray, asel: np.ndarray, iv: np.ndarray, mid: n
     return np.concatenate([out[0][0], out[1][0]]), np.concatenate([out[0][1], out[1][1]])
 
 
-def _smile_iv(df: pd.DataFrame, kind: np.ndarray, strike: np.ndarray, iv: np.ndarray, market: ChainMarket) -> np.ndarray:
+def _smile_iv(kind: np.ndarray, strike: np.ndarray, iv: np.ndarray, market: ChainMarket) -> np.ndarray:
     """``iv_otm``: per (expiry, strike), the call's IV where K >= F, the put's where K < F."""
     otm_side = np.where(strike >= market.forward, "call", "put")
     own = np.where(kind == otm_side, iv, np.nan)
@@ -471,6 +471,37 @@ def _residuals(market: ChainMarket, kind: np.ndarray, strike: np.ndarray, iv: np
             res[g] = 100.0 * call_put_residual(ks, [c[k] for k in ks], [p[k] for k in ks], table.forward.iat[g],
                                                table["T"].iat[g], CARRY_PAIRS)
     table["call_minus_put_iv_pts"] = res
+
+
+def finish_chain(out: pd.DataFrame, market: ChainMarket) -> pd.DataFrame:
+    """The results that need every row of an expiry at once: ``iv_otm`` (the smile IV of each
+    strike, from its out-of-the-money side) and the per-expiry call-put IV residual of
+    ``market.table`` (``call_minus_put_iv_pts``).
+
+    :func:`price_chain` calls it on its output; a caller that prices a chain in parts
+    (:meth:`ChainMarket.take` of one whole-chain market per part) calls it again on the
+    concatenated parts, whose smile and residuals each part saw only in part.
+
+    Args:
+        out: priced rows (:func:`price_chain`'s output, or its parts concatenated in the
+            order of ``market``'s rows): columns ``type``, ``strike``, ``iv``, ``status``.
+        market: the market of exactly these rows, in order (shape (len(out),) arrays).
+
+    Returns:
+        ``out`` with ``iv_otm`` (re)computed (in place); ``market.table`` updated in place.
+
+    Raises:
+        ValueError: ``out`` and ``market`` differ in length.
+    """
+    if len(out) != market.T.shape[0]:
+        raise ValueError(f"{len(out)} priced rows for a market of {market.T.shape[0]}")
+    kind = out["type"].astype(str).str.strip().str.lower().to_numpy(dtype=object)
+    strike = pd.to_numeric(out["strike"], errors="coerce").to_numpy(dtype=np.float64)
+    iv = pd.to_numeric(out["iv"], errors="coerce").to_numpy(dtype=np.float64)
+    status = out["status"].to_numpy(dtype=object)
+    _residuals(market, kind, strike, iv, status)
+    out["iv_otm"] = _smile_iv(kind, strike, np.where(status == "ok", iv, np.nan), market)
+    return out
 
 
 def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float = DEFAULT_RATE,
@@ -573,7 +604,6 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
         if progress:
             progress(done)
     ok = status == "ok"
-    _residuals(market, kind, strike, iv, status)
     out = df.copy()
     out["expiry_years"] = T
     out["spot"] = market.spot
@@ -584,12 +614,13 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
     out["iv_bid"] = iv_bid
     out["iv"] = iv
     out["iv_ask"] = iv_ask
-    out["iv_otm"] = _smile_iv(df, kind, strike, np.where(ok, iv, np.nan), market)
+    out["iv_otm"] = np.nan  # filled by finish_chain, here to keep the column order
     for k, v in res_cols.items():
         out[k] = v
     out["status"] = status
     out["error"] = error
     out["device"] = np.where(ok, device, "")
+    finish_chain(out, market)
     counts = pd.Series(status).value_counts().to_dict()
     summary = ChainSummary(n, {str(k): int(v) for k, v in counts.items()}, time.perf_counter() - t0, device, via,
                            extra={"market_s": market_s}, forwards=market.table)

@@ -6,7 +6,7 @@
 * :mod:`optiond.addin.functions`: the functions themselves (``BOPM_PUT``, ``BOPM_CALL``,
   ``BS_PUT``, ``BS_CALL``, ``BOPM_IV``, ``BOPM_GREEKS``, ``MLMC_CALL``, ``MLMC_PUT``,
   ``MLMC_ASIAN_CALL``, ``MLMC_DIGITAL_CALL``, ``MLMC_STDERR``, ``HESTON_CALL``,
-  ``HESTON_PUT``), their request cache
+  ``HESTON_PUT``, ``PARITY_FORWARD``), their request cache
   (:func:`clear_cache`; ``OPTIOND_CACHE=0`` turns it off) and their registration with the
   ``formulas`` package (:func:`register_formulas`).
 
@@ -21,7 +21,8 @@ from typing import Any
 
 _EXPORTS = {name: "functions" for name in ("BOPM_CALL", "BOPM_GREEKS", "BOPM_IV", "BOPM_PUT", "BS_CALL", "BS_PUT",
                                            "HESTON_CALL", "HESTON_PUT", "MLMC_ASIAN_CALL", "MLMC_CALL",
-                                           "MLMC_DIGITAL_CALL", "MLMC_PUT", "MLMC_STDERR", "WORKSHEET_FUNCTIONS",
+                                           "MLMC_DIGITAL_CALL", "MLMC_PUT", "MLMC_STDERR", "PARITY_FORWARD",
+                                           "WORKSHEET_FUNCTIONS",
                                            "cache_info", "clear_cache", "register_formulas")}
 _EXPORTS["FUNCTIONS"] = "table"
 

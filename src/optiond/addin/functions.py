@@ -3,7 +3,10 @@
 ``BOPM_PUT``, ``BOPM_CALL``, ``BS_PUT``, ``BS_CALL``, ``BOPM_IV``, ``BOPM_GREEKS``; the
 multilevel Monte Carlo prices ``MLMC_CALL``, ``MLMC_PUT``, ``MLMC_ASIAN_CALL``,
 ``MLMC_DIGITAL_CALL`` and their standard error ``MLMC_STDERR``; the Heston ADI prices
-``HESTON_CALL`` and ``HESTON_PUT``. Their arguments, descriptions and defaults are in
+``HESTON_CALL`` and ``HESTON_PUT``; ``PARITY_FORWARD``, the forward and discount factor of a
+pasted strip of call and put prices (a put-call parity fit, computed in this process: the
+rules below on ranges, requests, the cache and the daemon are those of the pricing
+functions). Their arguments, descriptions and defaults are in
 :mod:`optiond.addin.table` (the one table), which also builds the xlwings decorators. On
 Windows with Excel, xlwings calls them from the workbook; anywhere else they are plain Python
 functions with the same behaviour.
@@ -77,6 +80,7 @@ import numpy as np
 import xlwings as xw
 
 from ..daemon.client import DaemonUnavailable, get_client
+from ..market.forwards import ExpiryPairs, parity_fit
 from ..models import AMERICAN, KIND_CODES, KIND_NAMES, MAX_STEPS, STYLE_CODES, STYLE_NAMES, Method, validate_steps
 from . import table
 from .table import EXCEL_TEXT_LIMIT, GREEK_COLUMNS, Function
@@ -765,6 +769,94 @@ def _ask(spec: Function, cols: dict[str, np.ndarray], m: int) -> tuple[np.ndarra
     return values, errors
 
 
+def _strip(arg: table.Arg, value: Any) -> np.ndarray:
+    """A strip argument (one row or one column) as a 1-D float array, NaN for empty cells.
+
+    Raises:
+        _Problem: a block of several rows and columns, text or an Excel error in a cell."""
+    a = _grid(value, arg.name)
+    if a.ndim == 2 and min(a.shape) > 1:
+        raise _Problem(f"{arg.name} must be one row or one column, got {a.shape[0]}x{a.shape[1]}")
+    out = np.empty(a.size, dtype=np.float64)
+    for i, v in enumerate(a.ravel().tolist()):
+        x = _number(v, arg.name)
+        if isinstance(x, str):
+            raise _Problem(x[len(ERROR_PREFIX):])
+        out[i] = math.nan if x is _EMPTY else x
+    return out
+
+
+def _scalar(arg: table.Arg, value: Any) -> float | None:
+    """A single-cell number argument: a finite float, or None when empty and optional.
+
+    Raises:
+        _Problem: a range, text, an Excel error, a non-finite number, a required empty cell."""
+    a = _grid(value, arg.name)
+    if a.size != 1:
+        raise _Problem(f"{arg.name} must be a single cell")
+    x = _number(a.ravel()[0], arg.name)
+    if isinstance(x, str):
+        raise _Problem(x[len(ERROR_PREFIX):])
+    if x is _EMPTY:
+        if arg.optional:
+            return None
+        raise _Problem(f"{arg.name} is required (empty cell)")
+    if not math.isfinite(x):
+        raise _Problem(f"{arg.name} must be a finite number, got {_show(x)}")
+    return x
+
+
+def parity_forward(spec: Function, values: Sequence[Any]) -> list[list[float]]:
+    """PARITY_FORWARD's body: the forward F and discount factor D of one expiry from a strip
+    of European call and put prices, by :func:`optiond.market.forwards.parity_fit` with
+    every strike weighted equally (a pasted strip has no spreads: each pair gets the spread
+    ``table.PARITY_SPREAD_REL`` x the median strike).
+
+    Args:
+        spec: the table entry (its argument names label the messages).
+        values: ``(strikes, call_mids, put_mids, T, rate)``: three strips of one row or one
+            column each and of one length (currency units; a strike with an empty strike,
+            call or put cell is left out), T in years (> 0), rate annual continuously
+            compounded or None (then D is fitted too).
+
+    Returns:
+        ``[[F, D]]``, one row (F in the currency of the strikes).
+
+    Raises:
+        _Problem: any bad input (its text becomes the cell's ``#optiond:`` message).
+    """
+    strikes_arg, calls_arg, puts_arg, t_arg, rate_arg = spec.args
+    k, c, p = (_strip(a, v) for a, v in zip(spec.args[:3], values[:3]))
+    if not (k.size == c.size == p.size):
+        raise _Problem(f"{strikes_arg.name}, {calls_arg.name} and {puts_arg.name} must have the same length, got "
+                       f"{k.size}, {c.size} and {p.size}")
+    T = _scalar(t_arg, values[3])
+    if T <= 0:
+        raise _Problem(f"{t_arg.name} must be > 0, got {_show(T)}")
+    rate = _scalar(rate_arg, values[4])
+    keep = np.isfinite(k) & np.isfinite(c) & np.isfinite(p)
+    k, c, p = k[keep], c[keep], p[keep]
+    for arg, x, low in ((strikes_arg, k, "> 0"), (calls_arg, c, ">= 0"), (puts_arg, p, ">= 0")):
+        bad = np.flatnonzero(x <= 0 if low == "> 0" else x < 0)
+        if bad.size:
+            raise _Problem(f"{arg.name} must be {low}, got {_show(x[bad[0]])}")
+    if np.unique(k).size != k.size:
+        raise _Problem(f"{strikes_arg.name} has a strike twice")
+    order = np.argsort(k)
+    k, c, p = k[order], c[order], p[order]
+    spread = np.full(k.size, table.PARITY_SPREAD_REL * float(np.median(k)) if k.size else 1.0)
+    idx = np.arange(k.size)
+    try:
+        fit = parity_fit(ExpiryPairs(k, c, p, spread, spread, idx, idx), T,
+                         None if rate is None else math.exp(-rate * T))
+    except ValueError as e:
+        raise _Problem(f"{e}" + (f" (or give {rate_arg.name} to fit the forward alone)" if rate is None else "")) \
+            from None
+    if not (math.isfinite(fit.forward) and fit.forward > 0):
+        raise _Problem("no positive forward fits these prices")
+    return [[fit.forward, fit.discount]]
+
+
 def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
     """Evaluate worksheet function ``spec`` on its argument values (in the table's order).
 
@@ -778,6 +870,8 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
     try:
         if len(values) != len(spec.args):
             raise _Problem(f"{spec.name} takes {len(spec.args)} arguments, got {len(values)}")
+        if spec.op == "forward":
+            return parity_forward(spec, values)
         key = None
         if all(type(v) in _CELL_TYPES for v in values):
             if _env_on("OPTIOND_CACHE"):
@@ -998,6 +1092,11 @@ def HESTON_CALL(S, K, T, r, q, v0, kappa, theta, xi, rho, american=None, scheme=
 @_udf
 def HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, american=None, scheme=None):
     return evaluate("HESTON_PUT", (S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme))
+
+
+@_udf
+def PARITY_FORWARD(strikes, call_mids, put_mids, T, rate=None):
+    return evaluate("PARITY_FORWARD", (strikes, call_mids, put_mids, T, rate))
 
 
 #: the worksheet functions by Excel name

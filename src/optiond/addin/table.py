@@ -119,11 +119,13 @@ class Arg:
             Heston ``v0``, ``kappa``, ``theta``, ``xi``, ``rho``; the MLMC ``eps``, ``payoff``),
             ``steps`` (CRR steps), ``price`` (the option price of an implied volatility),
             ``seed`` (MLMC) or ``scheme`` (ADI), the last two settings of the request's
-            :class:`optiond.models.Method`.
+            :class:`optiond.models.Method`; ``call_price``, ``put_price`` (a strip's mids,
+            PARITY_FORWARD).
         parse: how a cell is read: ``number``, ``kind`` ("put"/"call"), ``american``
             (TRUE/FALSE), ``payoff`` ("vanilla"/"digital"/"asian"), ``scheme`` (ADI scheme).
         default: the value an omitted argument or an empty cell takes; :data:`REQUIRED` when
-            there is none (an empty cell is then an error).
+            there is none (an empty cell is then an error); None where omitting it changes
+            what is computed (PARITY_FORWARD's ``rate``).
     """
 
     name: str
@@ -150,10 +152,11 @@ class Function:
         description: the function wizard's description (at most 255 characters).
         args: the arguments, required first.
         op: ``price`` (a price per option), ``greeks`` (a row of :data:`GREEK_COLUMNS` per
-            option), ``iv`` (an implied volatility per option) or ``stderr`` (the standard
-            error of an MLMC price per option).
+            option), ``iv`` (an implied volatility per option), ``stderr`` (the standard
+            error of an MLMC price per option) or ``forward`` (one row of
+            :data:`FORWARD_RESULT` for a whole strip of strikes, computed in this process).
         method: the :class:`optiond.models.Method` name: ``binomial``, ``black-scholes``,
-            ``mlmc`` or ``adi``.
+            ``mlmc`` or ``adi``; ``parity`` for the put-call parity fit of ``op="forward"``.
         fixed: batch columns the function fixes rather than reads (``kind``, ``style``,
             ``payoff``).
         returns: what a cell of the result holds, for the documentation.
@@ -180,6 +183,12 @@ class Function:
 
 #: the columns of a BOPM_GREEKS row, in order
 GREEK_COLUMNS = GREEK_FIELDS
+#: the row PARITY_FORWARD returns, in order
+FORWARD_RESULT = ("forward", "discount factor")
+#: PARITY_FORWARD: a pasted strip carries no quote spreads, so every strike weighs the same,
+#: with the parity fit's Huber scale at this fraction of the median strike (residuals of
+#: C - P past it count linearly, so one stale strike cannot drag the fit)
+PARITY_SPREAD_REL = 1e-3
 
 # ---- the arguments, shared by the functions that take them ---------------------------------
 
@@ -232,6 +241,18 @@ RHO = Arg("rho", "Heston correlation of the underlying with its variance, from -
           "the equity skew.", "rho")
 SCHEME = Arg("scheme", 'Optional. ADI time-stepping scheme: "mcs" (Modified Craig-Sneyd, the default), "hv" '
              '(Hundsdorfer-Verwer), "cs" (Craig-Sneyd) or "do" (Douglas).', "scheme", parse="scheme", default="mcs")
+
+# put-call parity of a pasted strip
+STRIKES = Arg("strikes", "Strikes of one expiry's European calls and puts (> 0): one row or one column. A strike whose "
+              "call or put cell is empty is left out; the 20 strikes nearest the money enter the fit.", "strike")
+CALL_MIDS = Arg("call_mids", "Call prices (mids) at those strikes, in the currency of the strikes: a row or column "
+                "of the same length as strikes.", "call_price")
+PUT_MIDS = Arg("put_mids", "Put prices (mids) at those strikes, in the currency of the strikes: a row or column of "
+               "the same length as strikes.", "put_price")
+T_STRIP = Arg("T", "Time to expiry of the strip in years (> 0), e.g. 0.25 for three months.", "expiry")
+RATE_FIT = Arg("rate", "Optional. Risk-free rate, annual and continuously compounded (0.05 = 5%): the discount factor "
+               "is exp(-rate x T) and only the forward is fitted. Omitted: forward and discount factor are both "
+               "fitted (at least 3 strikes).", "rate", default=None)
 
 # ---- the functions -------------------------------------------------------------------------
 
@@ -321,6 +342,12 @@ FUNCTIONS: tuple[Function, ...] = (
         "argument return a range of prices.",
         (S, K, T, R, Q_REQ, V0, KAPPA, THETA, XI, RHO, AMERICAN, SCHEME), op="price", method="adi",
         fixed={"kind": "put"}, returns="the put price, in the currency of S"),
+    Function(
+        "PARITY_FORWARD",
+        "Forward and discount factor of one expiry from a strip of European call and put prices: a robust fit "
+        "of put-call parity C - P = D (F - K), all strikes weighted equally. Returns a row: forward, discount factor.",
+        (STRIKES, CALL_MIDS, PUT_MIDS, T_STRIP, RATE_FIT), op="forward", method="parity",
+        returns="a row: " + ", ".join(FORWARD_RESULT) + " (the forward in the currency of the strikes)"),
 )
 
 BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
@@ -330,10 +357,10 @@ BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
 ARG_OPTIONS: Mapping[str, Any] = {"ndim": 2, "err_to_str": True}
 
 _FIELDS = {"spot", "strike", "expiry", "rate", "dividend_yield", "volatility", "kind", "style", "steps", "price",
-           "eps", "seed", "payoff", "scheme", "v0", "kappa", "theta", "xi", "rho"}
+           "eps", "seed", "payoff", "scheme", "v0", "kappa", "theta", "xi", "rho", "call_price", "put_price"}
 _PARSES = ("number", "kind", "american", "payoff", "scheme")
-_OPS = ("price", "greeks", "iv", "stderr")
-_METHODS = ("binomial", "black-scholes", "mlmc", "adi")
+_OPS = ("price", "greeks", "iv", "stderr", "forward")
+_METHODS = ("binomial", "black-scholes", "mlmc", "adi", "parity")
 #: the values a ``payoff`` and a ``scheme`` cell may take
 PAYOFF_NAMES = PAYOFFS
 SCHEME_NAMES = ADI_SCHEMES
@@ -353,7 +380,8 @@ def check(functions: tuple[Function, ...] = FUNCTIONS) -> None:
         seen.add(f.name)
         if len(f.description) > EXCEL_TEXT_LIMIT:
             raise ValueError(f"{f.name}: description longer than {EXCEL_TEXT_LIMIT} characters")
-        if f.op not in _OPS or f.method not in _METHODS or (f.op == "stderr" and f.method != "mlmc"):
+        if f.op not in _OPS or f.method not in _METHODS or (f.op == "stderr" and f.method != "mlmc") or \
+                ((f.op == "forward") != (f.method == "parity")):
             raise ValueError(f"{f.name}: unknown op {f.op!r} or method {f.method!r}")
         optional = False
         for a in f.args:
@@ -476,7 +504,8 @@ def reference(functions: tuple[Function, ...] = FUNCTIONS) -> str:
         out += [f"## `{f.signature()}`", "", f.description, "", f"Returns {f.returns}.", "",
                 "| argument | default | description |", "|---|---|---|"]
         for a in f.args:
-            d = ("required" if not a.optional else ("TRUE" if a.default else "FALSE") if isinstance(a.default, bool)
+            d = ("required" if not a.optional else "none" if a.default is None
+                 else ("TRUE" if a.default else "FALSE") if isinstance(a.default, bool)
                  else f'"{a.default}"' if isinstance(a.default, str) else f"{a.default:g}")
             out.append(f"| `{a.name}` | {d} | {a.doc} |")
         out.append("")

@@ -284,8 +284,13 @@ class Cancelled(Exception):
 @dataclass
 class BatchSettings:
     """What the Batch tab sends: the model (a :data:`MODELS` key and its engine method name),
-    CRR ``steps``, flat ``rate`` and ``dividend_yield`` (annual decimals, chains only: a
-    portfolio carries its own), MLMC target error ``eps`` (currency units) and ``device``."""
+    CRR ``steps``, MLMC target error ``eps`` (currency units) and ``device``; for chains only
+    (a portfolio carries its own market) the market set-up of
+    :func:`optiond.chain.solve_market`: flat ``rate`` (annual decimal), ``carry``
+    (``"parity"``: forward and carry per expiry from the chain; ``"flat"``: ``rate`` and
+    ``dividend_yield`` as given), ``dividend_yield`` (annual decimal, the carry of
+    ``carry="flat"``) and ``quote_time`` (``HH:MM`` New York time or ISO 8601 of the
+    snapshot; blank: the 16:00 close of the quote date)."""
 
     model: str = "binomial"
     engine_name: str = "binomial"
@@ -294,6 +299,12 @@ class BatchSettings:
     dividend_yield: float = chain_job.DEFAULT_DIVIDEND_YIELD
     eps: float = 0.01
     device: str = "auto"
+    carry: str = "parity"
+    quote_time: str = ""
+
+    def check(self) -> None:
+        """Raise ValueError for an unknown carry mode or a quote time that does not parse."""
+        chain_job.check_market_args(carry=self.carry, quote_time=self.quote_time.strip() or None)
 
 
 @dataclass(frozen=True)
@@ -437,7 +448,9 @@ class ChunkSizer:
 @dataclass
 class BatchOutcome:
     """How a batch run ended. ``df`` holds the rows finished (all of them unless cancelled or
-    failed), input columns first, then the results."""
+    failed), input columns first, then the results. ``forwards``: a chain's per-expiry market
+    table (:data:`optiond.chain.FORWARD_COLUMNS`, the call-put residual over the rows
+    finished), None for a portfolio or when the market solve did not finish."""
 
     path: str
     kind: str
@@ -449,6 +462,7 @@ class BatchOutcome:
     device: str = ""
     cancelled: bool = False
     error: str = ""
+    forwards: pd.DataFrame | None = None
 
     @property
     def finished(self) -> bool:
@@ -513,14 +527,16 @@ def load_table(path: str | Path) -> tuple[pd.DataFrame, str]:
                      f"nor a portfolio (missing {', '.join(missing)})")
 
 
-def _price_chain_part(part: pd.DataFrame, pricer: PanelPricer, s: BatchSettings) -> pd.DataFrame:
-    out, _ = chain_job.price_chain(part, pricer, rate=s.rate, dividend_yield=s.dividend_yield, steps=s.steps,
-                                   chunk=max(1, len(part)))
+def _price_chain_part(part: pd.DataFrame, pricer: PanelPricer, s: BatchSettings,
+                      market: chain_job.ChainMarket) -> pd.DataFrame:
+    """Price one part of a chain on the market solved for the whole chain (``market`` holds
+    the part's rows, :meth:`optiond.chain.ChainMarket.take`)."""
+    out, _ = chain_job.price_chain(part, pricer, steps=s.steps, market=market, chunk=max(1, len(part)))
     out["model_minus_mid"] = out["model_price"] - out["mid"]
     return out
 
 
-def _price_portfolio_part(part: pd.DataFrame, pricer: PanelPricer, s: BatchSettings) -> pd.DataFrame:
+def _price_portfolio_part(part: pd.DataFrame, pricer: PanelPricer, s: BatchSettings, market: None = None) -> pd.DataFrame:
     cols = {c: part[c].to_numpy() for c in PORTFOLIO_COLUMNS if c in part.columns}
     base = make_method(name="binomial", steps=s.steps)
     res = pricer.price_table(cols, base)
@@ -534,8 +550,15 @@ def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, c
               progress: Callable[[int, int], None] | None = None,
               on_request: Callable[[RequestTiming], None] | None = None, path: str = "",
               sizer: ChunkSizer | None = None, pricer_out: list | None = None,
-              device_hint: str = "daemon") -> BatchOutcome:
+              device_hint: str = "daemon", stage: Callable[[str], None] | None = None) -> BatchOutcome:
     """Price a chain or portfolio on the daemon in chunks, checking ``cancel`` between them.
+
+    A chain's forwards and carry need the whole chain: its market
+    (:func:`optiond.chain.solve_market`, with ``settings``' rate, carry, dividend yield and
+    quote time; the carry solve's implied volatilities on the daemon) is solved once first,
+    then each chunk is priced on its rows of it, and at the end the smile IVs and the
+    per-expiry call-put residuals are computed over all the rows finished
+    (:func:`optiond.chain.finish_chain`).
 
     Args:
         df, kind: as :func:`load_table` returns them.
@@ -550,10 +573,12 @@ def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, c
         pricer_out: if given, the :class:`PanelPricer` is appended as soon as it exists (so
             the caller can ask the daemon to cancel its request in flight).
         device_hint: the device named in request timings until a reply names one.
+        stage: called with a line saying what the run does now (the chain's market solve,
+            then the pricing), for the status line.
 
     Returns:
-        A :class:`BatchOutcome`; errors (daemon down, invalid file) end up in ``error``
-        with the rows finished before them.
+        A :class:`BatchOutcome`; errors (daemon down, invalid file, a quote time that does
+        not parse) end up in ``error`` with the rows finished before them.
     """
     pricer = PanelPricer(client, settings, cancel, on_request, device_hint=device_hint)
     if pricer_out is not None:
@@ -562,10 +587,25 @@ def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, c
     sizer = sizer or ChunkSizer()
     total, done, parts = len(df), 0, []
     error, cancelled = "", False
+    market: chain_job.ChainMarket | None = None
     t0 = time.perf_counter()
     if progress:
         progress(0, total)
-    while done < total:
+    if kind == "chain" and total:
+        if stage:
+            stage(f"Solving the forward and carry of each expiry ({settings.carry}) on the daemon…")
+        try:
+            settings.check()
+            market = chain_job.solve_market(df, pricer, rate=settings.rate, dividend_yield=settings.dividend_yield,
+                                            carry=settings.carry, quote_time=settings.quote_time.strip() or None,
+                                            steps=settings.steps)
+        except Cancelled:
+            cancelled = True
+        except Exception as e:  # noqa: BLE001 (daemon down, bad quote time...: reported)
+            error = f"{type(e).__name__}: {e}"
+    if stage and not (cancelled or error):
+        stage("Pricing on the daemon…")
+    while done < total and not (cancelled or error):
         if cancel.is_set():
             cancelled = True
             break
@@ -576,7 +616,8 @@ def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, c
         pricer.timeout = None if expected is None else max(MIN_REQUEST_TIMEOUT_S, 10.0 * expected)
         t = time.perf_counter()
         try:
-            parts.append(part_fn(part, pricer, settings))
+            parts.append(part_fn(part, pricer, settings,
+                                 None if market is None else market.take(np.arange(done, done + len(part)))))
         except Cancelled:
             cancelled = True
             break
@@ -588,14 +629,19 @@ def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, c
         if progress:
             progress(done, total)
     out = pd.concat(parts) if parts else _empty_result(df, kind)
+    forwards = None
+    if market is not None:
+        chain_job.finish_chain(out, market.take(np.arange(done)))
+        forwards = market.table
     devs = [d for d in out.get("device", pd.Series(dtype=object)).astype(str).unique() if d]
     return BatchOutcome(path, kind, settings.model, total, done, out, time.perf_counter() - t0,
-                        ", ".join(devs) or (pricer.device if done else ""), cancelled, error)
+                        ", ".join(devs) or (pricer.device if done else ""), cancelled, error, forwards)
 
 
 def _empty_result(df: pd.DataFrame, kind: str) -> pd.DataFrame:
     out = df.iloc[:0].copy()
-    extra = (["expiry_years", "mid", "iv", "model_price", *GREEK_FIELDS, "status", "error", "device", "model_minus_mid"]
+    extra = (["expiry_years", "spot", "rate", "dividend_yield", "forward", "mid", "iv_bid", "iv", "iv_ask", "iv_otm",
+              "model_price", *GREEK_FIELDS, "status", "error", "device", "model_minus_mid"]
              if kind == "chain" else ["price", *GREEK_FIELDS, "status", "error", "device"])
     for c in extra:
         out[c] = pd.Series(dtype=object if c in ("status", "error", "device") else float)
@@ -614,17 +660,68 @@ def expiries(df: pd.DataFrame) -> list[tuple[str, int]]:
     return [(str(k), int(v)) for k, v in counts.items()]
 
 
-def smile(df: pd.DataFrame, expiry: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Implied volatility against strike for one expiry: ``call`` and ``put`` (the panel's
-    solved IVs, rows with status ok) and ``quoted`` (the file's ``implied_vol``, where given),
-    each ``(strikes, vols)`` sorted by strike."""
+@dataclass
+class Smile:
+    """One expiry's smile, one point per strike, sorted by strike (arrays of shape (m,)):
+    ``strike``, ``log_moneyness`` ln(K/F), ``iv`` (the chain's ``iv_otm``: the mid IV of
+    the strike's out-of-the-money side, the call for K >= F and the put for K < F),
+    ``iv_bid`` and ``iv_ask`` (the IVs of that same row's bid and ask, NaN where the quote
+    has none); ``forward`` (the expiry's forward, NaN when unknown); ``quoted``: the file's
+    ``implied_vol`` where given, ``(strikes, vols)``. Volatilities are annual decimals."""
+
+    expiry: str
+    forward: float
+    strike: np.ndarray
+    log_moneyness: np.ndarray
+    iv: np.ndarray
+    iv_bid: np.ndarray
+    iv_ask: np.ndarray
+    quoted: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
+
+
+def _numbers(df: pd.DataFrame, column: str) -> np.ndarray:
+    if column not in df:
+        return np.full(len(df), np.nan)
+    return pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=np.float64)
+
+
+def smile(df: pd.DataFrame, expiry: str) -> Smile:
+    """The smile of one expiry of a priced chain (:func:`optiond.chain.price_chain`'s
+    columns ``expiry, type, strike, forward, iv_bid, iv_otm, iv_ask``, and the file's
+    ``implied_vol`` when present): see :class:`Smile`. An expiry without a solved smile IV
+    gives empty arrays."""
     sub = df[df["expiry"].astype(str) == str(expiry)]
-    out = {}
-    ok = sub[(sub["status"] == "ok") & np.isfinite(pd.to_numeric(sub["iv"], errors="coerce"))]
-    for side in ("call", "put"):
-        s = ok[ok["type"].astype(str).str.lower() == side].sort_values("strike")
-        out[side] = (s["strike"].to_numpy(float), s["iv"].to_numpy(float))
+    strike, fwd, otm = _numbers(sub, "strike"), _numbers(sub, "forward"), _numbers(sub, "iv_otm")
+    kind = sub["type"].astype(str).str.strip().str.lower().to_numpy(dtype=object) if "type" in sub else \
+        np.full(len(sub), "", dtype=object)
+    with np.errstate(invalid="ignore"):
+        own = (kind == np.where(strike >= fwd, "call", "put")) & np.isfinite(otm) & np.isfinite(fwd)
+    rows = np.flatnonzero(own)
+    rows = rows[np.argsort(strike[rows], kind="stable")]
+    forward = float(np.nanmedian(fwd)) if np.isfinite(fwd).any() else math.nan
+    quoted = (np.empty(0), np.empty(0))
     if "implied_vol" in sub:
-        q = sub[np.isfinite(pd.to_numeric(sub["implied_vol"], errors="coerce"))].sort_values("strike")
-        out["quoted"] = (q["strike"].to_numpy(float), pd.to_numeric(q["implied_vol"]).to_numpy(float))
-    return out
+        qv = _numbers(sub, "implied_vol")
+        has = np.flatnonzero(np.isfinite(qv))
+        has = has[np.argsort(strike[has], kind="stable")]
+        quoted = (strike[has], qv[has])
+    k = strike[rows]
+    return Smile(str(expiry), forward, k, np.log(k / fwd[rows]), otm[rows], _numbers(sub, "iv_bid")[rows],
+                 _numbers(sub, "iv_ask")[rows], quoted)
+
+
+#: the per-expiry forward table as the Batch tab shows it: (column of
+#: :data:`optiond.chain.FORWARD_COLUMNS`, header, scale)
+FORWARD_VIEW = (("expiry", "expiry", None), ("settlement", "set.", None), ("T", "T (y)", None), ("spot", "spot", None),
+                ("rate", "rate (%)", 100.0), ("discount_factor", "D", None), ("forward", "forward", None),
+                ("carry", "carry (%)", 100.0), ("method", "method", None), ("pairs", "pairs", None),
+                ("call_minus_put_iv_pts", "call−put IV (pts)", None), ("note", "note", None))
+
+
+def forward_view(forwards: pd.DataFrame | None) -> pd.DataFrame:
+    """The per-expiry market table (:data:`optiond.chain.FORWARD_COLUMNS`) for display:
+    the columns of :data:`FORWARD_VIEW`, rate and carry in percent; empty for None."""
+    if forwards is None:
+        return pd.DataFrame({c: [] for c, _, _ in FORWARD_VIEW})
+    return pd.DataFrame({c: forwards[c] * scale if scale else forwards[c] for c, _, scale in FORWARD_VIEW
+                         if c in forwards})

@@ -1,6 +1,7 @@
 """The Batch tab: open a chain or portfolio CSV, price it on the daemon with progress and
-Cancel, browse the results (sortable, filterable), plot the implied-volatility smile per
-expiry, and export to CSV."""
+Cancel, browse the results (sortable, filterable), see the per-expiry forwards and carry
+solved from the chain, plot the smile per expiry (the out-of-the-money IV with bid/ask IV
+bars, against strike or log-moneyness), and export to CSV."""
 
 from __future__ import annotations
 
@@ -75,13 +76,31 @@ class BatchTab(QWidget):
         self.rate.setRange(-0.1, 1.0)
         self.rate.setSingleStep(0.0025)
         self.rate.setValue(chain_job.DEFAULT_RATE)
-        self.rate.setToolTip("Flat continuously compounded rate, annual decimal (0.04 = 4 %)")
+        self.rate.setToolTip("Flat continuously compounded rate, annual decimal (0.04 = 4 %); with carry = parity, "
+                             "European expiries imply their own rate from put-call parity")
+        self.carry = QComboBox()
+        for mode, label, tip in (("parity", "parity",
+                                  "Forward and carry per expiry from the chain itself: a put-call parity fit "
+                                  "(European) or the carry that makes call and put IVs agree (American)"),
+                                 ("flat", "flat", "The rate and dividend yield as given, for every expiry")):
+            self.carry.addItem(label, mode)
+            self.carry.setItemData(self.carry.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        self.carry.setToolTip("Where each expiry's forward and carry come from")
+        self.carry.currentIndexChanged.connect(self._carry_chosen)
+        self.quote_time = QLineEdit()
+        self.quote_time.setPlaceholderText("16:00")
+        self.quote_time.setMinimumWidth(self.quote_time.fontMetrics().horizontalAdvance("00:00") + 24)
+        self.quote_time.setMaximumWidth(110)
+        self.quote_time.setToolTip("HH:MM New York time of the snapshot (or ISO 8601 with offset); blank: the 16:00 "
+                                   "close of the quote date. The bundled Yahoo files (SPY, QQQ, TSLA, AAPL) are 10:50")
         self.dividend = QDoubleSpinBox()
         self.dividend.setDecimals(4)
         self.dividend.setRange(0.0, 1.0)
         self.dividend.setSingleStep(0.001)
         self.dividend.setValue(chain_job.DEFAULT_DIVIDEND_YIELD)
-        self.dividend.setToolTip("Continuous dividend yield, annual decimal (e.g. 0.011 for SPY)")
+        self.dividend.setToolTip("Continuous dividend yield, annual decimal (e.g. 0.011 for SPY). Applies to carry = "
+                                 "flat; with carry = parity each expiry's carry comes from the chain (this value is "
+                                 "only assumed over the front expiry's few days, to imply the spot)")
         self.eps = QDoubleSpinBox()
         self.eps.setDecimals(4)
         self.eps.setRange(0.0001, 10.0)
@@ -132,14 +151,31 @@ class BatchTab(QWidget):
         self.export_button.clicked.connect(self.export_dialog)
         self.shown_label = QLabel("")
 
-        # ---- smile
+        # ---- smile and forwards
         self.expiry_combo = QComboBox()
         self.expiry_combo.currentIndexChanged.connect(self.plot_smile)
+        self.axis_combo = QComboBox()
+        self.axis_combo.addItem("strike", "strike")
+        self.axis_combo.addItem("ln(K/F)", "log_moneyness")
+        self.axis_combo.setToolTip("The smile's x axis: strike, or log-moneyness against the expiry's forward")
+        self.axis_combo.currentIndexChanged.connect(self.plot_smile)
         self.smile_plot = pg.PlotWidget()
         self.smile_plot.setLabel("left", "implied volatility (%)")
         self.smile_plot.setLabel("bottom", "strike")
         self.smile_plot.showGrid(x=True, y=True, alpha=0.3)
         self.smile_plot.addLegend(offset=(-10, 10))
+        self.forward_model = DataFrameModel(backend.forward_view(None), {c: h for c, h, _ in backend.FORWARD_VIEW})
+        self.forward_table = QTableView()
+        self.forward_table.setModel(self.forward_model)
+        self.forward_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.forward_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.forward_table.setAlternatingRowColors(True)
+        self.forward_table.verticalHeader().setVisible(False)
+        self.forward_table.verticalHeader().setDefaultSectionSize(20)
+        self.forward_table.setToolTip("Forward and carry per expiry, solved from the chain (rate and carry in %, "
+                                      "call-put IV residual in vol points near the money); click a row to plot its "
+                                      "smile")
+        self.forward_table.clicked.connect(self._forward_clicked)
 
         self._layout()
         self._methods = backend.DaemonState(False).methods()  # this installation's, until the daemon says
@@ -157,7 +193,8 @@ class BatchTab(QWidget):
         settings = QGroupBox("Model and settings")
         form = QHBoxLayout(settings)
         for label, w in (("Model", self.model_combo), ("Steps", self.steps), ("Rate", self.rate),
-                         ("Dividend yield", self.dividend), ("MLMC error", self.eps), ("Device", self.device)):
+                         ("Carry", self.carry), ("Dividend yield", self.dividend), ("Quote time", self.quote_time),
+                         ("MLMC error", self.eps), ("Device", self.device)):
             sub = QFormLayout()
             sub.addRow(label + ":", w)
             form.addLayout(sub)
@@ -182,14 +219,22 @@ class BatchTab(QWidget):
         eb = QHBoxLayout()
         eb.addWidget(QLabel("Smile for expiry:"))
         eb.addWidget(self.expiry_combo, 1)
+        eb.addWidget(QLabel("x:"))
+        eb.addWidget(self.axis_combo)
         rl.addLayout(eb)
-        rl.addWidget(self.smile_plot, 1)
+        self.right_split = QSplitter(Qt.Orientation.Vertical)
+        self.right_split.addWidget(self.smile_plot)
+        self.right_split.addWidget(self.forward_table)
+        self.right_split.setStretchFactor(0, 3)
+        self.right_split.setStretchFactor(1, 2)
+        self.right_split.setSizes([360, 220])
+        rl.addWidget(self.right_split, 1)
         self.split = QSplitter(Qt.Orientation.Horizontal)
         self.split.addWidget(left)
         self.split.addWidget(right)
-        self.split.setStretchFactor(0, 3)
-        self.split.setStretchFactor(1, 2)
-        self.split.setSizes([780, 480])
+        self.split.setStretchFactor(0, 1)
+        self.split.setStretchFactor(1, 1)
+        self.split.setSizes([600, 660])
 
         layout = QVBoxLayout(self)
         layout.addLayout(top)
@@ -252,12 +297,13 @@ class BatchTab(QWidget):
                                    f"{', '.join(sorted(df['style'].astype(str).unique()))}")
         else:
             self.file_info.setText(f"Portfolio: {len(df):,} rows (rate, dividend yield and volatility from the file)")
-        for w in (self.rate, self.dividend):
-            w.setEnabled(kind == "chain")
         self._update_buttons()
         return True
 
     # ------------------------------------------------------------------ model
+
+    def _carry_chosen(self, _index: int = 0) -> None:
+        self._update_buttons()
 
     def _model_chosen(self, _index: int = 0) -> None:
         key = self.model_combo.currentData()
@@ -301,7 +347,8 @@ class BatchTab(QWidget):
         key = self.model_combo.currentData()
         return backend.BatchSettings(model=key, engine_name=self.engine_name(key) or key, steps=self.steps.value(),
                                      rate=self.rate.value(), dividend_yield=self.dividend.value(),
-                                     eps=self.eps.value(), device=self.device.currentText())
+                                     eps=self.eps.value(), device=self.device.currentText(),
+                                     carry=self.carry.currentData(), quote_time=self.quote_time.text().strip())
 
     # ------------------------------------------------------------------ run / cancel
 
@@ -318,7 +365,7 @@ class BatchTab(QWidget):
         self.cancel_button.setEnabled(running and not self.runner.cancel_event.is_set())
         for w in (self.file_combo, self.open_button, self.model_combo, self.steps, self.eps, self.device):
             w.setEnabled(not running)
-        for w in (self.rate, self.dividend):
+        for w in (self.rate, self.carry, self.dividend, self.quote_time):
             w.setEnabled(not running and self.kind == "chain")
         if not running:
             self.eps.setEnabled(self.model_combo.currentData() == "mlmc")
@@ -329,10 +376,17 @@ class BatchTab(QWidget):
             return
         self.pool.waitForDone()  # the last runner has emitted finished; let its run() return first
         settings = self.settings()
+        if self.kind == "chain":
+            try:
+                settings.check()
+            except ValueError as e:
+                self.message.setText(f"<span style='color:#c62828'>Not started: {e}</span>")
+                return
         hint = settings.device if settings.device != "auto" else (
             self._daemon_devices[0] if len(self._daemon_devices) == 1 else "auto")
         runner = BatchRunner(self.df, self.kind, self.client, settings, self.path, device_hint=hint)
         runner.signals.progress.connect(self._progress)
+        runner.signals.stage.connect(self._stage)
         runner.signals.request.connect(self.request_timed)
         runner.signals.finished.connect(self._finished)
         self.runner = self._last_runner = runner  # a reference until the next run (the pool does not hold one)
@@ -349,6 +403,10 @@ class BatchTab(QWidget):
         self.runner.cancel()
         self.message.setText("Cancelling after the request in flight…")
         self._update_buttons()
+
+    def _stage(self, text: str) -> None:
+        if self.runner is not None and not self.runner.cancel_event.is_set():
+            self.message.setText(text)
 
     def _progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, max(1, total))
@@ -386,6 +444,8 @@ class BatchTab(QWidget):
         self.status_filter.blockSignals(False)
         self.proxy.set_status(self.status_filter.currentData() or None)
         self.export_button.setEnabled(len(df) > 0)
+        self.forward_model.set_frame(backend.forward_view(outcome.forwards))
+        self.forward_table.resizeColumnsToContents()
         self._fill_expiries(df if outcome.kind == "chain" else pd.DataFrame())
         self._count_shown()
 
@@ -410,9 +470,18 @@ class BatchTab(QWidget):
         self.expiry_combo.blockSignals(False)
         self.plot_smile()
 
+    def _forward_clicked(self, index) -> None:
+        """Plot the smile of the expiry of the forward table's clicked row."""
+        frame = self.forward_model.frame()
+        if index.isValid() and index.row() < len(frame):
+            i = self.expiry_combo.findData(str(frame["expiry"].iloc[index.row()]))
+            if i >= 0:
+                self.expiry_combo.setCurrentIndex(i)
+
     def plot_smile(self, *_args) -> None:
-        """Plot IV against strike for the chosen expiry: solved call and put IVs, and the
-        file's quoted IVs for comparison, with the spot marked."""
+        """Plot the chosen expiry's smile: the out-of-the-money IV per strike (``iv_otm``) with
+        bars from the bid IV to the ask IV, the file's quoted IVs for comparison, and the
+        expiry's forward marked; x is the strike or ln(K/F)."""
         p = self.smile_plot
         p.clear()
         exp = self.expiry_combo.currentData()
@@ -421,23 +490,35 @@ class BatchTab(QWidget):
             p.setTitle("Implied-volatility smile (run a chain first)")
             return
         s = backend.smile(df, exp)
-        styles = {"call": ("calls (solved)", "o", (25, 118, 210)), "put": ("puts (solved)", "t", (211, 47, 47)),
-                  "quoted": ("quoted in the file", "x", (120, 120, 120))}
-        for key in ("quoted", "call", "put"):
-            if key not in s or not len(s[key][0]):
-                continue
-            label, symbol, color = styles[key]
-            strikes, vols = s[key]
-            p.plot(strikes, 100 * vols, name=label, pen=None if key == "quoted" else pg.mkPen(color, width=1),
-                   symbol=symbol, symbolSize=6 if key != "quoted" else 5, symbolBrush=pg.mkBrush(*color),
-                   symbolPen=None if key != "quoted" else pg.mkPen(color))
-        spot = pd.to_numeric(df.get("underlying_price"), errors="coerce")
-        if spot is not None and len(spot) and np.isfinite(spot.iloc[0]):
-            p.addItem(pg.InfiniteLine(spot.iloc[0], angle=90, pen=pg.mkPen((80, 80, 80), style=Qt.PenStyle.DashLine),
-                                      label="spot", labelOpts={"position": 0.95, "color": (80, 80, 80)}))
+        log_x = self.axis_combo.currentData() == "log_moneyness"
+        p.setLabel("bottom", "ln(K/F)" if log_x else "strike")
+        x = s.log_moneyness if log_x else s.strike
+        qk, qv = s.quoted
+        if qk.size and (not log_x or np.isfinite(s.forward)):
+            qx = np.log(qk / s.forward) if log_x else qk
+            p.plot(qx, 100 * qv, name="quoted in the file", pen=None, symbol="x", symbolSize=5,
+                   symbolPen=pg.mkPen((120, 120, 120)), symbolBrush=pg.mkBrush(120, 120, 120))
+        if x.size:
+            bars = np.isfinite(s.iv_bid) | np.isfinite(s.iv_ask)  # from the bid IV (or the mid) to the ask IV
+            if bars.any():
+                iv = s.iv[bars]
+                p.addItem(pg.ErrorBarItem(x=x[bars], y=100 * iv, beam=0.0, pen=pg.mkPen((230, 81, 0), width=1.5),
+                                          top=100 * np.nan_to_num(s.iv_ask[bars] - iv),
+                                          bottom=100 * np.nan_to_num(iv - s.iv_bid[bars])))
+            p.plot(x, 100 * s.iv, name="OTM IV (mid), bid–ask bars", pen=pg.mkPen((25, 118, 210), width=1.5),
+                   symbol="o", symbolSize=4, symbolBrush=pg.mkBrush(25, 118, 210), symbolPen=None)
+        if np.isfinite(s.forward):
+            p.addItem(pg.InfiniteLine(0.0 if log_x else s.forward, angle=90,
+                                      pen=pg.mkPen((80, 80, 80), style=Qt.PenStyle.DashLine),
+                                      label=f"forward {s.forward:.2f}",
+                                      labelOpts={"position": 0.95, "color": (80, 80, 80)}))
         name = df["underlying"].iloc[0] if "underlying" in df and len(df) else ""
-        p.setTitle(f"{name} {exp}: implied volatility by strike")
+        p.setTitle(f"{name} {exp}: smile (out-of-the-money side)")
         p.enableAutoRange()
+        if x.size >= 2:  # frame the smile itself: the file's stray quotes and the wings' wide bars may run off
+            lo, hi = np.nanmin(s.iv), np.nanmax(s.iv)
+            pad = 0.08 * (hi - lo) + 0.005
+            p.setYRange(100 * (lo - pad), 100 * (hi + pad), padding=0)
 
     # ------------------------------------------------------------------ export
 
@@ -473,6 +554,10 @@ class BatchTab(QWidget):
         s.setValue("batch/steps", self.steps.value())
         s.setValue("batch/rate", self.rate.value())
         s.setValue("batch/dividend_yield", self.dividend.value())
+        s.setValue("batch/carry", self.carry.currentData())
+        s.setValue("batch/quote_time", self.quote_time.text())
+        s.setValue("batch/smile_x", self.axis_combo.currentData())
+        s.setValue("batch/right_split", self.right_split.saveState())
         s.setValue("batch/eps", self.eps.value())
         s.setValue("batch/device", self.device.currentText())
         s.setValue("batch/last_dir", self._last_dir)
@@ -490,6 +575,11 @@ class BatchTab(QWidget):
         self.steps.setValue(int(s.value("batch/steps", self.steps.value(), type=int)))
         self.rate.setValue(float(s.value("batch/rate", self.rate.value(), type=float)))
         self.dividend.setValue(float(s.value("batch/dividend_yield", self.dividend.value(), type=float)))
+        for combo, key in ((self.carry, "batch/carry"), (self.axis_combo, "batch/smile_x")):
+            i = combo.findData(str(s.value(key, combo.currentData())))
+            if i >= 0:
+                combo.setCurrentIndex(i)
+        self.quote_time.setText(str(s.value("batch/quote_time", "") or ""))
         self.eps.setValue(float(s.value("batch/eps", self.eps.value(), type=float)))
         i = self.device.findText(str(s.value("batch/device", "auto")))
         if i >= 0:
@@ -506,6 +596,9 @@ class BatchTab(QWidget):
         split = s.value("batch/split")
         if split is not None:
             self.split.restoreState(split)
+        right = s.value("batch/right_split")
+        if right is not None:
+            self.right_split.restoreState(right)
         self._update_buttons()
 
     def shutdown(self, wait_ms: int = 10000) -> None:

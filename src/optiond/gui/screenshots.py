@@ -3,10 +3,13 @@
     optiond serve --detach
     python -m optiond.gui.screenshots docs/          # writes docs/panel_{status,timings,batch}.png
 
-It prices the bundled TSLA and AAPL chains, starts the SPY chain at 2,000 steps and cancels
-it after a few seconds (so the Timings tab shows several jobs and outcomes), then shows the
-AAPL results on the Batch tab (filtered to the ok rows of the expiry whose smile is shown). Without a display it renders offscreen. The user's panel
-settings are not touched (a temporary settings file is used).
+It prices the bundled TSLA chain, starts the SPY chain at 2,000 steps and cancels it after a
+few seconds (so the Timings tab shows several jobs and outcomes), then prices the SPY chain's
+expiries up to :data:`FRONT_LAST_EXPIRY` (a file of their own) and shows them on the Batch tab:
+the forward table, the smile of :data:`SMILE_EXPIRY`, the table filtered to its ok rows. The
+Yahoo files are priced at their snapshot time (:data:`QUOTE_TIME`) with the default carry
+(parity). Without a display it renders offscreen. The user's panel settings are not touched (a
+temporary settings file is used).
 """
 
 from __future__ import annotations
@@ -18,6 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
+#: the bundled Yahoo files' snapshot time (examples/data/README.md)
+QUOTE_TIME = "10:50"
+#: the SPY chain's expiries priced for the Batch tab's screenshot: up to this one
+FRONT_LAST_EXPIRY = "2026-03-20"
+#: the expiry whose smile the screenshot shows
+SMILE_EXPIRY = "2026-03-20"
 
 def _wait(app, cond, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
@@ -62,10 +71,14 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             tab = win.batch_tab
             win.tabs.setCurrentIndex(2)
-            for name, steps, cancel_after in (("tsla_chain_2026-02-13.csv", 500, None),
-                                              ("spy_chain_2026-02-13.csv", 2000, 3.0),
-                                              ("aapl_chain_2026-02-13.csv", 500, None)):
-                tab.set_file(data / name)
+            spy = backend.load_table(data / "spy_chain_2026-02-13.csv")[0]
+            front = Path(tmp) / "spy_chain_2026-02-13_front.csv"
+            spy[spy["expiry"].astype(str) <= FRONT_LAST_EXPIRY].to_csv(front, index=False)
+            tab.quote_time.setText(QUOTE_TIME)
+            for path, steps, cancel_after in ((data / "tsla_chain_2026-02-13.csv", 500, None),
+                                              (data / "spy_chain_2026-02-13.csv", 2000, 3.0),
+                                              (front, 500, None)):
+                tab.set_file(path)
                 tab.steps.setValue(steps)
                 tab.run()
                 if cancel_after is not None:
@@ -73,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
                     tab.cancel()
                 _wait(app, lambda: not tab.is_running(), 600)
                 print(tab.outcome.summary())
-            i = tab.expiry_combo.findData("2026-03-20")  # the same expiry in the smile and the table
+            i = tab.expiry_combo.findData(SMILE_EXPIRY)  # the same expiry in the smile and the table
             if i >= 0:
                 tab.expiry_combo.setCurrentIndex(i)
-                tab.filter_edit.setText("2026-03-20")
+                tab.filter_edit.setText(SMILE_EXPIRY)
             tab.status_filter.setCurrentIndex(max(0, tab.status_filter.findData("ok")))
             out = Path(args.out_dir)
             out.mkdir(parents=True, exist_ok=True)

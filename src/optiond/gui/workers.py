@@ -98,6 +98,7 @@ class BatchSignals(QObject):
     progress = Signal(int, int)      # rows done, rows in all
     request = Signal(object)         # backend.RequestTiming
     finished = Signal(object)        # backend.BatchOutcome
+    stage = Signal(str)              # what the run does now (market solve, pricing)
 
 
 class BatchRunner(QRunnable):
@@ -119,7 +120,8 @@ class BatchRunner(QRunnable):
         try:
             outcome = backend.run_batch(self.df, self.kind, self.client, self.settings, cancel=self.cancel_event,
                                         progress=self.signals.progress.emit, on_request=self.signals.request.emit,
-                                        path=self.path, pricer_out=self._pricers, device_hint=self.device_hint)
+                                        path=self.path, pricer_out=self._pricers, device_hint=self.device_hint,
+                                        stage=self.signals.stage.emit)
         except Exception as e:  # noqa: BLE001 (the GUI must always hear back)
             outcome = backend.BatchOutcome(self.path, self.kind, self.settings.model, len(self.df), 0,
                                            self.df.iloc[:0], 0.0, error=f"{type(e).__name__}: {e}")

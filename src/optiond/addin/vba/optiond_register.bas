@@ -169,4 +169,13 @@ Public Sub OptiondRegisterFunctions()
             "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives the equity skew.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. ADI time-stepping scheme: ""mcs"" (Modified Craig-Sneyd, the default), ""hv"" (Hundsdorfer-Verwer), ""cs"" (Craig-Sneyd) or ""do"" (Douglas).")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!PARITY_FORWARD", _
+        Description:="Forward and discount factor of one expiry from a strip of European call and put prices: a robust fit of put-call parity C - P = D (F - K), all strikes weighted equally. Returns a row: forward, discount factor.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Strikes of one expiry's European calls and puts (> 0): one row or one column. A strike whose call or put cell is empty is left out; the 20 strikes nearest the money enter the fit.", _
+            "Call prices (mids) at those strikes, in the currency of the strikes: a row or column of the same length as strikes.", _
+            "Put prices (mids) at those strikes, in the currency of the strikes: a row or column of the same length as strikes.", _
+            "Time to expiry of the strip in years (> 0), e.g. 0.25 for three months.", _
+            "Optional. Risk-free rate, annual and continuously compounded (0.05 = 5%): the discount factor is exp(-rate x T) and only the forward is fitted. Omitted: forward and discount factor are both fitted (at least 3 strikes).")
 End Sub

@@ -170,3 +170,16 @@ failed:
     MLMC_STDERR = Err.Description
 End Function
 
+Function PARITY_FORWARD(strikes, call_mids, put_mids, T, Optional rate)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        PARITY_FORWARD = XLPy.CallUDF("optiond.addin.functions", "PARITY_FORWARD", Array(strikes, call_mids, put_mids, T, rate), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        PARITY_FORWARD = XLPy.CallUDF("optiond.addin.functions", "PARITY_FORWARD", Array(strikes, call_mids, put_mids, T, rate))
+        Exit Function
+    #End If
+failed:
+    PARITY_FORWARD = Err.Description
+End Function
+
