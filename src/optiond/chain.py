@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from . import engine
+from .columns import read_csv_table
 from .models import GREEK_FIELDS, Method, Result, object_full
 
 #: default flat rate: about the US Treasury bill yield around the bundled snapshot dates
@@ -43,6 +44,8 @@ IV_TOLERANCE = 1e-9
 
 CHAIN_COLUMNS = ("underlying", "quote_date", "expiry", "type", "strike", "bid", "ask", "last", "implied_vol",
                  "underlying_price", "style")
+#: optional chain columns (read when present)
+OPTIONAL_CHAIN_COLUMNS = ("quote_time", "settlement")
 STATUSES = ("ok", "no-bid", "no-ask", "crossed", "below-intrinsic", "below-model-bound", "no-solution",
             "not-converged", "invalid", "expired", "error")
 
@@ -93,8 +96,14 @@ class ChainSummary:
 
 
 def read_chain(path: str) -> pd.DataFrame:
-    """Read a chain CSV. Raises ValueError naming missing columns."""
-    df = pd.read_csv(path)
+    """Read a chain CSV; columns other than :data:`CHAIN_COLUMNS` and
+    :data:`OPTIONAL_CHAIN_COLUMNS` are listed in ``df.attrs["ignored_columns"]``.
+
+    Raises:
+        ValueError: missing columns; :class:`optiond.columns.TableFileError` (a ValueError) for
+            a file that cannot be read, an empty one, or a column named twice.
+    """
+    df = read_csv_table(path, CHAIN_COLUMNS + OPTIONAL_CHAIN_COLUMNS)
     missing = [c for c in CHAIN_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: missing chain columns {missing}; expected {list(CHAIN_COLUMNS)}")

@@ -23,7 +23,8 @@ A job ends in exactly one of these ways, and only then is its requester answered
 * ``done``: every chunk priced; the whole result, never a part of one;
 * ``failed``: a chunk raised. An input error of the whole table fails the job at once with
   that error; any other exception runs the chunk once more, on rank 0, first;
-* ``cancelled``: :meth:`JobManager.cancel` (the control channel's ``cancel``), daemon stopping;
+* ``cancelled``: :meth:`JobManager.cancel` (the control channel's ``cancel``), daemon stopping,
+  or a job with a lease (:attr:`Job.lease_s`) that its client stopped asking for;
 * ``deadline``: the job ran past its deadline (the rest of its chunks are dropped).
 
 A chunk that does not come back within :data:`HUNG_CHUNK_FACTOR` times its estimate (and at
@@ -141,6 +142,17 @@ class Job:
     timeline: dict[int, list] = field(default_factory=dict)
     t0: float = field(default_factory=time.perf_counter)
     _last_progress: float = 0.0
+    #: a followed job's lease (seconds; None: none): unless its client asks for it
+    #: (:meth:`renew`) the job is cancelled at :attr:`lease_until` (``time.monotonic()``)
+    lease_s: float | None = None
+    lease_until: float = float("inf")
+
+    def renew(self, until: float) -> None:
+        """The client asked for this job and waits on the daemon until ``until``
+        (``time.monotonic()``): keep the job until ``lease_s`` after that."""
+        if self.lease_s is not None:
+            self.lease_until = max(self.lease_until if self.lease_until != float("inf") else 0.0,
+                                   until + self.lease_s)
 
     @property
     def n(self) -> int:
@@ -541,6 +553,10 @@ class JobManager:
                 continue
             if job.cancel_reason:
                 self._finish(job, "cancelled", ("JobCancelled", f"job {job.id} {job.cancel_reason}", {}))
+            elif now > job.lease_until:  # its client stopped asking (killed, or gone): nobody will collect it
+                log.info("job %s abandoned: no result asked for %.2g s; cancelled", job.id, job.lease_s)
+                self._finish(job, "cancelled", ("JobCancelled", f"job {job.id} cancelled: its client stopped "
+                                                                f"asking for it (lease of {job.lease_s:g} s)", {}))
             elif now > job.deadline:
                 self._finish(job, "deadline", ("DeadlineExceeded",
                                                 f"job {job.id} passed its deadline after {now - job.submitted:.3g} s "
