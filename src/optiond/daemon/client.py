@@ -105,7 +105,7 @@ RESULT_POLL_S = 10.0
 JOB_AFTER_S = 2.0
 #: how long each ``result`` ask of a followed job waits on the daemon (seconds); every ask
 #: renews the job's lease
-JOB_POLL_S = 0.25
+JOB_POLL_S = 0.2
 #: a followed job nobody has asked about for this long (seconds, after its last ask's wait)
 #: is cancelled by the daemon: a client killed outright leaves no work behind
 JOB_LEASE_S = 1.0

@@ -58,7 +58,7 @@ MIN_CHUNK_S = 0.010
 #: chunks of each kind of slot whose speed is remembered (for GPU jobs' shares)
 SPEED_MEMORY = 4
 #: longest chunk on a CPU (single-core estimate): bounds how long a cancelled job keeps a slot
-MAX_CHUNK_S = 0.5
+MAX_CHUNK_S = 0.25
 CHUNKS_PER_SLOT = 4
 MAX_CHUNKS = 512
 PROGRESS_EVERY_S = 0.1
@@ -425,7 +425,7 @@ class JobManager:
                                     f"({self.max_inflight_bytes / 2**20:.0f} MiB); try again later")
             capacity = self.slots
             job.total_work = max(job.cost.work, 1e-9)
-            if job.chunks_per_slot > 1 and job.cost.cpu_s > 0:  # CPUs: guided chunks, 10 ms .. 0.5 s
+            if job.chunks_per_slot > 1 and job.cost.cpu_s > 0:  # CPUs: guided chunks, 10 ms .. MAX_CHUNK_S
                 per_s = job.total_work / job.cost.cpu_s
                 max_s = max(MAX_CHUNK_S, job.cost.cpu_s / MAX_CHUNKS)
                 job.chunks = split_works(job.n, job.total_work, job.weights,
