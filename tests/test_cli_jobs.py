@@ -163,3 +163,26 @@ def test_a_frozen_then_a_dead_daemon_is_one_line_and_no_work_is_left(tmp_path):
     finally:
         client.close()
         stop_daemon(served)
+
+
+def test_a_client_that_gives_up_cancels_its_request(served, tmp_path):
+    """A blocking request (not followed as a job) whose client stops waiting, as a fallback
+    would, is cancelled: the daemon does not price it for nobody."""
+    from optiond.daemon.client import DaemonUnavailable
+
+    rng = np.random.default_rng(5)
+    cols = {"kind": "put", "style": "american", "spot": 100.0, "strike": rng.uniform(80, 120, 3000), "expiry": 1.0,
+            "rate": 0.03, "volatility": 0.2}
+    impatient = served.client(timeout=0.5, retries=0)
+    client = served.client(timeout=5.0)
+    try:
+        cancelled = client.status()["jobs_by_outcome"].get("cancelled", 0)
+        with pytest.raises(DaemonUnavailable, match="no reply"):
+            impatient.price_table(cols, Method(steps=3000, greeks=False), fallback=False, as_job=False)
+        t_gave_up = time.monotonic()
+        assert_idle_within_2s(served.pid, t_gave_up)
+        assert client.jobs() == []
+        assert client.status()["jobs_by_outcome"].get("cancelled", 0) == cancelled + 1
+    finally:
+        impatient.close()
+        client.close()
