@@ -433,8 +433,9 @@ class Client:
 
     def _request(self, op: str, content: dict, buffers: list | tuple = (), *, timeout: float | None = None,
                  channel: str = "shell", use_down_cache: bool = True, retries: int | None = None,
-                 msg_id: str | None = None, metadata: dict | None = None) -> Message:
-        """Send ``<op>_request``, return the matching reply (status ok).
+                 msg_id: str | None = None, metadata: dict | None = None, abandon: str | None = None) -> Message:
+        """Send ``<op>_request``, return the matching reply (status ok). ``abandon``: a job id
+        to cancel when this gives up on a daemon that is alive but did not answer in time.
 
         Raises:
             DaemonUnavailable: no reply after the retries, the daemon died meanwhile, or it is
@@ -463,6 +464,7 @@ class Client:
                                      {"limit": "max_message_bytes"})
         msg_id = msg_id or conn.session.next_id()
         reason = "no attempt made"
+        alive = False  # the last attempt timed out on a daemon whose heartbeat answered
         for attempt in range(retries + 1):
             try:
                 frames = conn.session.serialize(conn.session.header(op + "_request", msg_id), content, None, metadata,
@@ -498,18 +500,21 @@ class Client:
                 return msg
             reason = f"no reply from the daemon at {conn.endpoint(channel)} within {timeout:g} s"
             self._drop_socket(channel)  # Lazy Pirate: a fresh socket for the next attempt
+            alive = True
             if attempt == retries:
                 break
             try:
                 new = self._connection(force=True)
             except DaemonUnavailable as e:
-                reason = str(e)
+                reason, alive = str(e), False
                 break
             if new is not conn:
-                conn = new  # the daemon restarted: retry against the new one
+                conn, alive = new, False  # the daemon restarted: retry against the new one
             elif not self._heartbeat(conn, min(timeout, 0.5)):
-                reason += " and its heartbeat is silent"
+                reason, alive = reason + " and its heartbeat is silent", False
                 break
+        if abandon is not None and alive:
+            self._abandon(abandon)  # it may still be working on the request: nobody will collect it
         self._down = (conn.signature, time.monotonic() + self.down_s, reason)
         raise DaemonUnavailable(reason)
 
@@ -635,10 +640,8 @@ class Client:
         meta = self._options(job_id, force, deadline_s)
         try:
             with self._progress(on_progress, job_id):
-                return self._request(op, content, buffers, timeout=timeout, metadata=meta)
+                return self._request(op, content, buffers, timeout=timeout, metadata=meta, abandon=job_id)
         except (DaemonUnavailable, _Unsendable) as e:
-            if isinstance(e, DaemonUnavailable) and job_id is not None:
-                self._abandon(job_id)  # the daemon may still be working on it: nobody will collect it
             if not fallback:
                 raise
             return e
