@@ -11,6 +11,14 @@ reply takes longer than half a second the client also watches the daemon's heart
 that dies in the middle of a batch is reported (:class:`DaemonUnavailable`) within 2 s, not
 at the end of ``timeout``; one that restarted (a new connection file) is asked again.
 
+A pricing request estimated to take longer than :data:`JOB_AFTER_S` on one core (or any call
+with ``as_job=True``) is submitted as a job with a lease and followed: asked for every
+:data:`JOB_POLL_S` (each ask renews the lease), with progress events relayed, for as long as the
+daemon's heartbeat answers and the job moves; it is cancelled on Ctrl-C, on any error, after
+:data:`JOB_STALL_S` without progress, and by the daemon itself :data:`JOB_LEASE_S` after a
+killed client stops asking. A blocking request this client gives up on (no reply in time from a
+live daemon) is cancelled too: the daemon never keeps pricing for nobody.
+
 With ``fallback=True`` (the default) the pricing calls then run the same engine function in
 this process and say so in ``Result.via = "in-process"``. A daemon's answer is always whole:
 a batch it could not finish raises, it never comes back as a partial result. Errors the daemon
