@@ -44,6 +44,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 import pandas as pd
 
+from .columns import read_csv_table
 from .market import clock
 from .market.curve import ZeroCurve
 from .market.forwards import (CARRY_PAIRS, IMPLIED_RATE_BAND, ExpiryPairs, call_put_residual, interpolate_in_time,
@@ -141,8 +142,14 @@ class ChainSummary:
 
 
 def read_chain(path: str) -> pd.DataFrame:
-    """Read a chain CSV. Raises ValueError naming missing columns."""
-    df = pd.read_csv(path)
+    """Read a chain CSV; columns other than :data:`CHAIN_COLUMNS` and
+    :data:`OPTIONAL_CHAIN_COLUMNS` are listed in ``df.attrs["ignored_columns"]``.
+
+    Raises:
+        ValueError: missing columns; :class:`optiond.columns.TableFileError` (a ValueError) for
+            a file that cannot be read, an empty one, or a column named twice.
+    """
+    df = read_csv_table(path, CHAIN_COLUMNS + OPTIONAL_CHAIN_COLUMNS)
     missing = [c for c in CHAIN_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: missing chain columns {missing}; expected {list(CHAIN_COLUMNS)}")

@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="optiond", description="Option pricing on CPU and GPU: CLI, daemon and tools.")
     parser.add_argument("--version", action="version", version=f"optiond {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -51,6 +52,57 @@ def run(parser: argparse.ArgumentParser, argv: list[str] | None = None, *, no_co
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # noqa: BLE001 (the expected ones become one line; the rest propagate)
+        if getattr(args, "debug", False):
+            raise
+        found = expected_error(e, args)
+        if found is None:
+            raise
+        code, text = found
+        command = getattr(args, "command", None)
+        print(f"optiond{' ' + command if command else ''}: {' '.join(text.split())}", file=sys.stderr)
+        return code
+
+
+#: exit status of an expected error: bad input (file, column, option, row limits of the whole table)
+EXIT_INPUT = 2
+#: no daemon answered, or it stopped the work (refused, cancelled, deadline)
+EXIT_DAEMON = 3
+
+
+def expected_error(e: BaseException, args: argparse.Namespace | None = None) -> tuple[int, str] | None:
+    """The exit status and one-line message of an error the user can act on, or None for a bug.
+
+    Expected: :class:`optiond.models.InvalidInputError` and
+    :class:`optiond.columns.TableFileError` (exit :data:`EXIT_INPUT`); the daemon client's
+    :class:`DaemonUnavailable` and :class:`DaemonError` family (refused, cancelled, deadline) and
+    the daemon's :class:`LimitExceeded` (exit :data:`EXIT_DAEMON`); an :class:`OSError` such as
+    an output path that cannot be written (exit 1). With ``--daemon-only`` the message says how
+    to get a daemon or price without one.
+    """
+    from .columns import TableFileError
+    from .models import InvalidInputError
+
+    if isinstance(e, (InvalidInputError, TableFileError)):
+        return EXIT_INPUT, str(e)
+    if type(e).__module__.startswith("optiond.daemon"):  # the client is imported only where used
+        from .daemon.client import DaemonError, DaemonUnavailable
+        from .daemon.limits import LimitExceeded
+
+        if isinstance(e, DaemonUnavailable):
+            hint = ""
+            if getattr(args, "daemon_only", False):
+                hint = ("" if "optiond serve" in str(e) else "; start one with 'optiond serve --detach'") + \
+                       ("; or drop --daemon-only to price in this process")
+            return EXIT_DAEMON, f"no daemon: {e}{hint}"
+        if isinstance(e, DaemonError):
+            return EXIT_DAEMON, f"the daemon {'refused' if e.ename in ('LimitExceeded', 'DaemonDraining') else 'stopped'} " \
+                                f"the request: {e}"
+        if isinstance(e, LimitExceeded):
+            return EXIT_DAEMON, str(e)
+    if isinstance(e, OSError):
+        return 1, f"{e.strerror or e}" + (f": {e.filename}" if getattr(e, "filename", None) else "")
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

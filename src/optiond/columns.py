@@ -1,6 +1,9 @@
-"""Turning scalars and sequences into equal-length contiguous NumPy columns."""
+"""Turning scalars and sequences into equal-length contiguous NumPy columns; reading a CSV of
+named columns (:func:`read_csv_table`)."""
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 
@@ -20,3 +23,53 @@ def as_columns(*cols, dtype=np.float64):
         raise ValueError(f"columns must be scalars or 1-D of one length, got shapes {[a.shape for a in arrs]}")
     n = lengths.pop() if lengths else 1
     return [np.full(n, a, dtype=dt) if a.ndim == 0 else np.ascontiguousarray(a, dtype=dt) for a, (_, dt) in zip(arrs, pairs)]
+
+
+class TableFileError(ValueError):
+    """A CSV file that cannot be read as a table: missing or unreadable, empty, not CSV, or with
+    a column name given twice. The message names the file and what is wrong."""
+
+
+def read_csv_table(path: str, known: Sequence[str]):
+    """Read a CSV of named columns, refusing duplicate column names.
+
+    pandas renames a second ``spot`` to ``spot.1`` (and the first silently wins), so the header
+    row is read as written, with the csv module, before pandas reads the file.
+
+    Args:
+        path: the CSV file (UTF-8, a byte-order mark allowed).
+        known: the column names the caller reads; any other is listed in
+            ``df.attrs["ignored_columns"]`` (in file order) for the caller to warn about.
+
+    Returns:
+        A :class:`pandas.DataFrame`.
+
+    Raises:
+        TableFileError: the file cannot be read, is empty (no header), is not CSV, or names a
+            column twice.
+    """
+    import csv
+
+    import pandas as pd
+
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            header = next(csv.reader(f), None)
+        if not header or all(not h.strip() for h in header):
+            raise TableFileError(f"{path} is empty: expected a header row naming the columns")
+        seen: dict[str, int] = {}
+        for name in header:
+            seen[name.strip()] = seen.get(name.strip(), 0) + 1
+        dups = [k for k, c in seen.items() if c > 1]
+        if dups:
+            raise TableFileError(f"{path}: column{'s' if len(dups) > 1 else ''} {', '.join(map(repr, dups))} "
+                                 f"given more than once; keep one of each")
+        df = pd.read_csv(path, encoding="utf-8-sig")
+    except TableFileError:
+        raise
+    except (OSError, UnicodeDecodeError, csv.Error, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise TableFileError(f"cannot read {path}: {e}") from None
+    df.columns = [str(c).strip() for c in df.columns]
+    known_set = set(known)
+    df.attrs["ignored_columns"] = [c for c in df.columns if c not in known_set]
+    return df

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import runctl
+from .daemon import limits
 from .kernels import binomial_cpu, black_scholes
 from .kernels.rootfind import IV_STATUS_NAMES
 from .models import (AMERICAN, GREEK_FIELDS, Batch, InvalidInputError, Method, Result, RowError, object_full,
@@ -266,7 +267,8 @@ def price_one_values(row: tuple, method: Method) -> tuple | None:
         return None
     if method.name == "binomial":
         N = method.steps
-        if not isinstance(N, int):
+        if not isinstance(N, int) or (N + 1) * (N + 2) * 0.5 * (limits.GREEK_TREES if method.greeks else 1) > \
+                limits.DEFAULT_LIMITS.max_tree_nodes:  # over the limit: the general path marks the row
             return None
         p = binomial_cpu.crr_probability(T, r, q, sigma, N)
         if not (0.0 <= p <= 1.0):
@@ -323,7 +325,10 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
 
     Returns:
         :class:`optiond.models.Result`, one row per input row, in input order; rows with an
-        invalid value have ``status="error"`` and a reason naming the field and value.
+        invalid value have ``status="error"`` and a reason naming the field and value; so have
+        rows whose own work is over a work limit
+        (:func:`optiond.daemon.limits.row_limit_errors`: CRR tree nodes, MLMC path steps, ADI
+        grid), the same rows on the daemon and in-process.
 
     Raises:
         InvalidInputError: only for problems of the whole table (a missing column, columns of
@@ -355,11 +360,16 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
     s_err = [e for e in s_err if names[e.row] == "binomial"]  # steps only matter to the tree
     eps, payoff, mc_err = _mlmc_columns(columns, n, method, names)
     res = Result.empty(n, device=select_device(None, method))
-    first: dict[int, RowError] = {}
+    if n == 0:  # a header without rows
+        res.elapsed_s = time.perf_counter() - t0
+        return res
+    first: dict[int, str] = {}
     for e in errors + m_err + s_err + mc_err:
-        first.setdefault(e.row, e)
+        first.setdefault(e.row, e.message)
+    for i, reason in limits.row_limit_errors(names, steps, eps, method):  # rows over a work limit
+        first.setdefault(i, reason)
     if first:
-        res.mark_error(list(first), [e.message for e in first.values()])
+        res.mark_error(list(first), list(first.values()))
     # rows priced together share the method (and, for MLMC, the payoff family)
     if _row_column(columns, "method", n) is None and _row_column(columns, "payoff", n) is None:
         groups = object_full(n, names[0] if n else "")  # one method, one payoff: one group

@@ -11,8 +11,12 @@ import numpy as np
 import pandas as pd
 
 from .. import chain as chain_job
-from ..models import CONTRACT_FIELDS, HESTON_FIELDS, MARKET_FIELDS, InvalidInputError, Method, Result
+from ..columns import TableFileError, read_csv_table
+from ..models import CONTRACT_FIELDS, HESTON_FIELDS, MARKET_FIELDS, Method, Result
 
+#: a file of more rows than this is priced on the daemon as a followed job (progress bar; the
+#: client waits while the daemon lives and moves, and cancels the job if it stops waiting)
+JOB_ROWS = 10_000
 PORTFOLIO_COLUMNS = CONTRACT_FIELDS + MARKET_FIELDS + ("method", "steps")
 #: optional per-row columns of other methods: MLMC target error and payoff; Heston parameters
 OPTIONAL_COLUMNS = ("eps", "payoff") + HESTON_FIELDS
@@ -31,8 +35,10 @@ class ClientPricer:
         self.force = force
         self.via = "daemon"
 
-    def price_table(self, columns: Mapping[str, Any], method: Method | None = None) -> Result:
-        return self.client.price_table(columns, method, fallback=self.fallback, force=self.force)
+    def price_table(self, columns: Mapping[str, Any], method: Method | None = None, **options: Any) -> Result:
+        """:meth:`optiond.daemon.client.Client.price_table` (``options``: ``as_job``,
+        ``on_progress``, ...)."""
+        return self.client.price_table(columns, method, fallback=self.fallback, force=self.force, **options)
 
     def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None):
         return self.client.implied_vol(prices, columns, method, fallback=self.fallback, force=self.force)
@@ -64,26 +70,57 @@ def _progress(total: int, desc: str):
     return bar, update
 
 
+def warn_ignored_columns(command: str, df: pd.DataFrame) -> None:
+    """One line on stderr naming the columns of the file that nobody reads (if any)."""
+    ignored = df.attrs.get("ignored_columns") or []
+    if ignored:
+        print(f"optiond {command}: warning: ignoring unknown column{'s' if len(ignored) > 1 else ''} "
+              f"{', '.join(ignored)}", file=sys.stderr)
+
+
+class _JobBar:
+    """A tqdm bar (rows, on stderr) fed by a daemon job's progress events; it appears with the
+    first event, so a request answered at once shows none."""
+
+    def __init__(self, total: int, desc: str, enabled: bool):
+        self.total, self.desc, self.enabled = total, desc, enabled
+        self.bar = None
+
+    def __call__(self, ev: Any) -> None:
+        if not self.enabled or ev.fraction is None:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, desc=self.desc, unit="row", file=sys.stderr, mininterval=0.5)
+        self.bar.update(max(0, round(float(ev.fraction) * self.total) - self.bar.n))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def cmd_price(args: argparse.Namespace) -> int:
-    try:
-        df = pd.read_csv(args.file)
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as e:
-        print(f"optiond price: cannot read {args.file}: {e}", file=sys.stderr)
-        return 2
+    df = read_csv_table(args.file, PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS)
+    warn_ignored_columns("price", df)
     required = ("kind", "spot", "strike", "expiry", "rate") + (() if "v0" in df.columns else ("volatility",))
     missing = [c for c in required if c not in df.columns]
     if missing:
-        print(f"optiond price: {args.file}: missing columns {missing}; expected {list(PORTFOLIO_COLUMNS)}", file=sys.stderr)
-        return 2
+        raise TableFileError(f"{args.file}: missing columns {missing}; expected {list(PORTFOLIO_COLUMNS)}")
+    if df.empty:
+        raise TableFileError(f"{args.file}: a header and no rows: nothing to price")
     cols = {c: df[c].to_numpy() for c in PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS if c in df.columns}
-    try:
-        method = Method(steps=args.steps, greeks=not args.no_greeks, eps=args.eps, seed=args.seed, scheme=args.scheme,
-                        grid=tuple(args.grid), time_steps=args.time_steps, device=args.device)
-        pricer = make_pricer(args)
+    method = Method(steps=args.steps, greeks=not args.no_greeks, eps=args.eps, seed=args.seed, scheme=args.scheme,
+                    grid=tuple(args.grid), time_steps=args.time_steps, device=args.device)
+    pricer = make_pricer(args)
+    if isinstance(pricer, ClientPricer):  # a big file is a followed daemon job, with a progress bar
+        bar = _JobBar(len(df), "price", not args.no_progress)
+        try:
+            res = pricer.price_table(cols, method, as_job=True if len(df) > JOB_ROWS else None, on_progress=bar)
+        finally:
+            bar.close()
+    else:
         res = pricer.price_table(cols, method)
-    except InvalidInputError as e:
-        print(f"optiond price: {e}", file=sys.stderr)
-        return 2
     out = df.copy()
     for k, v in res.columns().items():
         # an input column of the same name (the Heston long-run variance "theta") is kept as is
@@ -114,6 +151,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
     except (OSError, ValueError, pd.errors.ParserError) as e:
         print(f"optiond chain: {e}", file=sys.stderr)
         return 2
+    warn_ignored_columns("chain", df)
     try:
         curve = ZeroCurve.from_csv(args.rates) if args.rates else None
         chain_job.check_market_args(carry=args.carry, quote_time=args.quote_time, settlement=args.settlement,
@@ -168,6 +206,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-steps", type=int, default=100, help="ADI time steps (default 100)")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto", help="where to price (default auto)")
     p.add_argument("--allow-errors", action="store_true", help="exit 0 even if some rows failed")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar while the daemon prices a long file")
     _add_pricer_flags(p)
     p.set_defaults(func=cmd_price)
 

@@ -11,6 +11,14 @@ reply takes longer than half a second the client also watches the daemon's heart
 that dies in the middle of a batch is reported (:class:`DaemonUnavailable`) within 2 s, not
 at the end of ``timeout``; one that restarted (a new connection file) is asked again.
 
+A pricing request estimated to take longer than :data:`JOB_AFTER_S` on one core (or any call
+with ``as_job=True``) is submitted as a job with a lease and followed: asked for every
+:data:`JOB_POLL_S` (each ask renews the lease), with progress events relayed, for as long as the
+daemon's heartbeat answers and the job moves; it is cancelled on Ctrl-C, on any error, after
+:data:`JOB_STALL_S` without progress, and by the daemon itself :data:`JOB_LEASE_S` after a
+killed client stops asking. A blocking request this client gives up on (no reply in time from a
+live daemon) is cancelled too: the daemon never keeps pricing for nobody.
+
 With ``fallback=True`` (the default) the pricing calls then run the same engine function in
 this process and say so in ``Result.via = "in-process"``. A daemon's answer is always whole:
 a batch it could not finish raises, it never comes back as a partial result. Errors the daemon
@@ -76,7 +84,7 @@ import numpy as np
 import zmq
 
 from ..models import GREEK_FIELDS, InvalidInputError, Method, Result
-from . import paths
+from . import limits, paths
 from .protocol import (Message, ProtocolError, Session, decode_array, decode_sparse_strings, encode_column, new_id,
                        send_frames, spin_seconds, spin_until_readable)
 
@@ -100,6 +108,18 @@ HB_DEAD_S = 1.2
 STAT_EVERY_S = 0.25
 #: longest ``wait_s`` of one ``result`` request (longer waits are several requests)
 RESULT_POLL_S = 10.0
+#: a pricing request estimated to take longer than this on one core (seconds) runs as a job:
+#: submitted, followed (progress, heartbeat) for as long as it moves, cancelled if abandoned
+JOB_AFTER_S = 2.0
+#: how long each ``result`` ask of a followed job waits on the daemon (seconds); every ask
+#: renews the job's lease
+JOB_POLL_S = 0.2
+#: a followed job nobody has asked about for this long (seconds, after its last ask's wait)
+#: is cancelled by the daemon: a client killed outright leaves no work behind
+JOB_LEASE_S = 1.0
+#: a followed job whose progress has not moved for this long (seconds, while running) is
+#: given up and cancelled
+JOB_STALL_S = 300.0
 
 
 class DaemonUnavailable(RuntimeError):
@@ -421,8 +441,9 @@ class Client:
 
     def _request(self, op: str, content: dict, buffers: list | tuple = (), *, timeout: float | None = None,
                  channel: str = "shell", use_down_cache: bool = True, retries: int | None = None,
-                 msg_id: str | None = None, metadata: dict | None = None) -> Message:
-        """Send ``<op>_request``, return the matching reply (status ok).
+                 msg_id: str | None = None, metadata: dict | None = None, abandon: str | None = None) -> Message:
+        """Send ``<op>_request``, return the matching reply (status ok). ``abandon``: a job id
+        to cancel when this gives up on a daemon that is alive but did not answer in time.
 
         Raises:
             DaemonUnavailable: no reply after the retries, the daemon died meanwhile, or it is
@@ -451,6 +472,7 @@ class Client:
                                      {"limit": "max_message_bytes"})
         msg_id = msg_id or conn.session.next_id()
         reason = "no attempt made"
+        alive = False  # the last attempt timed out on a daemon whose heartbeat answered
         for attempt in range(retries + 1):
             try:
                 frames = conn.session.serialize(conn.session.header(op + "_request", msg_id), content, None, metadata,
@@ -486,18 +508,21 @@ class Client:
                 return msg
             reason = f"no reply from the daemon at {conn.endpoint(channel)} within {timeout:g} s"
             self._drop_socket(channel)  # Lazy Pirate: a fresh socket for the next attempt
+            alive = True
             if attempt == retries:
                 break
             try:
                 new = self._connection(force=True)
             except DaemonUnavailable as e:
-                reason = str(e)
+                reason, alive = str(e), False
                 break
             if new is not conn:
-                conn = new  # the daemon restarted: retry against the new one
+                conn, alive = new, False  # the daemon restarted: retry against the new one
             elif not self._heartbeat(conn, min(timeout, 0.5)):
-                reason += " and its heartbeat is silent"
+                reason, alive = reason + " and its heartbeat is silent", False
                 break
+        if abandon is not None and alive:
+            self._abandon(abandon)  # it may still be working on the request: nobody will collect it
         self._down = (conn.signature, time.monotonic() + self.down_s, reason)
         raise DaemonUnavailable(reason)
 
@@ -618,16 +643,104 @@ class Client:
               on_progress: Callable[[Event], None] | None) -> Message | Exception:
         """Send a pricing request and wait for its reply (relaying progress events to
         ``on_progress``); with ``fallback``, the reason no daemon answered instead of raising it."""
-        if on_progress is not None and job_id is None:
+        if job_id is None and (on_progress is not None or buffers):  # a name to cancel it by if given up
             job_id = f"progress-{uuid.uuid4().hex}"
         meta = self._options(job_id, force, deadline_s)
         try:
             with self._progress(on_progress, job_id):
-                return self._request(op, content, buffers, timeout=timeout, metadata=meta)
+                return self._request(op, content, buffers, timeout=timeout, metadata=meta, abandon=job_id)
         except (DaemonUnavailable, _Unsendable) as e:
             if not fallback:
                 raise
             return e
+        except KeyboardInterrupt:
+            if job_id is not None:
+                self._abandon(job_id)
+            raise
+
+    def _abandon(self, job_id: str) -> None:
+        """Cancel ``job_id`` on a daemon that still answers its heartbeat (best effort, within
+        about a second): work this client gave up on is not left running."""
+        try:
+            conn = self._connection()
+            if self._heartbeat(conn, 0.3):
+                self._request("cancel", {"job_id": job_id}, timeout=0.5, channel="control", use_down_cache=False,
+                              retries=0)
+        except Exception:  # noqa: BLE001 (a daemon gone meanwhile: nothing left to cancel)
+            log.debug("could not cancel abandoned job %s", job_id, exc_info=True)
+
+    def _estimated_s(self, op: str, columns: Mapping[str, Any], method: Method | None) -> float:
+        """Single-core seconds a pricing request should take (the daemon's cost model with its
+        default speed); 0 when it cannot be costed (the daemon then says what is wrong)."""
+        m = method or Method()
+        if (m.name == "binomial" and type(m.steps) is int and "steps" not in columns and "method" not in columns
+                and all(isinstance(v, _SCALARS) for v in columns.values())):  # one option: no table to cost
+            N = m.steps
+            trees = limits.IV_TREES if op == "implied_vol" else (limits.GREEK_TREES if m.greeks else 1)
+            return (N + 1.0) * (N + 2.0) * 0.5 * trees * limits.DEFAULT_NS_PER_NODE * 1e-9
+        try:
+            n = max((len(v) for v in columns.values() if np.ndim(v) == 1), default=1)
+            return limits.estimate(op, columns, m, n).cpu_s
+        except Exception:  # noqa: BLE001 (an invalid table: the daemon's answer names the problem)
+            return 0.0
+
+    def _run_job(self, op: str, content: dict, buffers: list, fallback: bool, timeout: float | None,
+                 job_id: str | None, force: bool, deadline_s: float | None,
+                 on_progress: Callable[[Event], None] | None, stall_s: float) -> Message | Exception:
+        """Submit a pricing request as a job and follow it to its end (see :meth:`follow`); with
+        ``fallback``, the reason no daemon took it instead of raising it. A job given up (the
+        daemon died, it stalled, Ctrl-C, any error) is cancelled; a client killed outright stops
+        renewing the job's lease and the daemon cancels it."""
+        job_id = job_id or f"progress-{uuid.uuid4().hex}"
+        meta = dict(self._options(job_id, force, deadline_s) or {}, lease_s=JOB_LEASE_S)
+        content = {"op": op, **content}
+        try:
+            with self._progress(on_progress, job_id):
+                try:
+                    self._request("submit", content, buffers, timeout=timeout, metadata=meta)
+                except (DaemonUnavailable, _Unsendable) as e:
+                    if not fallback:
+                        raise
+                    return e
+                return self._follow(job_id, stall_s)
+        except DaemonUnavailable as e:  # it died, or the job stalled (cancelled by _follow)
+            if not fallback:
+                raise
+            return e
+
+    def _follow(self, job_id: str, stall_s: float) -> Message:
+        """Ask for a submitted job's reply every :data:`JOB_POLL_S` (renewing its lease) until
+        it ends; cancel it if this gives up for any reason.
+
+        Raises:
+            DaemonUnavailable: the daemon died, or the job's progress stood still for ``stall_s``
+                seconds while it ran (it is cancelled).
+            JobCancelled, DeadlineExceeded, InvalidInputError, DaemonError: the job ended without
+                a result.
+        """
+        done = False
+        best, moved = -1.0, time.monotonic()
+        try:
+            while True:
+                try:
+                    msg = self._request("result", {"job_id": job_id, "wait_s": JOB_POLL_S},
+                                        timeout=JOB_POLL_S + self.timeout, use_down_cache=False)
+                    done = True
+                    return msg
+                except DaemonError as e:
+                    if e.ename != "JobPending":
+                        done = True  # the job ended (failed, cancelled, deadline): nothing to cancel
+                        raise
+                    now = time.monotonic()
+                    fraction = float(e.details.get("fraction") or 0.0)
+                    if fraction > best or e.details.get("state") == "queued":
+                        best, moved = max(best, fraction), now
+                    elif now - moved > stall_s:
+                        raise DaemonUnavailable(f"job {job_id} made no progress for {stall_s:g} s (at {best:.0%}); "
+                                                f"cancelled it") from None
+        finally:
+            if not done:
+                self._abandon(job_id)
 
     @staticmethod
     def _options(job_id: str | None, force: bool, deadline_s: float | None) -> dict | None:
@@ -702,7 +815,8 @@ class Client:
 
     def price_table(self, columns: Mapping[str, Any], method: Method | None = None, *, fallback: bool = True,
                     timeout: float | None = None, job_id: str | None = None, force: bool = False,
-                    deadline_s: float | None = None, on_progress: Callable[[Event], None] | None = None) -> Result:
+                    deadline_s: float | None = None, on_progress: Callable[[Event], None] | None = None,
+                    as_job: bool | None = None, stall_s: float = JOB_STALL_S) -> Result:
         """Price raw columns on the daemon, as :func:`optiond.engine.price_table` does in-process.
 
         Args:
@@ -723,6 +837,15 @@ class Client:
                 stopped with :class:`DeadlineExceeded` if it runs over).
             on_progress: called (in another thread) with each progress :class:`Event` of this
                 request when the daemon runs it as a job (large batches).
+            as_job: run it as a followed job: submitted, then asked for every
+                :data:`JOB_POLL_S` for as long as the daemon's heartbeat answers and the job
+                moves (no ``timeout`` applies to the whole), cancelled on Ctrl-C or any error,
+                and cancelled by the daemon :data:`JOB_LEASE_S` after its client stops asking
+                (killed). None (default): when the estimated single-core time is over
+                :data:`JOB_AFTER_S`. A request not run as a job that this client gives up on
+                (no reply in time) is cancelled too.
+            stall_s: a followed job whose progress stands still this long while running is
+                given up (cancelled; :class:`DaemonUnavailable`).
 
         Returns:
             :class:`optiond.models.Result` of n rows (invalid rows marked ``status="error"``),
@@ -741,7 +864,11 @@ class Client:
         """
         buffers: list = []
         content = self._content(columns, method, buffers)
-        msg = self._call("price", content, buffers, fallback, timeout, job_id, force, deadline_s, on_progress)
+        if as_job or (as_job is None and self._estimated_s("price", columns, method) > JOB_AFTER_S):
+            msg = self._run_job("price", content, buffers, fallback, timeout, job_id, force, deadline_s, on_progress,
+                                stall_s)
+        else:
+            msg = self._call("price", content, buffers, fallback, timeout, job_id, force, deadline_s, on_progress)
         if isinstance(msg, Exception):  # no daemon: priced here
             from .. import engine
 
@@ -754,14 +881,16 @@ class Client:
     def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None, *,
                     fallback: bool = True, timeout: float | None = None, job_id: str | None = None,
                     force: bool = False, deadline_s: float | None = None,
-                    on_progress: Callable[[Event], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    on_progress: Callable[[Event], None] | None = None, as_job: bool | None = None,
+                    stall_s: float = JOB_STALL_S) -> tuple[np.ndarray, np.ndarray]:
         """Implied volatilities on the daemon, as :func:`optiond.engine.implied_vol_table`.
 
         Args:
             prices: option prices (currency units), a scalar or shape (n,).
             columns: the batch columns (``volatility`` not needed), scalars broadcast.
             method: binomial (steps; American or European) or black-scholes (European).
-            fallback, timeout, job_id, force, deadline_s, on_progress: as :meth:`price_table`.
+            fallback, timeout, job_id, force, deadline_s, on_progress, as_job, stall_s: as
+                :meth:`price_table`.
 
         Returns:
             ``(vol, status)``: float64 (n,) annualised volatility (NaN where none) and object
@@ -774,7 +903,12 @@ class Client:
         """
         buffers: list = []
         content = self._content(columns, method, buffers, prices=prices)
-        msg = self._call("implied_vol", content, buffers, fallback, timeout, job_id, force, deadline_s, on_progress)
+        if as_job or (as_job is None and self._estimated_s("implied_vol", columns, method) > JOB_AFTER_S):
+            msg = self._run_job("implied_vol", content, buffers, fallback, timeout, job_id, force, deadline_s,
+                                on_progress, stall_s)
+        else:
+            msg = self._call("implied_vol", content, buffers, fallback, timeout, job_id, force, deadline_s,
+                             on_progress)
         if isinstance(msg, Exception):  # no daemon: solved here
             from .. import engine
 

@@ -23,7 +23,8 @@ A job ends in exactly one of these ways, and only then is its requester answered
 * ``done``: every chunk priced; the whole result, never a part of one;
 * ``failed``: a chunk raised. An input error of the whole table fails the job at once with
   that error; any other exception runs the chunk once more, on rank 0, first;
-* ``cancelled``: :meth:`JobManager.cancel` (the control channel's ``cancel``), daemon stopping;
+* ``cancelled``: :meth:`JobManager.cancel` (the control channel's ``cancel``), daemon stopping,
+  or a job with a lease (:attr:`Job.lease_s`) that its client stopped asking for;
 * ``deadline``: the job ran past its deadline (the rest of its chunks are dropped).
 
 A chunk that does not come back within :data:`HUNG_CHUNK_FACTOR` times its estimate (and at
@@ -57,7 +58,7 @@ MIN_CHUNK_S = 0.010
 #: chunks of each kind of slot whose speed is remembered (for GPU jobs' shares)
 SPEED_MEMORY = 4
 #: longest chunk on a CPU (single-core estimate): bounds how long a cancelled job keeps a slot
-MAX_CHUNK_S = 0.5
+MAX_CHUNK_S = 0.25
 CHUNKS_PER_SLOT = 4
 MAX_CHUNKS = 512
 PROGRESS_EVERY_S = 0.1
@@ -141,6 +142,17 @@ class Job:
     timeline: dict[int, list] = field(default_factory=dict)
     t0: float = field(default_factory=time.perf_counter)
     _last_progress: float = 0.0
+    #: a followed job's lease (seconds; None: none): unless its client asks for it
+    #: (:meth:`renew`) the job is cancelled at :attr:`lease_until` (``time.monotonic()``)
+    lease_s: float | None = None
+    lease_until: float = float("inf")
+
+    def renew(self, until: float) -> None:
+        """The client asked for this job and waits on the daemon until ``until``
+        (``time.monotonic()``): keep the job until ``lease_s`` after that."""
+        if self.lease_s is not None:
+            self.lease_until = max(self.lease_until if self.lease_until != float("inf") else 0.0,
+                                   until + self.lease_s)
 
     @property
     def n(self) -> int:
@@ -413,7 +425,7 @@ class JobManager:
                                     f"({self.max_inflight_bytes / 2**20:.0f} MiB); try again later")
             capacity = self.slots
             job.total_work = max(job.cost.work, 1e-9)
-            if job.chunks_per_slot > 1 and job.cost.cpu_s > 0:  # CPUs: guided chunks, 10 ms .. 0.5 s
+            if job.chunks_per_slot > 1 and job.cost.cpu_s > 0:  # CPUs: guided chunks, 10 ms .. MAX_CHUNK_S
                 per_s = job.total_work / job.cost.cpu_s
                 max_s = max(MAX_CHUNK_S, job.cost.cpu_s / MAX_CHUNKS)
                 job.chunks = split_works(job.n, job.total_work, job.weights,
@@ -541,6 +553,10 @@ class JobManager:
                 continue
             if job.cancel_reason:
                 self._finish(job, "cancelled", ("JobCancelled", f"job {job.id} {job.cancel_reason}", {}))
+            elif now > job.lease_until:  # its client stopped asking (killed, or gone): nobody will collect it
+                log.info("job %s abandoned: no result asked for %.2g s; cancelled", job.id, job.lease_s)
+                self._finish(job, "cancelled", ("JobCancelled", f"job {job.id} cancelled: its client stopped "
+                                                                f"asking for it (lease of {job.lease_s:g} s)", {}))
             elif now > job.deadline:
                 self._finish(job, "deadline", ("DeadlineExceeded",
                                                 f"job {job.id} passed its deadline after {now - job.submitted:.3g} s "

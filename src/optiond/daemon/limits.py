@@ -14,11 +14,18 @@ the daemon out of memory or keep it busy for hours:
   doubles per pricing thread);
 * ``max_mlmc_cost``: MLMC path steps, about ``200 / eps**2`` an option (Giles' MLMC with a
   Milstein scheme costs O(eps^-2); the constant measured for a vanilla option at S = 100);
-* ``max_adi_cells``: ADI grid-cell updates, ``n_spot * n_variance * time_steps`` an option.
+* ``max_adi_cells``: ADI grid-cell updates, ``n_spot * n_variance * time_steps`` an option;
+  ``max_adi_nodes``: ADI grid nodes ``n_spot * n_variance`` (the memory of one solve).
   New pricing methods add their cost model to :data:`COST_MODELS`;
 * ``max_request_s``: the longest deadline a request may ask for (and the deadline of those
   that ask for none). A request whose estimated time exceeds its deadline is refused at once;
   one that overruns it while running is stopped (:class:`optiond.daemon.jobs.JobManager`).
+
+The work limits also hold per row (:func:`row_limit_errors`): one row whose own work is over
+``max_tree_nodes``, ``max_mlmc_cost``, ``max_adi_cells`` or ``max_adi_nodes`` can never be
+priced, so the engine marks it ``status=error`` with the reason and prices the rest
+(in-process and on the daemon alike, both with :data:`DEFAULT_LIMITS`), and the request's
+estimate leaves it out.
 
 Queue limits (``max_queued_jobs``, ``max_inflight_bytes``) bound the work accepted but not yet
 finished, whatever the number of clients.
@@ -105,6 +112,7 @@ class Limits:
     max_tree_nodes: float = 5e11
     max_mlmc_cost: float = 2e10
     max_adi_cells: float = 5e10
+    max_adi_nodes: float = 4e6
     max_request_bytes: int = dataclasses.field(default_factory=lambda: _physical_memory() // 4)
     max_inflight_bytes: int = dataclasses.field(default_factory=lambda: _physical_memory() // 2)
     max_request_s: float = 600.0
@@ -175,13 +183,22 @@ class Limits:
         return dataclasses.asdict(self)
 
 
+#: the limits the engine applies per row, in-process and on the daemon alike
+DEFAULT_LIMITS = Limits()
+
+
 # ---------------------------------------------------------------------------- cost model
+
+
+def tree_nodes_rows(steps: Any) -> np.ndarray:
+    """``(N+1)(N+2)/2`` tree nodes of each option, float64, from an int array (or one N) of CRR steps."""
+    N = np.asarray(steps, dtype=np.float64)
+    return (N + 1.0) * (N + 2.0) * 0.5
 
 
 def tree_nodes(steps: Any) -> float:
     """``sum((N+1)(N+2)/2)`` over an int array (or one N) of CRR steps, as a float."""
-    N = np.asarray(steps, dtype=np.float64)
-    return float(np.sum((N + 1.0) * (N + 2.0) * 0.5))
+    return float(np.sum(tree_nodes_rows(steps)))
 
 
 def _row_steps(columns: Mapping[str, Any], method: Method, n: int) -> np.ndarray:
@@ -212,12 +229,14 @@ def _row_steps(columns: Mapping[str, Any], method: Method, n: int) -> np.ndarray
 
 def _binomial(method: Method, columns: Mapping[str, Any], n: int, op: str) -> tuple[float, int]:
     steps = _row_steps(columns, method, n)
-    if steps.size == 1 and n != 1:
-        nodes, max_n = tree_nodes(steps) * n, int(steps[0])
-    else:
-        nodes, max_n = tree_nodes(steps), int(steps.max(initial=0))
     factor = IV_TREES if op == "implied_vol" else (GREEK_TREES if method.greeks else 1)
-    return nodes * factor, max_n
+    rows = tree_nodes_rows(steps) * factor
+    if op == "price":  # a row over the limit is a row error (row_limit_errors): it costs nothing
+        rows = np.where(rows > DEFAULT_LIMITS.max_tree_nodes, 0.0, rows)
+        steps = np.where(rows > 0, steps, 0)
+    if steps.size == 1 and n != 1:
+        return float(rows[0]) * n, int(steps[0])
+    return float(rows.sum()), int(steps.max(initial=0))
 
 
 #: MLMC path steps per option are about this over eps squared (measured: a vanilla put at
@@ -241,20 +260,95 @@ def _mlmc(method: Method, columns: Mapping[str, Any], n: int, op: str) -> tuple[
             return 0.0, 0
     if eps is None or eps.shape != (n,):
         return 0.0, 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        steps = np.where(np.isfinite(eps) & (eps > 0), MLMC_STEPS_EPS2 / eps**2, 0.0)
+    steps = mlmc_path_steps(eps)
+    if op == "price":  # a row over the limit is a row error (row_limit_errors): it costs nothing
+        steps = np.where(steps > DEFAULT_LIMITS.max_mlmc_cost, 0.0, steps)
     return float(steps.sum()), 0
+
+
+def mlmc_path_steps(eps: Any) -> np.ndarray:
+    """Estimated MLMC path steps of each option, ``MLMC_STEPS_EPS2 / eps**2`` (float64; 0 where
+    ``eps``, the target RMS error in currency units, is not a finite number > 0)."""
+    eps = np.asarray(eps, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.where(np.isfinite(eps) & (eps > 0), MLMC_STEPS_EPS2 / eps**2, 0.0)
 
 
 def _adi(method: Method, columns: Mapping[str, Any], n: int, op: str) -> tuple[float, int]:
     """ADI grid-cell updates: ``n * n_spot * n_variance * time_steps`` (``method.grid``,
     ``method.time_steps``)."""
     try:
-        cells = float(np.prod([float(g) for g in getattr(method, "grid", ())]))
-        cells *= float(getattr(method, "time_steps", 1))
+        nodes, cells = adi_work(method)
     except (TypeError, ValueError):
         return 0.0, 0
+    if op == "price" and _adi_reason(nodes, cells, DEFAULT_LIMITS):  # row errors: they cost nothing
+        return 0.0, 0
     return n * cells, 0
+
+
+def adi_work(method: Method) -> tuple[float, float]:
+    """``(grid nodes, grid-cell updates)`` of one ADI option: ``n_spot * n_variance`` and that
+    times ``time_steps`` (``method.grid``, ``method.time_steps``).
+
+    Raises:
+        TypeError, ValueError: a grid or time-step count that is not numbers.
+    """
+    nodes = float(np.prod([float(g) for g in getattr(method, "grid", ())]))
+    return nodes, nodes * float(getattr(method, "time_steps", 1))
+
+
+def _adi_reason(nodes: float, cells: float, limits: "Limits") -> str:
+    if nodes > limits.max_adi_nodes:
+        return (f"ADI grid of {nodes:.3g} nodes is over the limit of {limits.max_adi_nodes:.3g} per option "
+                f"(max_adi_nodes); use a coarser --grid")
+    if cells > limits.max_adi_cells:
+        return (f"ADI needs {cells:.3g} grid-cell updates (grid x time steps), over the limit of "
+                f"{limits.max_adi_cells:.3g} per option (max_adi_cells); use a coarser grid or fewer time steps")
+    return ""
+
+
+def row_limit_errors(names: np.ndarray, steps: np.ndarray, eps: np.ndarray, method: Method,
+                     limits: "Limits | None" = None) -> list[tuple[int, str]]:
+    """The rows whose own work is over a work limit, each with the reason (the engine marks
+    them ``status=error`` and prices the rest; :func:`estimate` leaves them out).
+
+    Args:
+        names: (n,) the method of each row (``binomial``, ``mlmc``, ``adi``, ...).
+        steps: (n,) int CRR steps of each row (read on binomial rows).
+        eps: (n,) float MLMC target RMS error of each row, currency units (read on mlmc rows).
+        method: ``greeks`` (5 trees a binomial option instead of 1), ``grid`` and
+            ``time_steps`` (ADI).
+        limits: default :data:`DEFAULT_LIMITS` (``max_tree_nodes``, ``max_mlmc_cost``,
+            ``max_adi_cells``, ``max_adi_nodes``, each per option here).
+
+    Returns:
+        ``[(row, reason), ...]`` in row order (empty when every row is within the limits).
+    """
+    lim = limits or DEFAULT_LIMITS
+    names = np.asarray(names, dtype=object)
+    out: dict[int, str] = {}
+    tree = np.flatnonzero(names == "binomial")
+    if tree.size:
+        factor = GREEK_TREES if method.greeks else 1
+        work = tree_nodes_rows(np.asarray(steps)[tree]) * factor
+        for i, w in zip(tree[work > lim.max_tree_nodes].tolist(), work[work > lim.max_tree_nodes].tolist()):
+            out[i] = (f"steps={int(steps[i])} needs {w:.3g} tree nodes{' (x5 with Greeks)' if factor > 1 else ''}, "
+                      f"over the limit of {lim.max_tree_nodes:.3g} per option (max_tree_nodes); use fewer steps")
+    mc = np.flatnonzero(names == "mlmc")
+    if mc.size:
+        work = mlmc_path_steps(np.asarray(eps, dtype=np.float64)[mc])
+        for i, w in zip(mc[work > lim.max_mlmc_cost].tolist(), work[work > lim.max_mlmc_cost].tolist()):
+            out[i] = (f"eps={float(eps[i]):g} needs about {w:.3g} MLMC path steps, over the limit of "
+                      f"{lim.max_mlmc_cost:.3g} per option (max_mlmc_cost); ask for a larger eps")
+    adi = np.flatnonzero(names == "adi")
+    if adi.size:
+        try:
+            reason = _adi_reason(*adi_work(method), lim)
+        except (TypeError, ValueError):
+            reason = ""
+        if reason:
+            out.update(dict.fromkeys(adi.tolist(), reason))
+    return sorted(out.items())
 
 
 def row_weights(columns: Mapping[str, Any], method: Method, n: int) -> np.ndarray | None:
@@ -325,5 +419,6 @@ def estimate(op: str, columns: Mapping[str, Any], method: Method, n: int, messag
                 max_steps=max_steps)
 
 
-__all__ = ["Cost", "Limits", "LimitExceeded", "estimate", "row_weights", "tree_nodes", "COST_MODELS", "IV_TREES",
-           "GREEK_TREES", "MLMC_STEPS_EPS2"]
+__all__ = ["Cost", "DEFAULT_LIMITS", "Limits", "LimitExceeded", "adi_work", "estimate", "mlmc_path_steps",
+           "row_limit_errors", "row_weights", "tree_nodes", "tree_nodes_rows", "COST_MODELS", "IV_TREES", "GREEK_TREES",
+           "MLMC_STEPS_EPS2"]

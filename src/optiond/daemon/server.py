@@ -1428,9 +1428,19 @@ class Server:
             self.jobs.add_finished(job)
             self._shell_counters.outcomes["cached"] += 1
         else:
-            job = self._start_job(req, "submit")
+            job = self._start_job(req, "submit", self._lease(msg))
         return {"job_id": job.id, "state": job.state, "n": job.n, "estimated_s": round(
             job.cost.cpu_s / max(self.jobs.slots, 1), 6), "chunks": len(job.chunks)}, []
+
+    def _lease(self, msg: Message) -> float | None:
+        """The ``lease_s`` run option of a submit: the job is cancelled when its client has not
+        asked for it (``result``) for that long (seconds, 0.1 to 3600; None: no lease)."""
+        lease = self._option(msg, "lease_s")
+        if lease is None:
+            return None
+        if not isinstance(lease, (int, float)) or isinstance(lease, bool) or not 0.1 <= lease <= 3600:
+            raise ProtocolError("lease_s must be a number of seconds in [0.1, 3600]")
+        return float(lease)
 
     def _op_result(self, msg: Message, t0: float = 0.0) -> tuple[dict, list] | None:
         c = msg.content
@@ -1446,6 +1456,7 @@ class Server:
                                          f"submitted to a daemon that has since restarted)", "refused")
         waiter = Waiter(msg.identities, msg.raw_header, "result_reply", msg.header["session"], msg.header["msg_id"],
                         time.perf_counter(), time.monotonic() + float(wait))
+        job.renew(waiter.expires)
         with job.lock:
             if job.state not in FINAL_STATES:
                 if wait > 0:
@@ -1481,12 +1492,15 @@ class Server:
 
     # ------------------------------------------------------------------ jobs
 
-    def _start_job(self, req: _Req, kind: str) -> Job:
+    def _start_job(self, req: _Req, kind: str, lease_s: float | None = None) -> Job:
         msg = req.msg
         jid = req.job_id or self.jobs.new_id()
         weights = limits_mod.row_weights(req.columns, req.method, req.n) if req.n > 1 else None
         job = Job(jid, req.op, kind, req.columns, req.method, req.cost, req.deadline, req.prices,
                   client=msg.header["session"], msg_id=msg.header["msg_id"], cache_key=req.key, weights=weights)
+        if lease_s is not None:
+            job.lease_s = lease_s
+            job.renew(time.monotonic())
         if self._on_gpu(req, any(str(r.get("device", "")).startswith("gpu") for r in self.ranks) or self._gpu):
             job.chunks_per_slot = 1
         if kind == "request":
