@@ -752,3 +752,21 @@ def test_client_rejects_bad_arguments():
     with pytest.raises(DaemonError):
         Client._decode_result(protocol.Message({}, {}, {}, {"n": 2, "values": {"__nd__": ["<f8", [6, 1], 0]}},
                                                [b"\0" * 48]))
+
+
+def test_client_follows_the_environment_even_when_the_new_file_was_resolved_first(daemon, monkeypatch, tmp_path):
+    """The shared client's cached connection serves only the file the environment names now:
+    a call that resolves the new name first (here the ``connection_file`` property) must not
+    leave the old daemon's connection in place for the next request (it did, within the
+    0.25 s between two stat checks: a test that set a missing file after a daemon test was
+    answered by that daemon about one run in two)."""
+    monkeypatch.setenv(paths.ENV_VAR, str(daemon.connection_file))
+    c = Client(timeout=5.0)
+    try:
+        assert c.ping()["pid"] == daemon.daemon_pid
+        monkeypatch.setenv(paths.ENV_VAR, str(tmp_path / "none.json"))
+        assert c.connection_file == tmp_path / "none.json"  # resolves the new name, as a status probe does
+        with pytest.raises(DaemonUnavailable, match="none.json"):
+            c.ping(timeout=1.0)
+    finally:
+        c.close()

@@ -306,7 +306,9 @@ class Client:
         :data:`STAT_EVERY_S` on the hot path; always when ``force``)."""
         conn = self._conn
         now = time.monotonic()
-        if conn is not None and not force and now - self._checked < STAT_EVERY_S and self._env_unchanged():
+        # the cached info serves only the file the environment names now (a caller that resolved
+        # the new name first must not leave the old daemon's info in place)
+        if conn is not None and not force and now - self._checked < STAT_EVERY_S and str(conn.path) == self._resolve():
             return conn
         path = self._resolve()
         try:
@@ -335,10 +337,6 @@ class Client:
                                      Session(info["key"].encode("ascii"), self.session_id))
             self._checked = now
             return self._conn
-
-    def _env_unchanged(self) -> bool:
-        return self._fixed_path is not None or (self._env_seen is not None
-                                                and self._env_seen[0] == os.environ.get(paths.ENV_VAR))
 
     def _socket(self, conn: _Connection, channel: str) -> zmq.Socket:
         loc = self._local
