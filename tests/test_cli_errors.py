@@ -163,7 +163,7 @@ def test_daemon_only_without_a_daemon_says_what_to_do(tmp_path, capsys, monkeypa
 
 
 def test_refused_request_is_one_line(tmp_path, capsys, daemon):
-    # every row within the limits, the whole over max_tree_nodes (1000 x 2e8 nodes x 5 > 5e11)
+    # every row within the limits, the whole over max_tree_nodes (1000 x 2e8 nodes x 5 > 6e11)
     src = book(tmp_path, [dict(strike=80.0 + i * 0.04) for i in range(1000)])
     rc, err, _ = run_cli(capsys, "price", src, "--daemon-only", "--steps", "20000")
     assert_one_line(rc, err, EXIT_DAEMON, "refused", "tree nodes")

@@ -353,7 +353,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "them in one launch, 'always', 'never' (on a CPU each is cheaper alone)")
     p.add_argument("--no-coalesce", action="store_true", help="the same as --coalesce never")
     p.add_argument("--max-options", type=int, help="rows per request (default 1,000,000)")
-    p.add_argument("--max-tree-nodes", type=float, help="CRR tree nodes per request (default 5e11)")
+    p.add_argument("--max-tree-nodes", type=float, help="CRR tree nodes per request (default 6e11: one N = 1e6 tree fits)")
     p.add_argument("--max-request-s", type=float, help="longest time a request may take, seconds (default 600)")
     p.set_defaults(func=cmd_serve)
 
