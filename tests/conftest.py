@@ -163,6 +163,21 @@ def stop_daemon(handle: DaemonProcess) -> None:
             handle.process.wait(timeout=5)
 
 
+@pytest.fixture()
+def pair():
+    """A connected (DEALER, ROUTER) pair of sockets over inproc, for protocol tests."""
+    import zmq
+
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.DEALER), ctx.socket(zmq.ROUTER)
+    b.bind("inproc://protocol-test")
+    a.connect("inproc://protocol-test")
+    yield a, b
+    a.close(linger=0)
+    b.close(linger=0)
+    ctx.term()
+
+
 @pytest.fixture(scope="session")
 def daemon(tmp_path_factory):
     """A real daemon subprocess for the whole session (see the module docstring)."""

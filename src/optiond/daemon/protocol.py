@@ -10,12 +10,17 @@ Modelled on the Jupyter messaging protocol. One message is the ZeroMQ multipart 
   input is the number of signed frames and their lengths (little-endian 64-bit integers), then
   the frames (:func:`framing`). Unlike Jupyter's plain concatenation, frame boundaries are
   signed too: a signed message cannot be re-cut (bytes moved between frames, empty frames added
-  or dropped) and still pass. A frame longer than :data:`LEAF_BYTES` (1 MiB: large array
-  buffers) enters the HMAC as the SHA-256 digests of its consecutive 1 MiB leaves instead of
-  its bytes (:func:`frame_digest_input`; a one-level hash tree, as in BitTorrent v2 or
-  RFC 6962): forging one would need a SHA-256 second preimage, and the leaves hash in
-  parallel threads (hashlib releases the interpreter lock), so signing and checking a 10 MB
-  reply costs about 1/k of one core's time on k cores;
+  or dropped) and still pass. A frame longer than :data:`DIGEST_MIN_BYTES` (64 KiB: array
+  buffers, a long content) enters the HMAC as the SHA-256 digests of its consecutive
+  :data:`LEAF_BYTES` (1 MiB) leaves instead of its bytes (:func:`leaf_digests`; a one-level
+  hash tree, as in BitTorrent v2 or RFC 6962): forging one would need a SHA-256 second
+  preimage, and the leaves hash in parallel threads (hashlib releases the interpreter lock), so
+  signing and checking a 10 MB reply costs about 1/k of one core's time on k cores.
+  The signature frame carries those digests after the 64 hex digits (32 bytes a leaf, frame by
+  frame; the *leaf manifest*), so a receiver checks the HMAC over the lengths, the small frames
+  and the declared digests first, and hashes the large frames only for a sender that holds the
+  key (then each must match its declared digests). A peer without the key can make the
+  receiver hash at most :data:`PREAUTH_MAX_BYTES` of a message, whatever its size;
 * ``header``, ``parent_header``, ``metadata`` and ``content`` are msgpack maps. A header holds
   ``msg_id`` (uuid4 hex), ``msg_type`` (``"<op>_request"`` / ``"<op>_reply"``), ``session``
   (the sender's id), ``date`` (ISO 8601, UTC) and ``version`` (:data:`PROTOCOL_VERSION`). A
@@ -30,7 +35,8 @@ Modelled on the Jupyter messaging protocol. One message is the ZeroMQ multipart 
 Receiving is defensive (:meth:`Session.recv`): a message is read whole with one
 ``recv_multipart`` (libzmq has already assembled every part in memory by then, and the socket's
 ``MAXMSGSIZE`` bounds each part), then the frame count and byte limits are checked and the
-signature is verified with :func:`hmac.compare_digest` before anything is decoded; msgpack is
+signature is verified with :func:`hmac.compare_digest` (the manifest first, then the large
+frames against it) before anything is decoded; msgpack is
 decoded with length limits, and arrays are rebuilt only for a whitelist of numeric dtypes whose
 declared size matches the buffer exactly.
 
@@ -63,12 +69,20 @@ log = logging.getLogger("optiond.protocol")
 
 #: separates the routing identities from the signed part of a message
 DELIM = b"<IDS|MSG>"
-PROTOCOL_VERSION = "1.2"
+PROTOCOL_VERSION = "1.3"
 #: the connection file's ``signature_scheme``: HMAC-SHA256 over the framed message, large
-#: frames by their leaves' SHA-256 digests (see above)
-SIGNATURE_SCHEME = "hmac-sha256-framed-leaves"
-#: frames longer than this enter the HMAC as the SHA-256 digests of leaves of this size
+#: frames by their leaves' SHA-256 digests, which the signature frame carries (see above)
+SIGNATURE_SCHEME = "hmac-sha256-leaf-manifest"
+#: large frames are cut into leaves of this many bytes, each hashed with SHA-256
 LEAF_BYTES = 1 << 20
+#: frames longer than this enter the HMAC by their leaves' digests (the leaf manifest)
+DIGEST_MIN_BYTES = 64 * 1024
+#: bytes of one leaf digest (SHA-256) in the manifest; hex digits of the HMAC before it
+DIGEST_BYTES = 32
+MAC_HEX = 64
+#: most bytes of small frames hashed before the signature is known to be good (a message with
+#: more, possible only with more than :data:`MAX_FRAMES` frames, is dropped unchecked)
+PREAUTH_MAX_BYTES = 64 * DIGEST_MIN_BYTES
 #: at least this many leaf bytes in a message before they are hashed in parallel
 PARALLEL_LEAF_BYTES = 2 << 20
 
@@ -125,27 +139,47 @@ def _leaf_digest(view: memoryview) -> bytes:
     return hashlib.sha256(view).digest()
 
 
-def frame_digest_input(frames: Sequence[Any]) -> list:
-    """What each signed frame contributes to the HMAC after :func:`framing`: the frame itself
-    when it is at most :data:`LEAF_BYTES`, else the concatenated SHA-256 digests of its
-    consecutive :data:`LEAF_BYTES` leaves (the last one shorter). The leaves are hashed in a
-    thread pool when a message holds :data:`PARALLEL_LEAF_BYTES` or more of them."""
-    big = [i for i, f in enumerate(frames) if (f.nbytes if type(f) is memoryview else len(f)) > LEAF_BYTES]
+def _nbytes(f: Any) -> int:
+    return f.nbytes if type(f) is memoryview else len(f)
+
+
+def leaf_digests(frames: Sequence[Any]) -> dict[int, bytes]:
+    """The leaf manifest of ``frames``: for each frame longer than :data:`DIGEST_MIN_BYTES`
+    (by index), the concatenated SHA-256 digests of its consecutive :data:`LEAF_BYTES` leaves
+    (the last one shorter). The leaves are hashed in a thread pool when the message holds
+    :data:`PARALLEL_LEAF_BYTES` or more of them."""
+    big = [i for i, f in enumerate(frames) if _nbytes(f) > DIGEST_MIN_BYTES]
     if not big:
-        return list(frames)
+        return {}
     leaves = []
     for i in big:
         v = memoryview(frames[i]).cast("B")
         leaves.append([v[j:j + LEAF_BYTES] for j in range(0, v.nbytes, LEAF_BYTES)])
-    total = sum(len(x) for x in leaves) * LEAF_BYTES
+    total = sum(_nbytes(frames[i]) for i in big)
     flat = [leaf for x in leaves for leaf in x]
     digests = list(_pool().map(_leaf_digest, flat)) if total >= PARALLEL_LEAF_BYTES else [_leaf_digest(x) for x in flat]
-    out = list(frames)
+    out = {}
     k = 0
     for i, x in zip(big, leaves):
         out[i] = b"".join(digests[k:k + len(x)])
         k += len(x)
     return out
+
+
+def leaf_count(nbytes: int) -> int:
+    """Digests a frame of ``nbytes`` contributes to the manifest (0 for a small frame)."""
+    return 0 if nbytes <= DIGEST_MIN_BYTES else -(-nbytes // LEAF_BYTES)
+
+
+def frame_digest_input(frames: Sequence[Any], manifest: dict[int, bytes] | None = None) -> list:
+    """What each signed frame contributes to the HMAC after :func:`framing`: the frame itself
+    when it is at most :data:`DIGEST_MIN_BYTES`, else its digests from ``manifest`` (computed
+    by :func:`leaf_digests` when not given)."""
+    if manifest is None:
+        manifest = leaf_digests(frames)
+    if not manifest:
+        return list(frames)
+    return [manifest.get(i, f) for i, f in enumerate(frames)]
 
 
 def recv_multipart(socket: zmq.Socket, flags: int = 0) -> list[bytes | memoryview]:
@@ -521,12 +555,15 @@ class Session:
         return f"{self._id_prefix}{next(self._ids)}"
 
     def sign(self, frames: Sequence[Any]) -> bytes:
-        """Hex HMAC-SHA256 of the frames (bytes-like) and their lengths, as ASCII bytes."""
+        """The signature frame of ``frames`` (bytes-like): the hex HMAC-SHA256 of the frames and
+        their lengths (ASCII), followed by the leaf manifest of the large frames."""
+        manifest = leaf_digests(frames)
         h = self._hmac.copy()
         h.update(framing(frames))
-        for f in frame_digest_input(frames):
+        for f in frame_digest_input(frames, manifest):
             h.update(f)
-        return h.hexdigest().encode("ascii")
+        mac = h.hexdigest().encode("ascii")
+        return mac + b"".join(manifest[i] for i in sorted(manifest)) if manifest else mac
 
     def header(self, msg_type: str, msg_id: str | None = None) -> dict:
         """A new header for ``msg_type``."""
@@ -562,8 +599,9 @@ class Session:
 
         Returns ``(identities, signature, signed_frames, oversize_reason, signature_ok)``; for
         a message over the limits only its first four signed frames (the header frames, for an
-        error reply) are kept, but the signature is still checked over all of them so that an
-        authenticated sender can be told why.
+        error reply) are kept, but the signature is still checked so that an authenticated
+        sender can be told why. The large frames are hashed only once the HMAC over the
+        manifest has passed (and not at all for a message over the limits).
         """
         frames = recv_multipart(socket, int(flags))
         try:
@@ -574,24 +612,43 @@ class Session:
             ids = frames if d < 0 else frames[:d]
             return [f for f in ids[:MAX_IDENTITIES] if len(f) <= MAX_IDENTITY_BYTES], None, None, None, False
         identities = frames[:d]
-        malformed = any(len(f) > MAX_IDENTITY_BYTES for f in identities)
         signature = frames[d + 1]
         signed = frames[d + 2:]
-        nbytes = sum(len(f) for f in signed)
-        h = self._hmac.copy()
-        h.update(framing(signed))
-        for f in frame_digest_input(signed):  # over the limits too: an authenticated sender is told why
-            h.update(f)
+        ok = self._check(signature, signed) if not any(len(f) > MAX_IDENTITY_BYTES for f in identities) else None
         reason = None
         if len(signed) > self.max_frames:
             reason = f"message too large: more than {self.max_frames} signed frames"
-        elif nbytes > self.max_bytes:
+        elif sum(len(f) for f in signed) > self.max_bytes:
             reason = f"message too large: more than {self.max_bytes} bytes"
+        if ok is not None and ok[0] and reason is None and ok[1]:  # authenticated: the large frames must match
+            manifest = leaf_digests(signed)
+            ok = (ok[0] and len(manifest) == len(ok[1])
+                  and all(hmac.compare_digest(manifest.get(i, b""), v) for i, v in ok[1].items()), ok[1])
         if reason is not None:
             signed = [f for f in signed[:4] if len(f) <= MAX_HEADER_BYTES]
-        ok = (not malformed and len(signature) == 64
-              and hmac.compare_digest(signature, h.hexdigest().encode("ascii")))
-        return identities, signature, signed, reason, ok
+        return identities, signature, signed, reason, bool(ok and ok[0])
+
+    def _check(self, signature: bytes, signed: Sequence[Any]) -> tuple[bool, dict[int, bytes]] | None:
+        """The HMAC check over the lengths, the small frames and the declared leaf manifest:
+        ``(mac_ok, manifest)``, or None (unchecked) when the signature frame cannot hold the
+        manifest these frames need or the small frames exceed :data:`PREAUTH_MAX_BYTES`."""
+        lens = [len(f) for f in signed]
+        need = [leaf_count(n) for n in lens]
+        if len(signature) != MAC_HEX + DIGEST_BYTES * sum(need):
+            return None
+        if sum(n for n, k in zip(lens, need) if not k) > PREAUTH_MAX_BYTES:
+            return None
+        manifest: dict[int, bytes] = {}
+        at = MAC_HEX
+        for i, k in enumerate(need):
+            if k:
+                manifest[i] = signature[at:at + DIGEST_BYTES * k]
+                at += DIGEST_BYTES * k
+        h = self._hmac.copy()
+        h.update(framing(signed))
+        for f in frame_digest_input(signed, manifest):
+            h.update(f)
+        return hmac.compare_digest(signature[:MAC_HEX], h.hexdigest().encode("ascii")), manifest
 
     def recv(self, socket: zmq.Socket, flags: int = 0) -> Message:
         """Receive, authenticate and decode one message.
