@@ -29,6 +29,10 @@ outcome}``                             device (``cpu``, ``gpu:0`` ...) and outco
 ``mpi_ranks``, ``mpi_workers_alive``   MPI ranks of the pool, and worker ranks alive
 ``auth_failures_total``,               messages dropped for a bad signature / answered with a
 ``malformed_messages_total``           protocol error
+``connections{transport}``,            peer connections open now (``shell``, ``shell_ipc``,
+``connections_shed_total{transport}``  ``control``, ``iopub``, ``hb``, ``http``) and those closed
+                                       at once for being over the cap or the descriptor budget
+``open_files_limit``                   the daemon's soft RLIMIT_NOFILE (POSIX)
 ``uptime_seconds``, ``ready``          seconds since start; 1 when ``/readyz`` says ready
 =====================================  ======================================================
 
@@ -117,6 +121,19 @@ class _StateCollector:
                                   value=st["auth_failures"])
         yield CounterMetricFamily("optiond_malformed_messages", "Signed messages answered with a protocol error",
                                   value=st["malformed"])
+        conns = st.get("connections") or {}
+        gauge = g("optiond_connections", "Peer connections open, by transport", labels=["transport"])
+        shed = CounterMetricFamily("optiond_connections_shed", "Peer connections closed at once for being over "
+                                   "their transport's cap or the descriptor budget", labels=["transport"])
+        for t, n in (conns.get("open") or {}).items():
+            gauge.add_metric([t], n)
+        for t, n in (conns.get("shed") or {}).items():
+            shed.add_metric([t], n)
+        yield gauge
+        yield shed
+        if conns.get("fd_limit") is not None:
+            yield g("optiond_open_files_limit", "The daemon's soft limit of open file descriptors",
+                    value=conns["fd_limit"])
         yield g("optiond_uptime_seconds", "Seconds since the daemon started", value=st["uptime_s"])
         yield g("optiond_ready", "1 when the daemon accepts work (see /readyz)", value=1.0 if st["ready"] else 0.0)
 
@@ -128,7 +145,8 @@ class Metrics:
         state: returns the scrape-time state: ``queue_depth``, ``jobs_running``, ``cache``
             (:meth:`optiond.daemon.cache.ReplyCache.stats`), ``gpu_memory`` (list of maps),
             ``mpi`` (``ranks``, ``workers_alive``), ``auth_failures``, ``malformed``,
-            ``uptime_s``, ``ready``.
+            ``uptime_s``, ``ready``, optionally ``connections`` (``open`` and ``shed`` maps by
+            transport, ``fd_limit``).
         version, protocol_version: for ``optiond_info``.
     """
 

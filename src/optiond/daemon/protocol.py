@@ -347,6 +347,32 @@ def utcnow() -> str:
     return f"{cached[1]}.{int((t - sec) * 1e6):06d}+00:00"
 
 
+#: a request dated more than this many seconds before the receiver's clock is refused (a
+#: captured message cannot be replayed later); clients date each attempt afresh
+REPLAY_WINDOW_S = 60.0
+#: ... or more than this many seconds after it (same host: the clocks agree)
+FUTURE_SLACK_S = 5.0
+_DATE_LEN = len("2025-01-31T12:00:00.000000+00:00")
+_window_second: tuple[int, float, str, str] = (-1, 0.0, "", "")
+
+
+def date_in_window(date: Any, window_s: float = REPLAY_WINDOW_S) -> bool:
+    """Whether a header's ``date`` (as :func:`utcnow` writes it) lies within ``window_s``
+    seconds before now (and :data:`FUTURE_SLACK_S` after). Dates of that fixed format compare
+    as strings, so this costs two string comparisons; the bounds are formatted once a second.
+    A missing or malformed date is outside."""
+    global _window_second
+    if type(date) is not str or len(date) != _DATE_LEN or not date.endswith("+00:00"):
+        return False
+    sec = int(time.time())
+    cached = _window_second
+    if cached[0] != sec or cached[1] != window_s:
+        fmt = "%Y-%m-%dT%H:%M:%S.000000+00:00"
+        cached = _window_second = (sec, window_s, time.strftime(fmt, time.gmtime(sec - window_s)),
+                                   time.strftime(fmt, time.gmtime(sec + 1 + FUTURE_SLACK_S)))
+    return cached[2] <= date <= cached[3]
+
+
 def send_frames(socket: zmq.Socket, frames: Sequence[Any], flags: int = 0) -> None:
     """Send ``frames`` as one multipart message (bytes or buffers; large buffers zero-copy).
 
