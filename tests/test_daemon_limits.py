@@ -3,6 +3,7 @@
 * a dummy-signed large message is dropped without its large frames being hashed (the leaf
   manifest in the signature frame is checked first), while a signed one of the same size is
   received whole;
+* a peer whose large message has no valid signature loses its connection;
 * a daemon under an open-files limit of 1,024 (soft and hard: it cannot raise it) and 1,100
   idle TCP connections to its shell port stays up, sheds what is over its cap, answers
   authenticated clients within 1 s over TCP (connected before) and the Unix socket (new), and
@@ -85,6 +86,55 @@ def test_many_small_frames_are_not_checked_beyond_the_preauth_budget(pair):
     with pytest.raises(protocol.ProtocolError, match="frames") as e:
         s.recv(b)
     assert e.value.authenticated
+
+
+def test_a_large_unsigned_message_costs_the_peer_its_connection(tmp_path):
+    """Over TCP, a peer whose message of over 64 KiB has no valid signature is disconnected
+    (what it queued goes with the connection); a small bad message is only dropped and counted."""
+    import zmq
+    from zmq.utils.monitor import recv_monitor_message
+
+    from optiond.daemon import paths
+    from optiond.daemon.server import Server
+
+    server = Server(tmp_path / "daemon.json", warmup=False, json_log=False, metrics_port=None, ipc=False)
+    server.start()
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    ctx = zmq.Context()
+    try:
+        url = paths.endpoint(paths.read_connection_file(tmp_path / "daemon.json"))
+        wrong = Session(b"not-the-key")
+
+        def send_and_watch(buffers, wait_ms):
+            """Send one wrongly signed message; whether the daemon closed the connection in ``wait_ms``."""
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            mon = s.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+            s.connect(url)
+            try:
+                assert mon.poll(5000) and recv_monitor_message(mon)["event"] == zmq.EVENT_CONNECTED
+                s.send_multipart(wrong.serialize(wrong.header("price_request"), {}, buffers=buffers), copy=False)
+                return bool(mon.poll(wait_ms)) and recv_monitor_message(mon)["event"] == zmq.EVENT_DISCONNECTED
+            finally:
+                s.disable_monitor()
+                mon.close(linger=0)
+                s.close(linger=0)
+
+        before = server.status()["auth_failures"]
+        assert send_and_watch([b"\x02" * (1 << 20)], 5000)
+        assert server.guard.stats()["shed"]["shell"] == 1
+        assert not send_and_watch([b"small"], 1000)
+        deadline = time.monotonic() + 5
+        while server.status()["auth_failures"] < before + 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.status()["auth_failures"] == before + 2
+        assert server.guard.stats()["shed"]["shell"] == 1
+    finally:
+        ctx.term()
+        server.stop()
+        t.join(timeout=10)
+        server.close()
 
 
 # ---------------------------------------------------------------------------- floods

@@ -19,6 +19,11 @@ Unix-domain socket (its IPC listener asserts on ``EMFILE``). So the daemon:
   it), counted and logged (at most one line a second). The connections already served keep
   being served. If an accept fails for want of descriptors all the same, the newest
   connections of the fullest transport are shed to make room;
+* closes the connection of a peer that sends a large message (over 64 KiB) without a valid
+  signature (:meth:`ConnectionGuard.drop`; a client holding the key never does; small ones are
+  only dropped and counted, they cost next to nothing): what libzmq queued on
+  that connection is dropped with it, so one connection cannot hold up to ``RCVHWM`` messages of
+  the largest size, and each further try costs the peer a new connection;
 * drops a connection that has not completed the ZeroMQ handshake within
   :data:`HANDSHAKE_IVL_MS` (libzmq's default is 30 s), so idle sockets do not pile up.
 
@@ -65,11 +70,20 @@ def raise_nofile_limit() -> int | None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = NOFILE_CEILING if hard == resource.RLIM_INFINITY else min(hard, NOFILE_CEILING)
     if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError) as e:
-            log.warning("could not raise the open-files limit from %d to %d (%s)", soft, target, e)
+        error = None
+        # where the kernel caps a process below the hard limit (macOS: kern.maxfilesperproc,
+        # with a hard limit of "unlimited"), the lower candidates still raise it
+        for want in sorted({target, min(target, 65536), min(target, 10240)}, reverse=True):
+            if want <= soft:
+                break
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+                soft, error = want, None
+                break
+            except (ValueError, OSError) as e:
+                error = e
+        if error is not None:
+            log.warning("could not raise the open-files limit above %d (%s)", soft, error)
     return NOFILE_CEILING if soft == resource.RLIM_INFINITY else int(soft)
 
 
@@ -94,20 +108,24 @@ def _endpoint_key(endpoint: str) -> tuple[str, Any]:
     return scheme, rest
 
 
-def shutdown_fd(fd: int, expected: tuple[str, Any]) -> bool:
+def shutdown_fd(fd: int, expected: tuple[str, Any] | list[tuple[str, Any]]) -> bool:
     """``shutdown(SHUT_RDWR)`` the connected socket ``fd`` if it is still one of the listener
-    ``expected`` (``("tcp", port)`` / ``("ipc", path)``): libzmq then sees the peer gone and
-    closes it itself. Never closes the descriptor (it is libzmq's). Returns whether it did."""
+    ``expected`` (``("tcp", port)`` / ``("ipc", path)``, or a list of them): libzmq then sees
+    the peer gone and closes it itself. Never closes the descriptor (it is libzmq's). Returns
+    whether it did."""
+    if fd < 0:
+        return False
     try:
         s = socket.socket(fileno=fd)
     except OSError:  # closed meanwhile, or no longer a socket
         return False
     try:
         name = s.getsockname()
-        if expected[0] == "tcp":
-            ok = isinstance(name, tuple) and name[1] == expected[1]
+        if isinstance(name, tuple):
+            key: tuple[str, Any] = ("tcp", name[1])
         else:
-            ok = (name.decode(errors="replace") if isinstance(name, bytes) else name) == expected[1]
+            key = ("ipc", name.decode(errors="replace") if isinstance(name, bytes) else name)
+        ok = key in expected if isinstance(expected, list) else key == expected
         if ok:
             s.shutdown(socket.SHUT_RDWR)
         return ok
@@ -148,6 +166,7 @@ class ConnectionGuard:
         self._keys: dict[str, tuple[str, Any]] = {}
         self._logged_at = 0.0
         self._unlogged = 0
+        self._lock = threading.Lock()  # the counts move on this thread and on the receiving ones
         for sock, endpoints in listeners:
             sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
             addr = f"inproc://optiond-monitor-{id(self)}-{len(self._monitors)}"
@@ -197,7 +216,8 @@ class ConnectionGuard:
         if kind == zmq.EVENT_DISCONNECTED:
             gone = conns.pop(value, None)
             if gone is not None:
-                self.open[gone[0]] -= 1
+                with self._lock:
+                    self.open[gone[0]] -= 1
             return
         transport = endpoints.get(endpoint)
         if transport is None:
@@ -208,8 +228,10 @@ class ConnectionGuard:
             return
         # EVENT_ACCEPTED: value is the new connection's descriptor
         conns[value] = (transport, time.monotonic())
-        self.open[transport] += 1
-        total = sum(self.open.values()) + self._other()
+        with self._lock:
+            self.open[transport] += 1
+            total = sum(self.open.values())
+        total += self._other()
         why = None
         if self.fd_line is not None and value >= self.fd_line:
             why = "descriptor reserve reached"
@@ -220,20 +242,43 @@ class ConnectionGuard:
         if why is not None:
             self._shed(transport, value, endpoint, why)
 
-    def _shed(self, transport: str, fd: int, endpoint: str, why: str) -> None:
+    def drop(self, fd: int) -> bool:
+        """Close the peer connection ``fd`` (a message's ``SRCFD``) because it sent a message
+        without a valid signature; any thread. Returns whether it was one of the watched
+        listeners' connections and was closed."""
+        for _, _, endpoints, conns in list(self._monitors):
+            known = conns.get(fd)
+            if known is not None:
+                ep = next((e for e, t in endpoints.items() if t == known[0]), None)
+                return ep is not None and self._shed(known[0], fd, ep, "a message without a valid signature")
+        # not counted in yet (its accept event still queued): any watched listener of ours
+        for _, _, endpoints, _ in list(self._monitors):
+            for ep, transport in endpoints.items():
+                if shutdown_fd(fd, self._keys[ep]):
+                    self._count_shed(transport, "a message without a valid signature")
+                    return True
+        return False
+
+    def _shed(self, transport: str, fd: int, endpoint: str, why: str) -> bool:
         if not shutdown_fd(fd, self._keys[endpoint]):
-            return
-        self.shed[transport] += 1
+            return False
+        self._count_shed(transport, why)
+        return True
+
+    def _count_shed(self, transport: str, why: str) -> None:
+        with self._lock:
+            self.shed[transport] += 1
+            self._unlogged += 1
+            now = time.monotonic()
+            due = now - self._logged_at >= 1.0
+            if due:
+                unlogged, self._unlogged, self._logged_at = self._unlogged, 0, now
         self._on_shed(transport)
-        self._unlogged += 1
-        now = time.monotonic()
-        if now - self._logged_at >= 1.0:
-            log.warning("shed %d connection(s) (%s; %s open, %d shed in all)", self._unlogged, why,
+        if due:
+            log.warning("shed %d connection(s) (%s; %s open, %d shed in all)", unlogged, why,
                         ", ".join(f"{k} {v}" for k, v in self.open.items()), sum(self.shed.values()),
-                        extra={"event": "connections_shed", "shed": self._unlogged, "reason": why,
+                        extra={"event": "connections_shed", "shed": unlogged, "reason": why,
                                "open": dict(self.open)})
-            self._logged_at = now
-            self._unlogged = 0
 
     def _make_room(self, endpoint: str) -> None:
         """An accept failed for want of descriptors: shed the newest connections of the

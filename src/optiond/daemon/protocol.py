@@ -182,17 +182,29 @@ def frame_digest_input(frames: Sequence[Any], manifest: dict[int, bytes] | None 
     return [manifest.get(i, f) for i, f in enumerate(frames)]
 
 
-def recv_multipart(socket: zmq.Socket, flags: int = 0) -> list[bytes | memoryview]:
+def recv_multipart(socket: zmq.Socket, flags: int = 0, first: list | None = None) -> list[bytes | memoryview]:
     """``socket.recv_multipart(flags)``, a little faster: frames of at most
     :data:`COPY_THRESHOLD` bytes copied as ``bytes``, larger ones as read-only memoryviews of
     ZeroMQ's message (no copy of a large array). A frame received without a copy carries its
-    "more" flag, read in C (``socket.get(RCVMORE)`` costs an enum lookup in Python per frame)."""
+    "more" flag, read in C (``socket.get(RCVMORE)`` costs an enum lookup in Python per frame).
+    ``first``, when given, receives the first :class:`zmq.Frame` (for :func:`source_fd`)."""
     f = _recv(socket, flags, copy=False)
+    if first is not None:
+        first.append(f)
     parts = [f.bytes if len(f) <= COPY_THRESHOLD else f.buffer.toreadonly()]
     while f.more:
         f = _recv(socket, 0, copy=False)
         parts.append(f.bytes if len(f) <= COPY_THRESHOLD else f.buffer.toreadonly())
     return parts
+
+
+def source_fd(frame: Any) -> int:
+    """The descriptor of the connection a received frame came over (libzmq's ``SRCFD``), or
+    -1 where there is none (inproc) or it cannot be told."""
+    try:
+        return int(frame.get(zmq.SRCFD))
+    except (zmq.ZMQError, AttributeError, TypeError, ValueError):
+        return -1
 
 
 #: environment variable: microseconds a thread waiting on a socket polls it before it blocks
@@ -263,10 +275,15 @@ class ProtocolError(Exception):
 
 
 class AuthenticationError(ProtocolError):
-    """The signature is missing or wrong (or the frames carry no signature at all)."""
+    """The signature is missing or wrong (or the frames carry no signature at all).
 
-    def __init__(self, message: str, identities: Sequence[bytes] = ()):
+    ``srcfd`` is the descriptor of the connection a large message (over
+    :data:`DIGEST_MIN_BYTES`) came over (else -1), so a receiver may close it: a sender that
+    holds the key never sends such a message."""
+
+    def __init__(self, message: str, identities: Sequence[bytes] = (), srcfd: int = -1):
         super().__init__(message, identities, None, authenticated=False)
+        self.srcfd = srcfd
 
 
 @dataclass
@@ -620,31 +637,37 @@ class Session:
         return header
 
     def _read(self, socket: zmq.Socket, flags: int) -> tuple[list[bytes], bytes | None, list[bytes] | None,
-                                                           str | None, bool]:
+                                                           str | None, bool, int]:
         """Read one multipart message and check its framing, limits and signature.
 
-        Returns ``(identities, signature, signed_frames, oversize_reason, signature_ok)``; for
+        Returns ``(identities, signature, signed_frames, oversize_reason, signature_ok,
+        srcfd)`` (``srcfd``: the connection's descriptor for a message of more than
+        :data:`DIGEST_MIN_BYTES` whose signature is not good, else -1); for
         a message over the limits only its first four signed frames (the header frames, for an
         error reply) are kept, but the signature is still checked so that an authenticated
         sender can be told why. The large frames are hashed only once the HMAC over the
         manifest has passed (and not at all for a message over the limits).
         """
-        frames = recv_multipart(socket, int(flags))
+        first: list = []
+        frames = recv_multipart(socket, int(flags), first)
         try:
             d = frames.index(DELIM, 0, MAX_IDENTITIES + 2)
         except ValueError:
             d = -1
         if d < 0 or d + 1 >= len(frames):  # no delimiter (or nothing after it): not a protocol message
             ids = frames if d < 0 else frames[:d]
-            return [f for f in ids[:MAX_IDENTITIES] if len(f) <= MAX_IDENTITY_BYTES], None, None, None, False
+            big = sum(len(f) for f in frames) > DIGEST_MIN_BYTES
+            return ([f for f in ids[:MAX_IDENTITIES] if len(f) <= MAX_IDENTITY_BYTES], None, None, None, False,
+                    source_fd(first[0]) if big else -1)
         identities = frames[:d]
         signature = frames[d + 1]
         signed = frames[d + 2:]
         ok = self._check(signature, signed) if not any(len(f) > MAX_IDENTITY_BYTES for f in identities) else None
         reason = None
+        nbytes = sum(len(f) for f in signed)
         if len(signed) > self.max_frames:
             reason = f"message too large: more than {self.max_frames} signed frames"
-        elif sum(len(f) for f in signed) > self.max_bytes:
+        elif nbytes > self.max_bytes:
             reason = f"message too large: more than {self.max_bytes} bytes"
         if ok is not None and ok[0] and reason is None and ok[1]:  # authenticated: the large frames must match
             manifest = leaf_digests(signed)
@@ -652,7 +675,9 @@ class Session:
                   and all(hmac.compare_digest(manifest.get(i, b""), v) for i, v in ok[1].items()), ok[1])
         if reason is not None:
             signed = [f for f in signed[:4] if len(f) <= MAX_HEADER_BYTES]
-        return identities, signature, signed, reason, bool(ok and ok[0])
+        good = bool(ok and ok[0])
+        return identities, signature, signed, reason, good, -1 if good or nbytes <= DIGEST_MIN_BYTES else \
+            source_fd(first[0])
 
     def _check(self, signature: bytes, signed: Sequence[Any]) -> tuple[bool, dict[int, bytes]] | None:
         """The HMAC check over the lengths, the small frames and the declared leaf manifest:
@@ -693,16 +718,16 @@ class Session:
             ProtocolError: an authenticated message that is too large or cannot be decoded;
                 ``.header`` is the request header where it could be read, for the error reply.
         """
-        identities, signature, frames, reason, ok = self._read(socket, flags)
-        return self.decode(identities, signature, frames, reason, ok)
+        identities, signature, frames, reason, ok, srcfd = self._read(socket, flags)
+        return self.decode(identities, signature, frames, reason, ok, srcfd)
 
     def decode(self, identities: list[bytes], signature: bytes | None, frames: list[bytes] | None,
-               reason: str | None, ok: bool) -> Message:
+               reason: str | None, ok: bool, srcfd: int = -1) -> Message:
         """Second half of :meth:`recv` (authenticate and decode frames already read)."""
         if signature is None:
-            raise AuthenticationError("no signature (not a protocol message)", identities)
+            raise AuthenticationError("no signature (not a protocol message)", identities, srcfd)
         if not ok:
-            raise AuthenticationError("invalid signature", identities)
+            raise AuthenticationError("invalid signature", identities, srcfd)
         header = None
         if frames and len(frames[0]) <= MAX_HEADER_BYTES:
             try:

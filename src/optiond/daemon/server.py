@@ -745,6 +745,8 @@ class Server:
             raise
         except AuthenticationError as e:
             counters.auth_failure(str(e))
+            if self.guard is not None and e.srcfd >= 0:  # a key holder never sends one: close its connection
+                self.guard.drop(e.srcfd)
         except ProtocolError as e:
             counters.malformed += 1
             counters.outcomes["protocol_error"] += 1
