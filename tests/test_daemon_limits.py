@@ -192,7 +192,7 @@ def _flood(port: int, n: int, payload: bytes = b"") -> list[socket.socket]:
     socks = []
     try:
         for _ in range(n):
-            s = socket.create_connection(("127.0.0.1", port), timeout=5.0)
+            s = socket.create_connection(("127.0.0.1", port), timeout=15.0)
             if payload:
                 s.sendall(payload)
             socks.append(s)
