@@ -314,8 +314,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-coalesce", action="store_true", help="the same as --coalesce never")
     p.add_argument("--max-options", type=int, help="rows per request (default 1,000,000)")
     p.add_argument("--max-connections", type=int, metavar="N",
-                   help="peer connections per port at most; more are closed at once (default: half of what the "
-                        "open-files limit leaves after a reserve for the daemon)")
+                   help="peer connections per port at most; more are closed at once (default: an equal share "
+                        "of what the open-files limit leaves after a reserve for the daemon)")
     p.add_argument("--max-tree-nodes", type=float, help="CRR tree nodes per request (default 5e11)")
     p.add_argument("--max-request-s", type=float, help="longest time a request may take, seconds (default 600)")
     p.set_defaults(func=cmd_serve)

@@ -11,8 +11,8 @@ Unix-domain socket (its IPC listener asserts on ``EMFILE``). So the daemon:
   (:func:`reserve`: a quarter of the limit, at least :data:`RESERVE_MIN`): peers' connections
   may use the rest, the *budget*, all transports together;
 * caps the connections of each transport (``shell`` TCP, ``shell`` IPC, ``control``,
-  ``iopub``, ``hb``; by default half the budget each), so that a flood of one port leaves the
-  others room;
+  ``iopub``, ``hb``; by default an equal share of the budget each), so that a flood of one
+  port, or of all of them, leaves every other its share;
 * watches every listener with a ZeroMQ socket monitor (:class:`ConnectionGuard`): a connection
   accepted over its transport's cap or over the budget, or given a descriptor in the reserve,
   is *shed* at once (``shutdown(2)`` on its descriptor: libzmq sees the peer gone and closes
@@ -144,7 +144,7 @@ class ConnectionGuard:
         listeners: ``(socket, {endpoint: transport name})`` for each ZeroMQ socket whose
             accepted connections are watched (its endpoints as ``last_endpoint`` gives them).
         fd_limit: the soft descriptor limit in force (None on Windows).
-        max_connections: cap per transport (default: half the budget).
+        max_connections: cap per transport (default: the budget shared equally among them).
         other_connections: returns the connections open elsewhere in the budget (the HTTP port).
         on_shed: called with the transport name of each connection shed (for the metrics).
     """
@@ -154,7 +154,6 @@ class ConnectionGuard:
                  on_shed: Callable[[str], None] = lambda transport: None):
         self.fd_limit = fd_limit
         self.budget = budget(fd_limit)
-        self.cap = max(1, int(max_connections)) if max_connections else max(8, self.budget // 2)
         #: a descriptor at or above this is in the reserve: its connection is shed whatever the counts
         self.fd_line = fd_limit - reserve(fd_limit) // 2 if fd_limit is not None else None
         self._other = other_connections
@@ -180,6 +179,8 @@ class ConnectionGuard:
                 self.open.setdefault(transport, 0)
                 self.shed.setdefault(transport, 0)
                 self._keys[ep] = _endpoint_key(ep)
+        share = max(8, self.budget // max(1, len(self.open)))
+        self.cap = max(1, int(max_connections)) if max_connections else share
         self.thread = threading.Thread(target=self._run, name="optiond-connections", daemon=True)
         self.thread.start()
 

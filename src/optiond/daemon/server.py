@@ -272,8 +272,8 @@ class Server:
             :func:`optiond.daemon.paths.ipc_socket_path`): local clients then skip the TCP
             stack (about 50 us less per round trip on a 2-core machine). The socket file is
             mode 0600 in a per-user 0700 directory; messages are signed as on TCP.
-        max_connections: peer connections per transport at most (default: half the
-            descriptor budget, see :mod:`optiond.daemon.connections`); those over it are shed.
+        max_connections: peer connections per transport at most (default: the descriptor
+            budget shared equally, see :mod:`optiond.daemon.connections`); those over it are shed.
         replay_window_s: a request whose signed ``date`` is older than this (seconds) is
             refused with ``StaleMessage``; within it, a copy of a state-changing request
             (:data:`ONCE_OPS`) gets the first reply again and a copy of a pricing request the

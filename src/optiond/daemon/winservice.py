@@ -6,7 +6,7 @@ install|start|stop|remove`` (pywin32's ``HandleCommandLine``). Imported only on 
 
 Open files: Windows has no ``RLIMIT_NOFILE`` (the systemd unit's ``LimitNOFILE``); a socket is
 a kernel handle, and a process may hold millions. The daemon caps its peer connections there at
-:data:`optiond.daemon.connections.WINDOWS_BUDGET` in all (half of it per port, unless
+:data:`optiond.daemon.connections.WINDOWS_BUDGET` in all (an equal share per port, unless
 ``optiond serve --max-connections`` says otherwise) and sheds those over the cap, as on Linux.
 """
 
