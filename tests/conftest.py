@@ -70,9 +70,10 @@ class DaemonProcess:
 
 
 def start_daemon(directory: Path, *extra: str, env: dict | None = None,
-                 launcher: list[str] | tuple[str, ...] = ()) -> DaemonProcess:
+                 launcher: list[str] | tuple[str, ...] = (), preexec_fn=None) -> DaemonProcess:
     """Start ``optiond serve`` (extra arguments ``extra``, extra environment ``env``, command
-    prefix ``launcher``, e.g. ``mpiexec -n 2``) with its connection file and log in
+    prefix ``launcher``, e.g. ``mpiexec -n 2``; ``preexec_fn`` run in the child before it
+    starts, e.g. to set resource limits) with its connection file and log in
     ``directory``; return once it answers a ping (fails the test with the daemon's log if it
     does not). An MPI daemon (``--workers``, or a ``launcher``) counts as started when a new
     connection file answers: its rank 0 is not the process started."""
@@ -89,7 +90,7 @@ def start_daemon(directory: Path, *extra: str, env: dict | None = None,
                 "OPTIOND_CONNECTION_FILE": str(conn)}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([*launcher, *SERVE, *extra], env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
     mpi = bool(launcher) or "--workers" in extra
     handle = DaemonProcess(conn, proc, log_path)
     client = Client(conn, timeout=1.0, retries=0)
@@ -161,6 +162,21 @@ def stop_daemon(handle: DaemonProcess) -> None:
         except subprocess.TimeoutExpired:
             handle.process.kill()
             handle.process.wait(timeout=5)
+
+
+@pytest.fixture()
+def pair():
+    """A connected (DEALER, ROUTER) pair of sockets over inproc, for protocol tests."""
+    import zmq
+
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.DEALER), ctx.socket(zmq.ROUTER)
+    b.bind("inproc://protocol-test")
+    a.connect("inproc://protocol-test")
+    yield a, b
+    a.close(linger=0)
+    b.close(linger=0)
+    ctx.term()
 
 
 @pytest.fixture(scope="session")

@@ -167,7 +167,7 @@ def test_implied_vol_matches_in_process(client, method):
 
 def test_connection_file_is_private(daemon):
     info = paths.read_connection_file(daemon.connection_file)
-    assert info["ip"] == "127.0.0.1" and info["signature_scheme"] == "hmac-sha256-framed-leaves" and len(info["key"]) >= 64
+    assert info["ip"] == "127.0.0.1" and info["signature_scheme"] == protocol.SIGNATURE_SCHEME and len(info["key"]) >= 64
     if os.name == "posix":
         assert stat.S_IMODE(os.stat(daemon.connection_file).st_mode) == 0o600
 
@@ -541,7 +541,7 @@ def test_stale_connection_file_is_remembered_as_down(tmp_path):
     s.close(linger=0)  # the port is closed again: nobody listens there
     ctx.term()
     info = {"transport": "tcp", "ip": "127.0.0.1", "shell_port": port, "iopub_port": port, "hb_port": port,
-            "control_port": port, "signature_scheme": "hmac-sha256-framed-leaves", "key": "k" * 64}
+            "control_port": port, "signature_scheme": protocol.SIGNATURE_SCHEME, "key": "k" * 64}
     paths.write_connection_file(tmp_path / "stale.json", info)
     c = Client(tmp_path / "stale.json", timeout=0.5, retries=1, connect_timeout=0.3, down_s=60)
     first = c.price_table(table(2), Method(steps=20))
@@ -635,18 +635,6 @@ def test_second_serve_refuses_while_one_runs(daemon):
 # ---------------------------------------------------------------------------- protocol units
 
 
-@pytest.fixture
-def pair():
-    ctx = zmq.Context()
-    a, b = ctx.socket(zmq.DEALER), ctx.socket(zmq.ROUTER)
-    b.bind("inproc://protocol-test")
-    a.connect("inproc://protocol-test")
-    yield a, b
-    a.close(linger=0)
-    b.close(linger=0)
-    ctx.term()
-
-
 @pytest.mark.parametrize("dtype", ["<f8", "<f4", "<i8", "<i4", "|i1", "|u1", "|b1"])
 def test_arrays_travel_as_raw_buffers(pair, dtype):
     a, b = pair
@@ -673,9 +661,10 @@ def test_signature_covers_buffers(pair):
 
 @pytest.mark.parametrize("parallel", [True, False])
 def test_large_buffers_are_signed_leaf_by_leaf(pair, monkeypatch, parallel):
-    """A frame over 1 MiB enters the HMAC as its 1 MiB leaves' SHA-256 digests: the signature
-    still covers every byte (one changed byte in any leaf, or a leaf boundary moved, fails),
-    and the parallel and serial digests agree."""
+    """A frame over 64 KiB enters the HMAC as its 1 MiB leaves' SHA-256 digests, which the
+    signature frame carries after the hex HMAC (the leaf manifest): the signature still covers
+    every byte (one changed byte in any leaf, a leaf boundary moved, or a changed digest in the
+    manifest fails), and the parallel and serial digests agree."""
     import hashlib
     import hmac as hmac_mod
 
@@ -684,28 +673,37 @@ def test_large_buffers_are_signed_leaf_by_leaf(pair, monkeypatch, parallel):
     s = Session(b"key")
     rng = np.random.default_rng(5)
     big = rng.integers(0, 256, 3 * protocol.LEAF_BYTES + 12345, dtype=np.uint8).tobytes()
+    mid = b"m" * (protocol.DIGEST_MIN_BYTES + 1)  # one leaf
     small = b"x" * 100
-    frames = s.serialize(s.header("x_request"), {"a": 1}, buffers=[small, big])
+    frames = s.serialize(s.header("x_request"), {"a": 1}, buffers=[small, mid, big])
     # the signature, recomputed from the definition: framing, small frames raw, big ones by leaves
     signed = frames[2:]
     h = hmac_mod.new(b"key", digestmod=hashlib.sha256)
     h.update(protocol.framing(signed))
+    manifest = b""
     for f in signed:
-        if len(f) > protocol.LEAF_BYTES:
+        if len(f) > protocol.DIGEST_MIN_BYTES:
             f = b"".join(hashlib.sha256(f[i:i + protocol.LEAF_BYTES]).digest()
                          for i in range(0, len(f), protocol.LEAF_BYTES))
+            manifest += f
         h.update(f)
-    assert frames[1] == h.hexdigest().encode()
+    assert len(manifest) == 32 * 5
+    assert frames[1] == h.hexdigest().encode() + manifest
     a.send_multipart(frames)
-    assert s.recv(b).buffers[1] == big
+    assert s.recv(b).buffers[2] == big
     for where in (0, protocol.LEAF_BYTES - 1, 2 * protocol.LEAF_BYTES + 7, len(big) - 1):
         bad = bytearray(big)
         bad[where] ^= 1
         a.send_multipart(frames[:-1] + [bytes(bad)])
         with pytest.raises(AuthenticationError):
             s.recv(b)
-    moved = frames[:-2] + [small + big[:1], big[1:]]  # a byte moved across the frame boundary
+    moved = frames[:-2] + [mid + big[:1], big[1:]]  # a byte moved across the frame boundary
     a.send_multipart(moved)
+    with pytest.raises(AuthenticationError):
+        s.recv(b)
+    bad_manifest = bytearray(frames[1])
+    bad_manifest[-1] ^= 1  # the buffers untouched, one declared digest changed
+    a.send_multipart([frames[0], bytes(bad_manifest), *frames[2:]])
     with pytest.raises(AuthenticationError):
         s.recv(b)
 

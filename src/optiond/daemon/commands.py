@@ -54,7 +54,8 @@ def _serve_argv(args: argparse.Namespace, conn: Path) -> list[str]:
     for flag in ("no_cache", "no_coalesce", "no_access_log"):
         if getattr(args, flag, False):
             argv.append("--" + flag.replace("_", "-"))
-    for opt in ("coalesce", "metrics_port", "log_dir", "max_options", "max_tree_nodes", "max_request_s"):
+    for opt in ("coalesce", "metrics_port", "log_dir", "max_options", "max_tree_nodes", "max_request_s",
+                "max_connections"):
         v = getattr(args, opt, None)
         if v is not None:
             argv += ["--" + opt.replace("_", "-"), str(v)]
@@ -108,7 +109,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return serve(conn, warmup=not args.no_warmup, on_ready=ready, mpi=True if args.mpi else None,
                      limits=_limits(args), cache_entries=0 if args.no_cache else 4096,
                      coalesce="never" if args.no_coalesce else (args.coalesce or "auto"), metrics_port=metrics_port, log_dir=args.log_dir,
-                     access_log=not args.no_access_log)
+                     access_log=not args.no_access_log, max_connections=args.max_connections)
     except (RuntimeError, OSError) as e:  # another daemon runs already; cannot write the file
         _print_err(f"optiond serve: {e}")
         return EXIT_FAILED
@@ -353,6 +354,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "them in one launch, 'always', 'never' (on a CPU each is cheaper alone)")
     p.add_argument("--no-coalesce", action="store_true", help="the same as --coalesce never")
     p.add_argument("--max-options", type=int, help="rows per request (default 1,000,000)")
+    p.add_argument("--max-connections", type=int, metavar="N",
+                   help="peer connections per port at most; more are closed at once (default: an equal share "
+                        "of what the open-files limit leaves after a reserve for the daemon)")
     p.add_argument("--max-tree-nodes", type=float, help="CRR tree nodes per request (default 6e11: one N = 1e6 tree fits)")
     p.add_argument("--max-request-s", type=float, help="longest time a request may take, seconds (default 600)")
     p.set_defaults(func=cmd_serve)

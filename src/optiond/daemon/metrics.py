@@ -1,7 +1,8 @@
 """Prometheus metrics and the ``/healthz`` and ``/readyz`` probes of the daemon, for IT.
 
 One HTTP port on 127.0.0.1 (``optiond serve --metrics-port``; the connection file and
-``status`` give it) serves:
+``status`` give it), served by waitress (one thread reads every connection without blocking;
+:data:`HTTP_THREADS` worker threads answer complete requests), serves:
 
 * ``/metrics``: the Prometheus text format, from :mod:`prometheus_client` (a registry of the
   daemon's own, so several daemons can live in one test process);
@@ -28,26 +29,43 @@ outcome}``                             device (``cpu``, ``gpu:0`` ...) and outco
 ``mpi_ranks``, ``mpi_workers_alive``   MPI ranks of the pool, and worker ranks alive
 ``auth_failures_total``,               messages dropped for a bad signature / answered with a
 ``malformed_messages_total``           protocol error
+``connections{transport}``,            peer connections open now (``shell``, ``shell_ipc``,
+``connections_shed_total{transport}``  ``control``, ``iopub``, ``hb``, ``http``) and those closed
+                                       at once for being over the cap or the descriptor budget
+``open_files_limit``                   the daemon's soft RLIMIT_NOFILE (POSIX)
 ``uptime_seconds``, ``ready``          seconds since start; 1 when ``/readyz`` says ready
 ``log_records_dropped_total``,         JSON log lines lost (queue full, or the file failing),
 ``log_write_errors_total``             and failed writes of the file (a full disk...)
 =====================================  ======================================================
 
 plus the standard ``process_*`` metrics of :class:`prometheus_client.ProcessCollector`.
+
+The HTTP server's resources are bounded whatever local peers do: a fixed number of threads, at
+most ``max_connections`` open connections (when full, the connections idle the longest and
+not being answered are closed to make room, so a probe always gets in), a request head of at
+most :data:`HTTP_MAX_HEADER_BYTES`, and a connection silent for :data:`HTTP_IDLE_S` closed.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import socketserver
+import logging
 import sys
 import threading
 from typing import Any, Callable
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info, ProcessCollector, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+#: worker threads of the HTTP server (the requests are tiny; scrapes are seconds apart)
+HTTP_THREADS = 2
+#: open HTTP connections at most (by default; the daemon passes its descriptor budget's share)
+HTTP_MAX_CONNECTIONS = 64
+#: seconds an HTTP connection may stay silent (a request sent halfway included)
+HTTP_IDLE_S = 10
+#: longest request head accepted (request line and headers), bytes
+HTTP_MAX_HEADER_BYTES = 8192
 
 LATENCY_BUCKETS = (50e-6, 100e-6, 200e-6, 350e-6, 500e-6, 1e-3, 2e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0,
                    2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -105,6 +123,19 @@ class _StateCollector:
                                   value=st["auth_failures"])
         yield CounterMetricFamily("optiond_malformed_messages", "Signed messages answered with a protocol error",
                                   value=st["malformed"])
+        conns = st.get("connections") or {}
+        gauge = g("optiond_connections", "Peer connections open, by transport", labels=["transport"])
+        shed = CounterMetricFamily("optiond_connections_shed", "Peer connections closed at once for being over "
+                                   "their transport's cap or the descriptor budget", labels=["transport"])
+        for t, n in (conns.get("open") or {}).items():
+            gauge.add_metric([t], n)
+        for t, n in (conns.get("shed") or {}).items():
+            shed.add_metric([t], n)
+        yield gauge
+        yield shed
+        if conns.get("fd_limit") is not None:
+            yield g("optiond_open_files_limit", "The daemon's soft limit of open file descriptors",
+                    value=conns["fd_limit"])
         yield g("optiond_uptime_seconds", "Seconds since the daemon started", value=st["uptime_s"])
         yield g("optiond_ready", "1 when the daemon accepts work (see /readyz)", value=1.0 if st["ready"] else 0.0)
 
@@ -130,7 +161,8 @@ class Metrics:
         state: returns the scrape-time state: ``queue_depth``, ``jobs_running``, ``cache``
             (:meth:`optiond.daemon.cache.ReplyCache.stats`), ``gpu_memory`` (list of maps),
             ``mpi`` (``ranks``, ``workers_alive``), ``auth_failures``, ``malformed``,
-            ``uptime_s``, ``ready``.
+            ``uptime_s``, ``ready``, optionally ``connections`` (``open`` and ``shed`` maps by
+            transport, ``fd_limit``).
         version, protocol_version: for ``optiond_info``.
         log_stats: returns the JSON log's ``dropped`` and ``write_errors`` counts
             (:meth:`optiond.daemon.logs.JsonLog.stats`); None: no log, both 0.
@@ -173,24 +205,43 @@ class Metrics:
         return generate_latest(self.registry).decode()
 
 
-class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
+def _bounded_server_class() -> type:
+    from waitress.server import TcpWSGIServer
 
+    class BoundedServer(TcpWSGIServer):
+        """waitress's TCP server that, once ``cap`` connections are open, closes the longest
+        idle of those not being answered (an eighth of them at once) instead of no longer
+        accepting: a flood of half-sent requests cannot lock a probe out. waitress's own
+        ``connection_limit`` (set a little above ``cap``) stays as the hard stop; it is not
+        reached, as the loop accepts one connection per turn and the shed ones close on the
+        next turn."""
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (base class signature)
-        pass
+        cap = HTTP_MAX_CONNECTIONS
+        shed = 0
+
+        def readable(self) -> bool:
+            if self.accepting and len(self.active_channels) >= self.cap:
+                idle = sorted((c for c in self.active_channels.values() if not c.requests and not c.will_close),
+                              key=lambda c: c.last_activity)[:max(1, self.cap // 8)]
+                for c in idle:
+                    c.will_close = True
+                self.shed += len(idle)
+            return super().readable()
+
+    return BoundedServer
 
 
 class HttpEndpoint:
-    """``/metrics``, ``/healthz`` and ``/readyz`` on ``ip:port`` in a thread of its own.
+    """``/metrics``, ``/healthz`` and ``/readyz`` on ``ip:port``, served by waitress from a
+    thread of its own and :data:`HTTP_THREADS` workers (see the module docstring).
 
     Args:
         metrics: the registry to expose.
         health, ready: return ``(ok, detail map)``.
         ip: a loopback address (anything else is refused).
         port: 0 for a free port.
+        max_connections: open connections at most (at least 4); over it the longest idle
+            are closed.
 
     Raises:
         ValueError: a non-loopback address.
@@ -198,7 +249,8 @@ class HttpEndpoint:
     """
 
     def __init__(self, metrics: Metrics, health: Callable[[], tuple[bool, dict]],
-                 ready: Callable[[], tuple[bool, dict]], ip: str = "127.0.0.1", port: int = 0):
+                 ready: Callable[[], tuple[bool, dict]], ip: str = "127.0.0.1", port: int = 0,
+                 max_connections: int = HTTP_MAX_CONNECTIONS):
         if not ipaddress.ip_address(ip).is_loopback:
             raise ValueError(f"the metrics endpoint binds loopback addresses only, not {ip}")
         prom = make_wsgi_app(metrics.registry)
@@ -217,17 +269,47 @@ class HttpEndpoint:
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: use /metrics, /healthz or /readyz\n"]
 
-        self.httpd = make_server(ip, port, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
-        self.port = int(self.httpd.server_address[1])
-        self.url = f"http://{ip}:{self.port}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                       name="optiond-metrics", daemon=True)
+        cap = max(4, int(max_connections))
+        # waitress logs each connection-limit crossing; the shedding above keeps below it
+        logging.getLogger("waitress").setLevel(logging.ERROR)
+        self.httpd = _bounded_server_class()(
+            app, host=ip, port=port, threads=HTTP_THREADS, connection_limit=cap + 16, channel_timeout=HTTP_IDLE_S,
+            cleanup_interval=1, max_request_header_size=HTTP_MAX_HEADER_BYTES, max_request_body_size=65536,
+            asyncore_use_poll=True, backlog=128, ident="optiond", expose_tracebacks=False)
+        self.httpd.cap = cap
+        self.port = int(self.httpd.effective_port)
+        self.url = f"http://{'[' + ip + ']' if ':' in ip else ip}:{self.port}"
+        self._stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="optiond-metrics", daemon=True)
         self.thread.start()
 
+    @property
+    def connections(self) -> int:
+        """HTTP connections open now."""
+        return len(self.httpd.active_channels)
+
+    @property
+    def shed(self) -> int:
+        """HTTP connections closed to make room (since start)."""
+        return self.httpd.shed
+
+    def _run(self) -> None:
+        from waitress import wasyncore
+
+        while not self._stopping.is_set():
+            try:
+                wasyncore.loop(timeout=0.2, use_poll=True, map=self.httpd._map, count=1)
+            except Exception:  # noqa: BLE001 (a peer's bytes must not end the endpoint)
+                logging.getLogger("optiond.metrics").warning("metrics server error", exc_info=True)
+
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        """Stop serving: the loop thread, the workers, every connection and the port."""
+        from waitress import wasyncore
+
+        self._stopping.set()
         self.thread.join(timeout=5)
+        self.httpd.task_dispatcher.shutdown(timeout=2)
+        wasyncore.close_all(self.httpd._map)
 
 
 __all__ = ["Metrics", "HttpEndpoint", "gpu_memory_here", "LATENCY_BUCKETS"]

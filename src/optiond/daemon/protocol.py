@@ -10,12 +10,17 @@ Modelled on the Jupyter messaging protocol. One message is the ZeroMQ multipart 
   input is the number of signed frames and their lengths (little-endian 64-bit integers), then
   the frames (:func:`framing`). Unlike Jupyter's plain concatenation, frame boundaries are
   signed too: a signed message cannot be re-cut (bytes moved between frames, empty frames added
-  or dropped) and still pass. A frame longer than :data:`LEAF_BYTES` (1 MiB: large array
-  buffers) enters the HMAC as the SHA-256 digests of its consecutive 1 MiB leaves instead of
-  its bytes (:func:`frame_digest_input`; a one-level hash tree, as in BitTorrent v2 or
-  RFC 6962): forging one would need a SHA-256 second preimage, and the leaves hash in
-  parallel threads (hashlib releases the interpreter lock), so signing and checking a 10 MB
-  reply costs about 1/k of one core's time on k cores;
+  or dropped) and still pass. A frame longer than :data:`DIGEST_MIN_BYTES` (64 KiB: array
+  buffers, a long content) enters the HMAC as the SHA-256 digests of its consecutive
+  :data:`LEAF_BYTES` (1 MiB) leaves instead of its bytes (:func:`leaf_digests`; a one-level
+  hash tree, as in BitTorrent v2 or RFC 6962): forging one would need a SHA-256 second
+  preimage, and the leaves hash in parallel threads (hashlib releases the interpreter lock), so
+  signing and checking a 10 MB reply costs about 1/k of one core's time on k cores.
+  The signature frame carries those digests after the 64 hex digits (32 bytes a leaf, frame by
+  frame; the *leaf manifest*), so a receiver checks the HMAC over the lengths, the small frames
+  and the declared digests first, and hashes the large frames only for a sender that holds the
+  key (then each must match its declared digests). A peer without the key can make the
+  receiver hash at most :data:`PREAUTH_MAX_BYTES` of a message, whatever its size;
 * ``header``, ``parent_header``, ``metadata`` and ``content`` are msgpack maps. A header holds
   ``msg_id`` (uuid4 hex), ``msg_type`` (``"<op>_request"`` / ``"<op>_reply"``), ``session``
   (the sender's id), ``date`` (ISO 8601, UTC) and ``version`` (:data:`PROTOCOL_VERSION`). A
@@ -30,7 +35,8 @@ Modelled on the Jupyter messaging protocol. One message is the ZeroMQ multipart 
 Receiving is defensive (:meth:`Session.recv`): a message is read whole with one
 ``recv_multipart`` (libzmq has already assembled every part in memory by then, and the socket's
 ``MAXMSGSIZE`` bounds each part), then the frame count and byte limits are checked and the
-signature is verified with :func:`hmac.compare_digest` before anything is decoded; msgpack is
+signature is verified with :func:`hmac.compare_digest` (the manifest first, then the large
+frames against it) before anything is decoded; msgpack is
 decoded with length limits, and arrays are rebuilt only for a whitelist of numeric dtypes whose
 declared size matches the buffer exactly.
 
@@ -63,12 +69,20 @@ log = logging.getLogger("optiond.protocol")
 
 #: separates the routing identities from the signed part of a message
 DELIM = b"<IDS|MSG>"
-PROTOCOL_VERSION = "1.2"
+PROTOCOL_VERSION = "1.3"
 #: the connection file's ``signature_scheme``: HMAC-SHA256 over the framed message, large
-#: frames by their leaves' SHA-256 digests (see above)
-SIGNATURE_SCHEME = "hmac-sha256-framed-leaves"
-#: frames longer than this enter the HMAC as the SHA-256 digests of leaves of this size
+#: frames by their leaves' SHA-256 digests, which the signature frame carries (see above)
+SIGNATURE_SCHEME = "hmac-sha256-leaf-manifest"
+#: large frames are cut into leaves of this many bytes, each hashed with SHA-256
 LEAF_BYTES = 1 << 20
+#: frames longer than this enter the HMAC by their leaves' digests (the leaf manifest)
+DIGEST_MIN_BYTES = 64 * 1024
+#: bytes of one leaf digest (SHA-256) in the manifest; hex digits of the HMAC before it
+DIGEST_BYTES = 32
+MAC_HEX = 64
+#: most bytes of small frames hashed before the signature is known to be good (a message with
+#: more, possible only with more than :data:`MAX_FRAMES` frames, is dropped unchecked)
+PREAUTH_MAX_BYTES = 64 * DIGEST_MIN_BYTES
 #: at least this many leaf bytes in a message before they are hashed in parallel
 PARALLEL_LEAF_BYTES = 2 << 20
 
@@ -125,22 +139,26 @@ def _leaf_digest(view: memoryview) -> bytes:
     return hashlib.sha256(view).digest()
 
 
-def frame_digest_input(frames: Sequence[Any]) -> list:
-    """What each signed frame contributes to the HMAC after :func:`framing`: the frame itself
-    when it is at most :data:`LEAF_BYTES`, else the concatenated SHA-256 digests of its
-    consecutive :data:`LEAF_BYTES` leaves (the last one shorter). The leaves are hashed in a
-    thread pool when a message holds :data:`PARALLEL_LEAF_BYTES` or more of them."""
-    big = [i for i, f in enumerate(frames) if (f.nbytes if type(f) is memoryview else len(f)) > LEAF_BYTES]
+def _nbytes(f: Any) -> int:
+    return f.nbytes if type(f) is memoryview else len(f)
+
+
+def leaf_digests(frames: Sequence[Any]) -> dict[int, bytes]:
+    """The leaf manifest of ``frames``: for each frame longer than :data:`DIGEST_MIN_BYTES`
+    (by index), the concatenated SHA-256 digests of its consecutive :data:`LEAF_BYTES` leaves
+    (the last one shorter). The leaves are hashed in a thread pool when the message holds
+    :data:`PARALLEL_LEAF_BYTES` or more of them."""
+    big = [i for i, f in enumerate(frames) if _nbytes(f) > DIGEST_MIN_BYTES]
     if not big:
-        return list(frames)
+        return {}
     leaves = []
     for i in big:
         v = memoryview(frames[i]).cast("B")
         leaves.append([v[j:j + LEAF_BYTES] for j in range(0, v.nbytes, LEAF_BYTES)])
-    total = sum(len(x) for x in leaves) * LEAF_BYTES
+    total = sum(_nbytes(frames[i]) for i in big)
     flat = [leaf for x in leaves for leaf in x]
     digests = list(_pool().map(_leaf_digest, flat)) if total >= PARALLEL_LEAF_BYTES else [_leaf_digest(x) for x in flat]
-    out = list(frames)
+    out = {}
     k = 0
     for i, x in zip(big, leaves):
         out[i] = b"".join(digests[k:k + len(x)])
@@ -148,17 +166,45 @@ def frame_digest_input(frames: Sequence[Any]) -> list:
     return out
 
 
-def recv_multipart(socket: zmq.Socket, flags: int = 0) -> list[bytes | memoryview]:
+def leaf_count(nbytes: int) -> int:
+    """Digests a frame of ``nbytes`` contributes to the manifest (0 for a small frame)."""
+    return 0 if nbytes <= DIGEST_MIN_BYTES else -(-nbytes // LEAF_BYTES)
+
+
+def frame_digest_input(frames: Sequence[Any], manifest: dict[int, bytes] | None = None) -> list:
+    """What each signed frame contributes to the HMAC after :func:`framing`: the frame itself
+    when it is at most :data:`DIGEST_MIN_BYTES`, else its digests from ``manifest`` (computed
+    by :func:`leaf_digests` when not given)."""
+    if manifest is None:
+        manifest = leaf_digests(frames)
+    if not manifest:
+        return list(frames)
+    return [manifest.get(i, f) for i, f in enumerate(frames)]
+
+
+def recv_multipart(socket: zmq.Socket, flags: int = 0, first: list | None = None) -> list[bytes | memoryview]:
     """``socket.recv_multipart(flags)``, a little faster: frames of at most
     :data:`COPY_THRESHOLD` bytes copied as ``bytes``, larger ones as read-only memoryviews of
     ZeroMQ's message (no copy of a large array). A frame received without a copy carries its
-    "more" flag, read in C (``socket.get(RCVMORE)`` costs an enum lookup in Python per frame)."""
+    "more" flag, read in C (``socket.get(RCVMORE)`` costs an enum lookup in Python per frame).
+    ``first``, when given, receives the first :class:`zmq.Frame` (for :func:`source_fd`)."""
     f = _recv(socket, flags, copy=False)
+    if first is not None:
+        first.append(f)
     parts = [f.bytes if len(f) <= COPY_THRESHOLD else f.buffer.toreadonly()]
     while f.more:
         f = _recv(socket, 0, copy=False)
         parts.append(f.bytes if len(f) <= COPY_THRESHOLD else f.buffer.toreadonly())
     return parts
+
+
+def source_fd(frame: Any) -> int:
+    """The descriptor of the connection a received frame came over (libzmq's ``SRCFD``), or
+    -1 where there is none (inproc) or it cannot be told."""
+    try:
+        return int(frame.get(zmq.SRCFD))
+    except (zmq.ZMQError, AttributeError, TypeError, ValueError):
+        return -1
 
 
 #: environment variable: microseconds a thread waiting on a socket polls it before it blocks
@@ -229,10 +275,15 @@ class ProtocolError(Exception):
 
 
 class AuthenticationError(ProtocolError):
-    """The signature is missing or wrong (or the frames carry no signature at all)."""
+    """The signature is missing or wrong (or the frames carry no signature at all).
 
-    def __init__(self, message: str, identities: Sequence[bytes] = ()):
+    ``srcfd`` is the descriptor of the connection a large message (over
+    :data:`DIGEST_MIN_BYTES`) came over (else -1), so a receiver may close it: a sender that
+    holds the key never sends such a message."""
+
+    def __init__(self, message: str, identities: Sequence[bytes] = (), srcfd: int = -1):
         super().__init__(message, identities, None, authenticated=False)
+        self.srcfd = srcfd
 
 
 @dataclass
@@ -311,6 +362,32 @@ def utcnow() -> str:
     if cached[0] != sec:
         cached = _date_second = (sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)))
     return f"{cached[1]}.{int((t - sec) * 1e6):06d}+00:00"
+
+
+#: a request dated more than this many seconds before the receiver's clock is refused (a
+#: captured message cannot be replayed later); clients date each attempt afresh
+REPLAY_WINDOW_S = 60.0
+#: ... or more than this many seconds after it (same host: the clocks agree)
+FUTURE_SLACK_S = 5.0
+_DATE_LEN = len("2025-01-31T12:00:00.000000+00:00")
+_window_second: tuple[int, float, str, str] = (-1, 0.0, "", "")
+
+
+def date_in_window(date: Any, window_s: float = REPLAY_WINDOW_S) -> bool:
+    """Whether a header's ``date`` (as :func:`utcnow` writes it) lies within ``window_s``
+    seconds before now (and :data:`FUTURE_SLACK_S` after). Dates of that fixed format compare
+    as strings, so this costs two string comparisons; the bounds are formatted once a second.
+    A missing or malformed date is outside."""
+    global _window_second
+    if type(date) is not str or len(date) != _DATE_LEN or not date.endswith("+00:00"):
+        return False
+    sec = int(time.time())
+    cached = _window_second
+    if cached[0] != sec or cached[1] != window_s:
+        fmt = "%Y-%m-%dT%H:%M:%S.000000+00:00"
+        cached = _window_second = (sec, window_s, time.strftime(fmt, time.gmtime(sec - window_s)),
+                                   time.strftime(fmt, time.gmtime(sec + 1 + FUTURE_SLACK_S)))
+    return cached[2] <= date <= cached[3]
 
 
 def send_frames(socket: zmq.Socket, frames: Sequence[Any], flags: int = 0) -> None:
@@ -521,12 +598,15 @@ class Session:
         return f"{self._id_prefix}{next(self._ids)}"
 
     def sign(self, frames: Sequence[Any]) -> bytes:
-        """Hex HMAC-SHA256 of the frames (bytes-like) and their lengths, as ASCII bytes."""
+        """The signature frame of ``frames`` (bytes-like): the hex HMAC-SHA256 of the frames and
+        their lengths (ASCII), followed by the leaf manifest of the large frames."""
+        manifest = leaf_digests(frames)
         h = self._hmac.copy()
         h.update(framing(frames))
-        for f in frame_digest_input(frames):
+        for f in frame_digest_input(frames, manifest):
             h.update(f)
-        return h.hexdigest().encode("ascii")
+        mac = h.hexdigest().encode("ascii")
+        return mac + b"".join(manifest[i] for i in sorted(manifest)) if manifest else mac
 
     def header(self, msg_type: str, msg_id: str | None = None) -> dict:
         """A new header for ``msg_type``."""
@@ -557,41 +637,69 @@ class Session:
         return header
 
     def _read(self, socket: zmq.Socket, flags: int) -> tuple[list[bytes], bytes | None, list[bytes] | None,
-                                                           str | None, bool]:
+                                                           str | None, bool, int]:
         """Read one multipart message and check its framing, limits and signature.
 
-        Returns ``(identities, signature, signed_frames, oversize_reason, signature_ok)``; for
+        Returns ``(identities, signature, signed_frames, oversize_reason, signature_ok,
+        srcfd)`` (``srcfd``: the connection's descriptor for a message of more than
+        :data:`DIGEST_MIN_BYTES` whose signature is not good, else -1); for
         a message over the limits only its first four signed frames (the header frames, for an
-        error reply) are kept, but the signature is still checked over all of them so that an
-        authenticated sender can be told why.
+        error reply) are kept, but the signature is still checked so that an authenticated
+        sender can be told why. The large frames are hashed only once the HMAC over the
+        manifest has passed (and not at all for a message over the limits).
         """
-        frames = recv_multipart(socket, int(flags))
+        first: list = []
+        frames = recv_multipart(socket, int(flags), first)
         try:
             d = frames.index(DELIM, 0, MAX_IDENTITIES + 2)
         except ValueError:
             d = -1
         if d < 0 or d + 1 >= len(frames):  # no delimiter (or nothing after it): not a protocol message
             ids = frames if d < 0 else frames[:d]
-            return [f for f in ids[:MAX_IDENTITIES] if len(f) <= MAX_IDENTITY_BYTES], None, None, None, False
+            big = sum(len(f) for f in frames) > DIGEST_MIN_BYTES
+            return ([f for f in ids[:MAX_IDENTITIES] if len(f) <= MAX_IDENTITY_BYTES], None, None, None, False,
+                    source_fd(first[0]) if big else -1)
         identities = frames[:d]
-        malformed = any(len(f) > MAX_IDENTITY_BYTES for f in identities)
         signature = frames[d + 1]
         signed = frames[d + 2:]
-        nbytes = sum(len(f) for f in signed)
-        h = self._hmac.copy()
-        h.update(framing(signed))
-        for f in frame_digest_input(signed):  # over the limits too: an authenticated sender is told why
-            h.update(f)
+        ok = self._check(signature, signed) if not any(len(f) > MAX_IDENTITY_BYTES for f in identities) else None
         reason = None
+        nbytes = sum(len(f) for f in signed)
         if len(signed) > self.max_frames:
             reason = f"message too large: more than {self.max_frames} signed frames"
         elif nbytes > self.max_bytes:
             reason = f"message too large: more than {self.max_bytes} bytes"
+        if ok is not None and ok[0] and reason is None and ok[1]:  # authenticated: the large frames must match
+            manifest = leaf_digests(signed)
+            ok = (ok[0] and len(manifest) == len(ok[1])
+                  and all(hmac.compare_digest(manifest.get(i, b""), v) for i, v in ok[1].items()), ok[1])
         if reason is not None:
             signed = [f for f in signed[:4] if len(f) <= MAX_HEADER_BYTES]
-        ok = (not malformed and len(signature) == 64
-              and hmac.compare_digest(signature, h.hexdigest().encode("ascii")))
-        return identities, signature, signed, reason, ok
+        good = bool(ok and ok[0])
+        return identities, signature, signed, reason, good, -1 if good or nbytes <= DIGEST_MIN_BYTES else \
+            source_fd(first[0])
+
+    def _check(self, signature: bytes, signed: Sequence[Any]) -> tuple[bool, dict[int, bytes]] | None:
+        """The HMAC check over the lengths, the small frames and the declared leaf manifest:
+        ``(mac_ok, manifest)``, or None (unchecked) when the signature frame cannot hold the
+        manifest these frames need or the small frames exceed :data:`PREAUTH_MAX_BYTES`."""
+        lens = [len(f) for f in signed]
+        need = [leaf_count(n) for n in lens]
+        if len(signature) != MAC_HEX + DIGEST_BYTES * sum(need):
+            return None
+        if sum(n for n, k in zip(lens, need) if not k) > PREAUTH_MAX_BYTES:
+            return None
+        manifest: dict[int, bytes] = {}
+        at = MAC_HEX
+        for i, k in enumerate(need):
+            if k:
+                manifest[i] = signature[at:at + DIGEST_BYTES * k]
+                at += DIGEST_BYTES * k
+        h = self._hmac.copy()
+        h.update(framing(signed))
+        for f in frame_digest_input(signed, manifest):
+            h.update(f)
+        return hmac.compare_digest(signature[:MAC_HEX], h.hexdigest().encode("ascii")), manifest
 
     def recv(self, socket: zmq.Socket, flags: int = 0) -> Message:
         """Receive, authenticate and decode one message.
@@ -610,16 +718,16 @@ class Session:
             ProtocolError: an authenticated message that is too large or cannot be decoded;
                 ``.header`` is the request header where it could be read, for the error reply.
         """
-        identities, signature, frames, reason, ok = self._read(socket, flags)
-        return self.decode(identities, signature, frames, reason, ok)
+        identities, signature, frames, reason, ok, srcfd = self._read(socket, flags)
+        return self.decode(identities, signature, frames, reason, ok, srcfd)
 
     def decode(self, identities: list[bytes], signature: bytes | None, frames: list[bytes] | None,
-               reason: str | None, ok: bool) -> Message:
+               reason: str | None, ok: bool, srcfd: int = -1) -> Message:
         """Second half of :meth:`recv` (authenticate and decode frames already read)."""
         if signature is None:
-            raise AuthenticationError("no signature (not a protocol message)", identities)
+            raise AuthenticationError("no signature (not a protocol message)", identities, srcfd)
         if not ok:
-            raise AuthenticationError("invalid signature", identities)
+            raise AuthenticationError("invalid signature", identities, srcfd)
         header = None
         if frames and len(frames[0]) <= MAX_HEADER_BYTES:
             try:

@@ -67,14 +67,15 @@ import zmq
 from .. import __version__, engine
 from ..models import (GREEK_FIELDS, METHODS, Batch, InvalidInputError, Method, scalar_row)
 from . import limits as limits_mod
-from . import paths, pool, sdnotify
+from . import connections, paths, pool, sdnotify
 from .cache import Entry, ReplyCache, request_key
 from .jobs import FINAL_STATES, Job, JobManager, Waiter
 from .limits import GREEK_TREES, LimitExceeded, Limits
-from .metrics import HttpEndpoint, Metrics, gpu_memory_here
-from .protocol import (PROTOCOL_VERSION, SIGNATURE_SCHEME, AuthenticationError, Message, ProtocolError, Session,
-                       decode_column, encode_array, encode_sparse_rows, encode_sparse_strings, is_array_spec, packb,
-                       readable, send_frames, spin_seconds, spin_until_readable, unpackb, utcnow)
+from .metrics import HTTP_MAX_CONNECTIONS, HttpEndpoint, Metrics, gpu_memory_here
+from .protocol import (FUTURE_SLACK_S, PROTOCOL_VERSION, REPLAY_WINDOW_S, SIGNATURE_SCHEME, AuthenticationError,
+                       Message, ProtocolError, Session, date_in_window, decode_column, encode_array, encode_sparse_rows,
+                       encode_sparse_strings, is_array_spec, packb, readable, send_frames, spin_seconds,
+                       spin_until_readable, unpackb, utcnow)
 
 log = logging.getLogger("optiond.daemon")
 
@@ -102,6 +103,9 @@ TIMELINE_CHUNKS = 64
 #: fewest one-option requests priced together (fewer are priced one by one: same bits, and on
 #: a CPU a batch of two costs more set-up than it saves)
 COALESCE_MIN = 4
+#: operations that change the daemon's state: each (session, msg_id) acts once; a copy
+#: (a retry, or a replay within the replay window) gets the first reply again
+ONCE_OPS = frozenset({"shutdown", "drain", "resume", "cancel"})
 #: the daemon process's interpreter switch interval (seconds; Python's default is 0.005)
 SWITCH_INTERVAL_S = 0.0005
 #: seconds between two checks that the connection file, its lock and pid file are still this daemon's
@@ -270,6 +274,12 @@ class Server:
             :func:`optiond.daemon.paths.ipc_socket_path`): local clients then skip the TCP
             stack (about 50 us less per round trip on a 2-core machine). The socket file is
             mode 0600 in a per-user 0700 directory; messages are signed as on TCP.
+        max_connections: peer connections per transport at most (default: the descriptor
+            budget shared equally, see :mod:`optiond.daemon.connections`); those over it are shed.
+        replay_window_s: a request whose signed ``date`` is older than this (seconds) is
+            refused with ``StaleMessage``; within it, a copy of a state-changing request
+            (:data:`ONCE_OPS`) gets the first reply again and a copy of a pricing request the
+            reply remembered for retries, so a captured message replayed has no new effect.
     """
 
     def __init__(self, connection_file: str | os.PathLike | None = None, *, ip: str = "127.0.0.1",
@@ -277,7 +287,8 @@ class Server:
                  cache_entries: int = 4096, cache_bytes: int = 256 << 20, coalesce: bool | str = "auto",
                  metrics_port: int | None = 0, log_dir: str | os.PathLike | None = None, json_log: bool = True,
                  access_log: bool = True, executor: Any = None, ranks: list[dict] | None = None,
-                 inline_max_s: float = INLINE_MAX_S, ipc: bool = True):
+                 inline_max_s: float = INLINE_MAX_S, ipc: bool = True, max_connections: int | None = None,
+                 replay_window_s: float = REPLAY_WINDOW_S):
         if not ipaddress.ip_address(ip).is_loopback:
             raise ValueError(f"the daemon binds loopback addresses only, not {ip}")
         self.connection_file = paths.connection_file(connection_file)
@@ -307,6 +318,11 @@ class Server:
         self._access_on = access_log
         self._ipc_on = ipc and os.name == "posix"
         self._ipc_path: Path | None = None
+        self._max_connections = max_connections
+        self.replay_window_s = float(replay_window_s)
+        self._once: OrderedDict[tuple[str, str], tuple[float, list]] = OrderedDict()
+        self.guard: connections.ConnectionGuard | None = None
+        self.fd_limit: int | None = None
         self._executor = executor
         self.ranks = list(ranks or [{"rank": 0, "pid": self.pid, "host": socket.gethostname(), "device": "cpu",
                                       "threads": None}])
@@ -358,6 +374,7 @@ class Server:
             OSError / zmq.ZMQError: the file or a socket cannot be created.
         """
         self._refuse_if_running()
+        self.fd_limit = connections.raise_nofile_limit()
         if self._json_log_on:
             from .logs import JsonLog
 
@@ -391,6 +408,14 @@ class Server:
                  (("shell_port", self._shell), ("control_port", self._control), ("iopub_port", self._iopub),
                   ("hb_port", self._hb))}
         shell_ipc = self._bind_ipc() if self._ipc_on else None
+        shell_eps = {f"{url}:{ports['shell_port']}": "shell"}
+        if shell_ipc:
+            shell_eps[shell_ipc] = "shell_ipc"
+        self.guard = connections.ConnectionGuard(
+            ctx, [(self._shell, shell_eps), (self._control, {f"{url}:{ports['control_port']}": "control"}),
+                  (self._iopub, {f"{url}:{ports['iopub_port']}": "iopub"}),
+                  (self._hb, {f"{url}:{ports['hb_port']}": "hb"})],
+            self.fd_limit, self._max_connections, other_connections=lambda: self.http.connections if self.http else 0)
         tag = f"{id(self)}-{secrets.token_hex(4)}"
         self._outbox_url = f"inproc://optiond-out-{tag}"
         self._events_url = f"inproc://optiond-events-{tag}"
@@ -419,11 +444,13 @@ class Server:
         self.metrics = Metrics(self._metrics_state, __version__, PROTOCOL_VERSION,
                                log_stats=self.json_log.stats if self.json_log is not None else None)
         if self._metrics_port is not None:
+            http_cap = max(8, min(HTTP_MAX_CONNECTIONS, self.guard.budget // 8))
             try:
-                self.http = HttpEndpoint(self.metrics, self._health, self._ready, self.ip, int(self._metrics_port))
+                self.http = HttpEndpoint(self.metrics, self._health, self._ready, self.ip, int(self._metrics_port),
+                                         http_cap)
             except OSError as e:  # the port is taken (another user's daemon): any free one
                 log.warning("metrics port %s unavailable (%s); using a free port", self._metrics_port, e)
-                self.http = HttpEndpoint(self.metrics, self._health, self._ready, self.ip, 0)
+                self.http = HttpEndpoint(self.metrics, self._health, self._ready, self.ip, 0, http_cap)
         self._threads = [
             threading.Thread(target=self._heartbeat, args=(hb_ctl_peer,), name="optiond-heartbeat", daemon=True),
             threading.Thread(target=self._publisher, name="optiond-events", daemon=True),
@@ -533,6 +560,8 @@ class Server:
                 pass
         for t in self._threads:
             t.join(timeout=5)
+        if self.guard is not None:
+            self.guard.close()
         if self.http is not None:
             self.http.close()
         paths.remove_connection_file(self.connection_file, key=self.key)
@@ -736,6 +765,8 @@ class Server:
             raise
         except AuthenticationError as e:
             counters.auth_failure(str(e))
+            if self.guard is not None and e.srcfd >= 0:  # a key holder never sends one: close its connection
+                self.guard.drop(e.srcfd)
         except ProtocolError as e:
             counters.malformed += 1
             counters.outcomes["protocol_error"] += 1
@@ -865,6 +896,21 @@ class Server:
                               f"protocol version {msg.header['version'][:20]!r} not supported (daemon speaks "
                               f"{PROTOCOL_VERSION})", reply_type)
             return None
+        if not date_in_window(msg.header.get("date"), self.replay_window_s):
+            counters.outcomes["stale"] += 1
+            self._reply_error(session, sock, counters, msg.identities, msg.raw_header, "StaleMessage",
+                              f"message dated {str(msg.header.get('date'))[:40]!r} is outside the daemon's "
+                              f"{self.replay_window_s:g} s replay window (a replay, or a clock far off); "
+                              f"send it again", reply_type)
+            return None
+        if op in ONCE_OPS:
+            okey = (msg.header["session"], msg.header["msg_id"])
+            with self._replies_lock:
+                first = self._once.get(okey)
+            if first is not None:  # a retry or a replay: answered as the first time, not acted on
+                counters.replayed += 1
+                send_frames(sock, [*msg.identities, *first[1]])
+                return None
         pricing = op in ("price", "implied_vol", "submit")
         if pricing:
             rkey = (msg.header["session"], msg.header["msg_id"])
@@ -914,6 +960,8 @@ class Server:
         send_frames(sock, [*msg.identities, *frames])
         counters.outcomes["ok"] += 1
         dt = time.perf_counter() - t0
+        if op in ONCE_OPS:
+            self._remember_once((msg.header["session"], msg.header["msg_id"]), frames)
         if pricing:  # a submit: the job is accepted
             self._remember(rkey, frames, _nbytes(buffers))
             self._access(msg.header, op, "-", "-", int(content.get("n", 0)), dt, "accepted", content.get("job_id"))
@@ -934,7 +982,8 @@ class Server:
         cols, spec = content["columns"], content["method"]
         if type(cols) is not dict or type(spec) is not dict or not _MAIN_SET.issuperset(cols):
             return False
-        if self._state == "draining" or self._stop.is_set() or msg.header["version"] != PROTOCOL_VERSION:
+        if (self._state == "draining" or self._stop.is_set() or msg.header["version"] != PROTOCOL_VERSION
+                or not date_in_window(msg.header.get("date"), self.replay_window_s)):
             return False
         try:
             # the value's type is part of the key: 1 == True and 1.0 == 1 hash alike, and the
@@ -1022,6 +1071,17 @@ class Server:
         if error:
             fields["error"] = error
         jl.access(fields, warning=not ok)
+
+    def _remember_once(self, key: tuple[str, str], frames: list) -> None:
+        """Keep the reply of a state-changing request for the replay window (its copies get it
+        again); older ones are forgotten (their copies are refused as stale by then: a date
+        may be at most FUTURE_SLACK_S ahead of the clock)."""
+        now = time.monotonic()
+        with self._replies_lock:
+            self._once[key] = (now, frames)
+            while self._once and (len(self._once) > REPLY_CACHE_ENTRIES * 64
+                                  or next(iter(self._once.values()))[0] < now - self.replay_window_s - FUTURE_SLACK_S - 2.0):
+                self._once.popitem(last=False)
 
     def _remember(self, key: tuple[str, str], frames: list, size: int = 0) -> None:
         """Keep a reply for a retry of its request (same session and msg_id); ``size`` is its
@@ -1322,6 +1382,7 @@ class Server:
             "connection_file": str(self.connection_file),
             "metrics_url": self.http.url if self.http else None,
             "log_file": str(self.json_log.path) if self.json_log else None,
+            "connections": self._connections(),
         }
         if self._gpu:
             try:
@@ -1341,7 +1402,17 @@ class Server:
                                                          "workers_alive": self._alive_workers()},
                 "auth_failures": sum(c.auth_failures for c in counters),
                 "malformed": sum(c.malformed for c in counters), "uptime_s": time.time() - self.started,
-                "ready": self._ready()[0]}
+                "ready": self._ready()[0], "connections": self._connections()}
+
+    def _connections(self) -> dict[str, Any]:
+        """Peer connections open and shed by transport (``http`` included), the per-transport
+        cap, the descriptor budget and limit (see :mod:`optiond.daemon.connections`)."""
+        st = self.guard.stats() if self.guard is not None else {"open": {}, "shed": {}, "cap": None,
+                                                                 "budget": None, "fd_limit": self.fd_limit}
+        if self.http is not None:
+            st["open"]["http"] = self.http.connections
+            st["shed"]["http"] = self.http.shed
+        return st
 
     def _health(self) -> tuple[bool, dict]:
         now = time.monotonic()

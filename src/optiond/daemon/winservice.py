@@ -3,6 +3,11 @@
 ``OptiondService`` runs ``optiond serve`` in a child process and stops it with ``optiond stop``
 when the service manager asks; installed and controlled by ``optiond service windows
 install|start|stop|remove`` (pywin32's ``HandleCommandLine``). Imported only on Windows.
+
+Open files: Windows has no ``RLIMIT_NOFILE`` (the systemd unit's ``LimitNOFILE``); a socket is
+a kernel handle, and a process may hold millions. The daemon caps its peer connections there at
+:data:`optiond.daemon.connections.WINDOWS_BUDGET` in all (an equal share per port, unless
+``optiond serve --max-connections`` says otherwise) and sheds those over the cap, as on Linux.
 """
 
 from __future__ import annotations

@@ -1,0 +1,387 @@
+"""Bounded resources against local peers that do not hold the key (loopback only).
+
+* a dummy-signed large message is dropped without its large frames being hashed (the leaf
+  manifest in the signature frame is checked first), while a signed one of the same size is
+  received whole;
+* a peer whose large message has no valid signature loses its connection;
+* a daemon under an open-files limit of 1,024 (soft and hard: it cannot raise it) and 1,100
+  idle TCP connections to its shell port stays up, sheds what is over its cap, answers
+  authenticated clients within 1 s over TCP (connected before) and the Unix socket (new), and
+  ``/healthz``; once the flood ends a new TCP client is served;
+* 1,000 half-sent HTTP requests to its metrics port leave its thread count as it was and
+  ``/healthz`` answering.
+
+Every loop is bounded in count and time; every connection goes to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from conftest import start_daemon, stop_daemon
+
+from optiond.daemon import protocol
+from optiond.daemon.protocol import DELIM, AuthenticationError, Session
+
+BIG = 16 * 1024 * 1024  # the smallest size of the messages seen hashed whole before this check
+
+
+@pytest.fixture()
+def hashed(monkeypatch):
+    """Bytes hashed as leaves by the protocol module (the large frames' cost), counted."""
+    seen = {"bytes": 0}
+
+    def counting(view):
+        seen["bytes"] += memoryview(view).nbytes
+        return hashlib.sha256(view).digest()
+
+    monkeypatch.setattr(protocol, "_leaf_digest", counting)
+    monkeypatch.setattr(protocol, "PARALLEL_LEAF_BYTES", 1 << 62)  # hash in this thread (the counter is plain)
+    return seen
+
+
+def test_a_dummy_signed_large_message_is_dropped_unhashed(pair, hashed):
+    a, b = pair
+    good, wrong = Session(b"the-key"), Session(b"not-the-key")
+    payload = b"\x07" * BIG
+    header = good.header("price_request")
+    cases = {
+        "wrong key": wrong.serialize(header, {"columns": {}}, buffers=[payload]),
+        "64 random hex digits, no manifest": [DELIM, b"0" * 64, *good.serialize(header, {}, buffers=[payload])[2:]],
+        "the right manifest, a forged HMAC": None,
+    }
+    frames = good.serialize(header, {}, buffers=[payload])
+    cases["the right manifest, a forged HMAC"] = [DELIM, b"f" * 64 + frames[1][64:], *frames[2:]]
+    hashed["bytes"] = 0  # serialize hashed the sender's copies
+    for name, msg in cases.items():
+        a.send_multipart(msg, copy=False)
+        with pytest.raises(AuthenticationError):
+            good.recv(b)
+        assert hashed["bytes"] == 0, name
+    # the same message signed with the key is received whole: its buffer hashed exactly once
+    a.send_multipart(frames, copy=False)
+    msg = good.recv(b)
+    assert hashed["bytes"] == BIG and msg.buffers[0] == payload
+
+
+def test_many_small_frames_are_not_checked_beyond_the_preauth_budget(pair):
+    """More than MAX_FRAMES frames of up to 64 KiB each (the only way past the pre-check
+    budget) are dropped unchecked, never answered; a few extra frames are still answered."""
+    a, b = pair
+    s = Session(b"k", max_frames=8)
+    n = protocol.PREAUTH_MAX_BYTES // protocol.DIGEST_MIN_BYTES + 1
+    s.send(a, "x_request", {}, buffers=[b"y" * protocol.DIGEST_MIN_BYTES] * n)
+    with pytest.raises(AuthenticationError):
+        s.recv(b)
+    s.send(a, "x_request", {}, buffers=[b"y"] * 10)
+    with pytest.raises(protocol.ProtocolError, match="frames") as e:
+        s.recv(b)
+    assert e.value.authenticated
+
+
+def _wait_until(predicate, timeout_s: float = 5.0) -> None:
+    """Poll ``predicate`` until it holds or ``timeout_s`` passes (a bound, not a timing)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_a_large_unsigned_message_costs_the_peer_its_connection(tmp_path):
+    """Over TCP, a peer whose message of over 64 KiB has no valid signature is disconnected
+    (what it queued goes with the connection); a small bad message is only dropped and counted."""
+    import zmq
+    from zmq.utils.monitor import recv_monitor_message
+
+    from optiond.daemon import paths
+    from optiond.daemon.server import Server
+
+    server = Server(tmp_path / "daemon.json", warmup=False, json_log=False, metrics_port=None, ipc=False)
+    server.start()
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    ctx = zmq.Context()
+    try:
+        url = paths.endpoint(paths.read_connection_file(tmp_path / "daemon.json"))
+        wrong = Session(b"not-the-key")
+
+        def send_and_watch(buffers, wait_ms):
+            """Send one wrongly signed message; whether the daemon closed the connection in ``wait_ms``."""
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            mon = s.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+            s.connect(url)
+            try:
+                assert mon.poll(5000) and recv_monitor_message(mon)["event"] == zmq.EVENT_CONNECTED
+                s.send_multipart(wrong.serialize(wrong.header("price_request"), {}, buffers=buffers), copy=False)
+                return bool(mon.poll(wait_ms)) and recv_monitor_message(mon)["event"] == zmq.EVENT_DISCONNECTED
+            finally:
+                s.disable_monitor()
+                mon.close(linger=0)
+                s.close(linger=0)
+
+        def shed() -> int:
+            return server.guard.stats()["shed"]["shell"]
+
+        before = server.status()["auth_failures"]
+        assert send_and_watch([b"\x02" * (1 << 20)], 5000)
+        _wait_until(lambda: shed() >= 1)  # counted just after the shutdown the peer saw
+        assert shed() == 1
+        assert not send_and_watch([b"small"], 1000)
+        _wait_until(lambda: server.status()["auth_failures"] >= before + 2)
+        assert server.status()["auth_failures"] == before + 2 and shed() == 1
+    finally:
+        ctx.term()
+        server.stop()
+        t.join(timeout=10)
+        server.close()
+
+
+# ---------------------------------------------------------------------------- floods
+
+FLOOD = 1100
+FD_LIMIT = 1024
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and sets RLIMIT_NOFILE")
+
+
+def _limit_open_files() -> None:  # runs in the daemon's child process before exec
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+
+
+def _proc(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def _http(port: int, path: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _metric(text: str, name: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    """A daemon subprocess whose open-files limit is 1,024, soft and hard; this process
+    raises its own soft limit to hold the flood (skipped where the hard limit is too low)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = FLOOD + 1100
+    if hard != resource.RLIM_INFINITY and hard < want:
+        pytest.skip(f"needs an open-files hard limit of {want} for the test's own sockets (have {hard})")
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    handle = start_daemon(tmp_path_factory.mktemp("limited"), "--no-warmup", preexec_fn=_limit_open_files)
+    try:
+        yield handle
+    finally:
+        stop_daemon(handle)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _flood(port: int, n: int, payload: bytes = b"") -> list[socket.socket]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", port), timeout=15.0)
+            if payload:
+                s.sendall(payload)
+            socks.append(s)
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
+@linux_only
+def test_1100_idle_connections_under_1024_open_files(limited, monkeypatch):
+    info = json.loads(limited.connection_file.read_text())
+    pid = limited.daemon_pid
+    monkeypatch.setenv("OPTIOND_TRANSPORT", "tcp")
+    tcp_client = limited.client(timeout=1.0, retries=0)
+    assert tcp_client.ping()["pid"] == pid  # connected over TCP before the flood
+    monkeypatch.delenv("OPTIOND_TRANSPORT")
+    socks = _flood(info["shell_port"], FLOOD)
+    try:
+        assert limited.process.poll() is None, limited.log()
+        t = time.monotonic()
+        assert tcp_client.ping()["pid"] == pid  # a 1 s timeout, no retry
+        ipc_client = limited.client(timeout=1.0, retries=0)
+        try:
+            assert ipc_client.ping()["pid"] == pid  # a new client, over the Unix socket
+        finally:
+            ipc_client.close()
+        answered = time.monotonic() - t
+        status, body = _http(info["metrics_port"], "/healthz")
+        assert status == 200, body
+        _, metrics = _http(info["metrics_port"], "/metrics")
+        shed = _metric(metrics, 'optiond_connections_shed_total{transport="shell"}')
+        held = _metric(metrics, 'optiond_connections{transport="shell"}')
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+        assert shed > 0 and held < FLOOD and fds < FD_LIMIT - 64, (shed, held, fds)
+        print(f"\nflood of {FLOOD}: {held:.0f} held, {shed:.0f} shed, {fds} fds open; "
+              f"two pings answered in {answered * 1e3:.1f} ms")
+    finally:
+        for s in socks:
+            s.close()
+    deadline = time.monotonic() + 15.0
+    while time.monotonic() < deadline:  # the shed and closed connections are counted out
+        _, metrics = _http(info["metrics_port"], "/metrics")
+        if _metric(metrics, 'optiond_connections{transport="shell"}') < 50:
+            break
+        time.sleep(0.1)
+    monkeypatch.setenv("OPTIOND_TRANSPORT", "tcp")
+    fresh = limited.client(timeout=2.0, retries=0)
+    try:
+        assert fresh.ping()["pid"] == pid
+    finally:
+        fresh.close()
+        tcp_client.close()
+    assert limited.process.poll() is None
+
+
+@linux_only
+def test_1000_half_sent_http_requests_keep_the_thread_count(limited):
+    info = json.loads(limited.connection_file.read_text())
+    pid = limited.daemon_pid
+    port = info["metrics_port"]
+    assert _http(port, "/healthz")[0] == 200
+    before = _proc(pid, "Threads")
+    socks = _flood(port, 1000, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # no blank line: never complete
+    try:
+        during = _proc(pid, "Threads")
+        t = time.monotonic()
+        status, body = _http(port, "/healthz")
+        took = time.monotonic() - t
+        after = _proc(pid, "Threads")
+        assert status == 200, body
+        assert max(during, after) <= before + 2, (before, during, after)
+        print(f"\n1000 half-sent requests: threads {before} -> {during}/{after}; /healthz in {took * 1e3:.1f} ms")
+    finally:
+        for s in socks:
+            s.close()
+    assert limited.process.poll() is None
+
+
+@linux_only
+def test_the_daemon_raises_its_soft_open_files_limit_to_the_hard_one():
+    """What ``Server.start`` calls: a soft limit of 1,024 under a hard one of 4,096 becomes
+    4,096 (as the kernel reports it), and the budget leaves the reserve free."""
+    import resource
+    import subprocess
+
+    from optiond.daemon import connections
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip("needs a hard open-files limit of 4096")
+
+    def limits():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 4096))
+
+    code = ("from optiond.daemon import connections; print(connections.raise_nofile_limit()); "
+            "print(next(l for l in open('/proc/self/limits') if l.startswith('Max open files')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         preexec_fn=limits, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr
+    first, second = [line for line in out.stdout.splitlines() if line.strip()]
+    assert int(first) == 4096 and second.split()[3:5] == ["4096", "4096"], out.stdout
+    assert connections.budget(4096) == 3072 and connections.budget(1024) == 768
+    assert connections.budget(None) == connections.WINDOWS_BUDGET
+
+
+def test_the_systemd_unit_raises_the_open_files_limit():
+    import resource
+
+    from optiond.commands import service
+
+    assert "\nLimitNOFILE=4096\n" in service.unit_text("/opt/optiond/bin/optiond", nofile=4096)
+    default = service.default_nofile()
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert f"\nLimitNOFILE={default}\n" in service.unit_text("/x")
+    assert 1024 <= default <= service.NOFILE and (hard == resource.RLIM_INFINITY or default <= max(hard, 1024))
+
+
+# ---------------------------------------------------------------------------- replays
+
+
+def test_replayed_and_stale_messages_have_no_new_effect(tmp_path):
+    """A captured signed ``drain`` sent again after a ``resume`` gets the first reply and does
+    not drain again; a signed message dated before the replay window is refused; a fresh
+    date passes (the client's own retries date each attempt afresh)."""
+    import zmq
+
+    from optiond.daemon import paths
+    from optiond.daemon.client import Client
+    from optiond.daemon.protocol import send_frames
+    from optiond.daemon.server import Server
+
+    server = Server(tmp_path / "daemon.json", warmup=False, json_log=False, metrics_port=None, replay_window_s=30.0)
+    server.start()
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    client = Client(tmp_path / "daemon.json", timeout=5.0, retries=0)
+    try:
+        info = paths.read_connection_file(tmp_path / "daemon.json")
+        sock.connect(paths.endpoint(info, "control_port"))
+        s = Session(info["key"].encode())
+
+        def ask(frames):
+            send_frames(sock, frames)
+            assert sock.poll(5000), "no reply"
+            return s.recv(sock).content
+
+        client.ping()
+        drain = s.serialize(s.header("drain_request"), {})
+        assert ask(drain)["state"] == "draining" and server.state == "draining"
+        assert client.resume()["state"] == "serving"
+        again = ask(drain)  # the captured message, byte for byte
+        assert again["state"] == "draining" and server.state == "serving"
+        old = dict(s.header("drain_request"), date="2020-01-01T00:00:00.000000+00:00")
+        reply = ask(s.serialize(old, {}))
+        assert reply["status"] == "error" and reply["ename"] == "StaleMessage" and server.state == "serving"
+        undated = {k: v for k, v in s.header("ping_request").items() if k != "date"}
+        assert ask(s.serialize(undated, {}))["ename"] == "StaleMessage"
+        assert ask(s.serialize(s.header("ping_request"), {}))["status"] == "ok"
+        assert server.status()["replayed"] >= 1
+    finally:
+        client.close()
+        sock.close()
+        ctx.term()
+        server.stop()
+        t.join(timeout=10)
+        server.close()
+
+
+def test_date_window_bounds():
+    from optiond.daemon.protocol import date_in_window, utcnow
+
+    now = time.time()
+    fmt = "%Y-%m-%dT%H:%M:%S.123456+00:00"
+    assert date_in_window(utcnow(), 60.0)
+    assert date_in_window(time.strftime(fmt, time.gmtime(now - 50)), 60.0)
+    assert not date_in_window(time.strftime(fmt, time.gmtime(now - 70)), 60.0)
+    assert not date_in_window(time.strftime(fmt, time.gmtime(now + 60)), 60.0)
+    for bad in (None, 5, "", "2025-01-31", utcnow().replace("+00:00", "Z")):
+        assert not date_in_window(bad, 60.0)
