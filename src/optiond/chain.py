@@ -63,8 +63,9 @@ CARRY_MODES = ("parity", "flat")
 SPOT_MODES = ("implied", "print")
 #: the front expiry that implies the spot: at least this many days and pairs
 FRONT_MIN_DAYS, FRONT_MIN_PAIRS = 2.0, 3
-#: fixed-point steps of the implied spot (each a carry solve of the front expiry alone)
-FRONT_ITERATIONS = 4
+#: steps of the implied-spot search (each a carry solve of the front expiry alone), and the
+#: relative change of the spot at which it stops
+FRONT_ITERATIONS, FRONT_SPOT_RTOL = 4, 2e-7
 
 #: volatility tolerance of the chain's implied-vol solve (1e-9 moves a price by < 1e-7)
 IV_TOLERANCE = 1e-9
@@ -241,23 +242,35 @@ def _implied_spot(american: list[int], pairs: list[ExpiryPairs], Tg: np.ndarray,
                   S_print: float, dividend_yield: float, pricer: Pricer, steps: int) -> tuple[float, str]:
     """The spot the options imply: the spot at which the front expiry (the shortest of at least
     :data:`FRONT_MIN_DAYS` days with :data:`FRONT_MIN_PAIRS` pairs) has the carry
-    ``dividend_yield``, found by fixed-point steps ``S <- S exp((q_d - q(S)) T)`` from the
-    print, ``q(S)`` the front's carry solve at spot S. Returns ``(spot, note)``; the print when
-    no expiry qualifies or the solve fails."""
+    ``dividend_yield``: a secant search on ``q(S) - q_d`` in log S, ``q(S)`` the front's carry
+    solve at spot S, from the spot of its put–call parity forward (which leaves out only the
+    early-exercise premium, so two or three steps reach :data:`FRONT_SPOT_RTOL`).
+    Returns ``(spot, note)``; the print when no expiry qualifies or the solve fails."""
     cands = [g for g in american if Tg[g] * 365.0 >= FRONT_MIN_DAYS and len(pairs[g]) >= FRONT_MIN_PAIRS
              and np.isfinite(q0[g])]
     if not cands:
         return S_print, "spot: the print (no front expiry to imply it from)"
     g = min(cands, key=lambda i: Tg[i])
-    S = S_print
-    for _ in range(FRONT_ITERATIONS):  # the American front solve depends on S beside F: a few fixed-point steps
+    x = math.log(S_print) + (dividend_yield - q0[g]) * Tg[g]  # log spot
+    prev: tuple[float, float] | None = None
+    for _ in range(FRONT_ITERATIONS):
+        S = math.exp(x)
         r = solve_carry([pairs[g]], S, Tg[[g]], rg[[g]], q0[[g]] + math.log(S / S_print) / Tg[g],
                         _iv_solver(pricer, S, steps))[0]
         if not r.converged:
             return S_print, "spot: the print (front-expiry solve failed)"
-        S *= math.exp((dividend_yield - r.q) * Tg[g])
-        if abs(r.q - dividend_yield) * Tg[g] < 1e-7:
+        gap = r.q - dividend_yield
+        # moving the spot by dx moves the carry by about dx / T (the forward stays put): the first
+        # step takes that slope, later ones the secant through the last two (the early-exercise
+        # values make it differ from 1/T a little)
+        slope = 1.0 / Tg[g]
+        if prev is not None and gap != prev[1] and x != prev[0]:
+            slope = (gap - prev[1]) / (x - prev[0])
+        prev = (x, gap)
+        x -= gap / slope
+        if abs(gap / slope) < FRONT_SPOT_RTOL:
             break
+    S = math.exp(x)
     return S, f"spot {S:.4f} implied by the {365.0 * Tg[g]:.1f}-day forward (print {S_print:g})"
 
 
@@ -515,7 +528,7 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
                 dividend_yield: float = DEFAULT_DIVIDEND_YIELD, steps: int = DEFAULT_STEPS,
                 curve: ZeroCurve | None = None, carry: str = "parity", quote_time: str | None = None,
                 settlement: str | None = None, spot_mode: str = "implied", market: ChainMarket | None = None,
-                chunk: int = 2048,
+                chunk: int = 8192,
                 progress: Callable[[int], None] | None = None) -> tuple[pd.DataFrame, ChainSummary]:
     """Market inputs per expiry, implied volatilities at bid/mid/ask, smile IVs, model prices
     and Greeks for every contract of a chain.
@@ -528,7 +541,8 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
         steps: CRR steps for American contracts (European ones use the closed form).
         market: market inputs already solved for these rows (:func:`solve_market`, or
             :meth:`ChainMarket.take` of a whole chain's when pricing it in parts).
-        chunk: contracts per pricing request (bounds request size and drives progress).
+        chunk: contracts per pricing request (bounds request size and drives progress; a GPU
+            solves a chunk's implied volatilities in one Brent loop, so larger is faster there).
         progress: called with the number of contracts finished after each chunk.
 
     Returns:
