@@ -226,3 +226,18 @@ def test_windows_registered_module_exposes_exactly_the_function_table():
         block = register.split(f"!{f.name}\"", 1)[1].split("Application.MacroOptions", 1)[0]
         for a in f.args:
             assert a.doc and a.doc.replace('"', '""') in block, (f.name, a.name)
+
+
+def test_windows_installer_adds_the_panel_and_its_shortcut_and_removes_them():
+    """install.ps1 (no PowerShell here: read as text): the gui extra unless -NoGui, a Start Menu
+    shortcut to the venv's windowless optiond-panel.exe made with WScript.Shell, recorded in
+    the manifest as a file, which -Uninstall deletes."""
+    ps1 = (ROOT / "installer" / "install.ps1").read_text()
+    assert re.search(r"\[switch\]\$NoGui", ps1)
+    assert re.search(r'if \(-not \$NoGui\) \{ \$extras \+= "gui" \}', ps1)
+    block = ps1.split("$shell.CreateShortcut($PanelShortcut)", 1)[1].split("\n}\n", 1)[0]
+    assert 'TargetPath = Join-Path $Venv "Scripts\\optiond-panel.exe"' in block and "$lnk.Save()" in block
+    assert 'Record "file" $PanelShortcut' in block
+    assert '[Environment]::GetFolderPath("Programs")' in ps1.split("$PanelShortcut =", 1)[1].split("\n", 1)[0]
+    uninstall = ps1.split("if ($Uninstall) {", 1)[1].split("\n}\n", 1)[0]
+    assert re.search(r'"file"\s+\{ Remove-Item -Force -ErrorAction SilentlyContinue \$path \}', uninstall)
