@@ -45,7 +45,7 @@ while [ $# -gt 0 ]; do
     --no-system-packages) system_packages=0; shift ;;
     --no-service) service=0; shift ;;
     --uninstall) uninstall=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
