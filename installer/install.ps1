@@ -4,12 +4,13 @@
   with optiond's worksheet functions registered, and the daemon as a service or logon task.
 
 .DESCRIPTION
-  installer\install.ps1 [-Prefix DIR] [-Source PATH_OR_SPEC] [-Gpu] [-NoService] [-LogonTask] [-Uninstall]
+  installer\install.ps1 [-Prefix DIR] [-Source PATH_OR_SPEC] [-Gpu] [-NoGui] [-NoService] [-LogonTask] [-Uninstall]
 
   1. Checks Python (>= 3.10) and that Python's bitness matches Excel's (32/64-bit), with a clear
      message on a mismatch.
-  2. Creates PREFIX\venv (default %LOCALAPPDATA%\optiond) and pip-installs optiond (with the GPU
-     extra when nvidia-smi answers, or with -Gpu).
+  2. Creates PREFIX\venv (default %LOCALAPPDATA%\optiond) and pip-installs optiond with the
+     desktop panel (the gui extra; -NoGui skips it) and the GPU extra when nvidia-smi answers (or
+     with -Gpu); puts an "optiond panel" shortcut in the Start Menu.
   3. Runs `xlwings addin install`, and writes the xlwings user settings
      (%USERPROFILE%\.xlwings\xlwings.conf): INTERPRETER_WIN = the venv's pythonw.exe and
      UDF MODULES = optiond.addin.functions. It then builds optiond.xlam in Excel's XLSTART folder
@@ -24,6 +25,7 @@ param(
   [string]$Prefix = (Join-Path $env:LOCALAPPDATA "optiond"),
   [string]$Source = (Split-Path -Parent $PSScriptRoot),
   [switch]$Gpu,
+  [switch]$NoGui,
   [switch]$NoService,
   [switch]$LogonTask,
   [switch]$Uninstall
@@ -36,6 +38,7 @@ $Optiond = Join-Path $Venv "Scripts\optiond.exe"
 $XlwingsConf = Join-Path $env:USERPROFILE ".xlwings\xlwings.conf"
 $XlStart = Join-Path $env:APPDATA "Microsoft\Excel\XLSTART"
 $Xlam = Join-Path $XlStart "optiond.xlam"
+$PanelShortcut = Join-Path ([Environment]::GetFolderPath("Programs")) "optiond panel.lnk"
 
 function Say($msg) { Write-Host "==> $msg" }
 function Fail($msg) { Write-Error "install.ps1: $msg"; exit 1 }
@@ -93,10 +96,24 @@ New-Item -ItemType Directory -Force -Path $Prefix | Out-Null
 if (-not (Test-Path $Manifest)) { New-Item -ItemType File -Path $Manifest | Out-Null }
 if (-not (Test-Path $Venv)) { & $python.Source @pyArgs -m venv $Venv; Record "dir" $Venv }
 & $Py -m pip install -q --upgrade pip
-$extra = ""
-if ($Gpu -or (Get-Command nvidia-smi -ErrorAction SilentlyContinue)) { $extra = "[gpu]"; Say "NVIDIA GPU: installing the GPU extra" }
+$extras = @()
+if ($Gpu -or (Get-Command nvidia-smi -ErrorAction SilentlyContinue)) { $extras += "gpu"; Say "NVIDIA GPU: installing the GPU extra" }
+if (-not $NoGui) { $extras += "gui" }
+$extra = if ($extras) { "[" + ($extras -join ",") + "]" } else { "" }
 & $Py -m pip install -q "$Source$extra"
 if ($LASTEXITCODE -ne 0) { Fail "pip install failed" }
+
+# ---- 2b. the panel in the Start Menu (the windowless optiond-panel.exe)
+if (-not $NoGui) {
+  $shell = New-Object -ComObject WScript.Shell
+  $lnk = $shell.CreateShortcut($PanelShortcut)
+  $lnk.TargetPath = Join-Path $Venv "Scripts\optiond-panel.exe"
+  $lnk.WorkingDirectory = $env:USERPROFILE
+  $lnk.Description = "optiond panel: daemon status, request timings, batch pricing"
+  $lnk.Save()
+  Record "file" $PanelShortcut
+  Say "Start Menu shortcut: $PanelShortcut"
+}
 
 # ---- 3. Excel: xlwings add-in, settings, optiond.xlam
 if ($excelBits) {

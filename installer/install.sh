@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
 # optiond installer for Linux and macOS.
 #
-#   installer/install.sh [--prefix DIR] [--gpu | --no-gpu] [--no-service] [--unit-dir DIR]
-#                        [--bin-dir DIR] [--source PATH_OR_SPEC] [--uninstall]
+#   installer/install.sh [--prefix DIR] [--gpu | --no-gpu] [--no-gui] [--no-service] [--unit-dir DIR]
+#                        [--bin-dir DIR] [--desktop-dir DIR] [--no-system-packages]
+#                        [--source PATH_OR_SPEC] [--uninstall]
 #
 # Creates a virtual environment under PREFIX (default ~/.local/share/optiond), installs optiond
-# into it (with the GPU extra when nvidia-smi answers), links the `optiond` command into
-# BIN_DIR (default ~/.local/bin), writes the daemon's systemd user unit (Type=notify, watchdog,
-# restart on failure) and enables it where a systemd user manager runs, then runs
-# `optiond status`. Everything it adds is listed in PREFIX/install-manifest.txt, which
-# --uninstall reads to remove exactly that.
+# into it with the desktop panel (the gui extra; --no-gui skips it) and the GPU extra when
+# nvidia-smi answers, links `optiond` and `optiond-panel` into BIN_DIR (default ~/.local/bin),
+# writes the panel's menu entry (DESKTOP_DIR, default ~/.local/share/applications) and, on
+# Linux, checks the X11 (xcb) libraries Qt needs: installs them with apt-get or dnf when run as
+# root (not with --no-system-packages), else prints the command. Then writes the daemon's systemd
+# user unit (Type=notify, watchdog, restart on failure), enables it where a systemd user manager
+# runs, and runs `optiond status`. Everything it adds is listed in PREFIX/install-manifest.txt,
+# which --uninstall reads to remove exactly that.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 prefix="${XDG_DATA_HOME:-$HOME/.local/share}/optiond"
 bin_dir="$HOME/.local/bin"
 unit_dir="${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"
+desktop_dir="${XDG_DATA_HOME:-$HOME/.local/share}/applications"
 source_spec="$(dirname "$here")"
 gpu=auto
+gui=1
+system_packages=1
 service=1
 uninstall=0
 python=${PYTHON:-python3}
@@ -30,12 +37,15 @@ while [ $# -gt 0 ]; do
     --prefix) prefix=$2; shift 2 ;;
     --bin-dir) bin_dir=$2; shift 2 ;;
     --unit-dir) unit_dir=$2; shift 2 ;;
+    --desktop-dir) desktop_dir=$2; shift 2 ;;
     --source) source_spec=$2; shift 2 ;;
     --gpu) gpu=yes; shift ;;
     --no-gpu) gpu=no; shift ;;
+    --no-gui) gui=0; shift ;;
+    --no-system-packages) system_packages=0; shift ;;
     --no-service) service=0; shift ;;
     --uninstall) uninstall=1; shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
@@ -78,20 +88,47 @@ say "virtual environment: $prefix/venv"
 pip="$prefix/venv/bin/python -m pip"
 $pip install -q --upgrade pip
 
-extra=""
+extras=()
 if [ "$gpu" = yes ] || { [ "$gpu" = auto ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
-  extra="[gpu]"
+  extras+=(gpu)
   say "NVIDIA GPU found: installing the GPU extra (CuPy)"
 fi
-if [ -d "$source_spec" ]; then
-  $pip install -q "$source_spec$extra"
-else
-  $pip install -q "$source_spec$extra"
-fi
+[ "$gui" = 1 ] && extras+=(gui)
+extra=""
+[ ${#extras[@]} -gt 0 ] && extra="[$(IFS=,; echo "${extras[*]}")]"
+$pip install -q "$source_spec$extra"
 
 mkdir -p "$bin_dir"
 ln -sf "$prefix/venv/bin/optiond" "$bin_dir/optiond"
 record link "$bin_dir/optiond"
+
+if [ "$gui" = 1 ]; then
+  ln -sf "$prefix/venv/bin/optiond-panel" "$bin_dir/optiond-panel"
+  record link "$bin_dir/optiond-panel"
+  if [ "$(uname -s)" = Linux ]; then
+    # the panel's menu entry (freedesktop), starting the installed optiond-panel
+    mkdir -p "$desktop_dir"
+    entry="$desktop_dir/optiond-panel.desktop"
+    "$prefix/venv/bin/python" -m optiond.gui.desktop entry --exec "$prefix/venv/bin/optiond-panel" > "$entry"
+    record file "$entry"
+    command -v update-desktop-database >/dev/null 2>&1 && update-desktop-database -q "$desktop_dir" 2>/dev/null || true
+    say "menu entry: $entry"
+    # the X11 (xcb) libraries Qt's platform plugin needs: installed here when root, else named
+    rc=0
+    libs_cmd=$("$prefix/venv/bin/python" -m optiond.gui.desktop libs) || rc=$?
+    if [ "$rc" = 0 ]; then
+      say "Qt xcb libraries: all found"
+    elif [ "$rc" = 1 ] && [ -n "$libs_cmd" ] && [ "$(id -u)" = 0 ] && [ "$system_packages" = 1 ]; then
+      say "installing the X11 libraries the panel needs: $libs_cmd"
+      case "$libs_cmd" in apt-get*) DEBIAN_FRONTEND=noninteractive apt-get update -qq || true ;; esac
+      DEBIAN_FRONTEND=noninteractive sh -c "$libs_cmd" || say "could not install them: run '$libs_cmd' yourself"
+    elif [ "$rc" = 1 ] && [ -n "$libs_cmd" ]; then
+      say "the panel needs X11 libraries that are missing here; install them with: $libs_cmd"
+    elif [ "$rc" = 1 ]; then
+      say "the panel needs X11 libraries that are missing here (see above): install the packages that provide them"
+    fi
+  fi
+fi
 
 if [ "$service" = 1 ]; then
   mkdir -p "$unit_dir"

@@ -145,6 +145,23 @@ def price_burst(connection_file: Path, cells: list[dict], method_spec: dict, tim
     return [Client._decode_result(replies[i]) if i in replies else None for i in ids]
 
 
+def wait_running(client, *listed, timeout: float = 30.0) -> dict:
+    """The first job the daemon reports running, once it also lists a job for each
+    ``(client, rows)`` in ``listed``: requests other threads send. Until the daemon lists them
+    they may not have left their client yet, and a test that then kills the daemon would see
+    them fail to connect instead of losing the daemon mid-request."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = client.jobs()
+        running = [j for j in jobs if j["state"] == "running"]
+        have = {(j["client"], j["n"]) for j in jobs}
+        if running and all((c.session_id, n) in have for c, n in listed):
+            return running[0]
+        time.sleep(0.02)
+    raise AssertionError(f"within {timeout:g} s: no job running, or not all of "
+                         f"{[(c.session_id, n) for c, n in listed]} listed")
+
+
 def stop_daemon(handle: DaemonProcess) -> None:
     """Stop a daemon started by :func:`start_daemon`: a shutdown request, else terminate/kill."""
     from optiond.daemon.client import DaemonUnavailable

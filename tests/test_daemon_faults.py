@@ -22,7 +22,7 @@ from optiond.daemon.client import Client, DaemonUnavailable
 from optiond.daemon.server import Server
 from optiond.models import Method
 
-from conftest import start_daemon, stop_daemon
+from conftest import start_daemon, stop_daemon, wait_running
 
 SLOW = Method(steps=4000, greeks=False, device="cpu")
 
@@ -32,17 +32,6 @@ def table(n: int, seed: int = 1) -> dict:
     return {"kind": "put", "style": "american", "spot": 100.0, "strike": rng.uniform(80, 120, n),
             "expiry": rng.uniform(0.2, 2.0, n), "rate": 0.03, "dividend_yield": 0.0,
             "volatility": rng.uniform(0.1, 0.5, n)}
-
-
-def wait_running(client: Client, timeout: float = 30.0) -> dict:
-    """The first job the daemon reports running."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        running = [j for j in client.jobs() if j["state"] == "running"]
-        if running:
-            return running[0]
-        time.sleep(0.02)
-    raise AssertionError("no job started")
 
 
 def in_thread(fn) -> tuple[threading.Thread, dict]:
@@ -73,7 +62,7 @@ def test_kill_9_mid_batch_then_restart(tmp_path):
         strict, strict_out = in_thread(lambda: client.price_table(cols, SLOW, fallback=False))
         lenient, lenient_out = in_thread(lambda: fallback_client.price_table(cols, SLOW))
         job = client.submit_table(table(50, seed=3), SLOW)
-        wait_running(client)
+        wait_running(client, (client, 2000), (fallback_client, 2000))  # both threads' requests in the daemon
         os.kill(handle.pid, signal.SIGKILL)
         handle.process.wait(timeout=10)
         # far less than the 120 s timeout: the heartbeat tells the clients the daemon died

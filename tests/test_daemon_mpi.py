@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ from optiond.daemon import pool
 from optiond.daemon.client import DaemonUnavailable
 from optiond.models import Method
 
-from conftest import start_daemon, stop_daemon
+from conftest import start_daemon, stop_daemon, wait_running
 
 pytestmark = [pytest.mark.mpi,
               pytest.mark.skipif(pool.find_mpiexec() is None or os.name != "posix", reason="needs mpi4py and mpiexec")]
@@ -115,9 +114,7 @@ def test_killed_worker_rank_is_reported_not_hidden(tmp_path):
                    threading.Thread(target=run, args=("lenient", lenient))]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(j["state"] == "running" for j in strict.jobs()):
-            time.sleep(0.02)
+        wait_running(strict, (strict, 2000), (lenient, 2000))  # both requests in the daemon before the kill
         os.kill(ranks[1]["pid"], signal.SIGKILL)
         for t in threads:
             t.join(timeout=120)

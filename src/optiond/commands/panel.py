@@ -4,18 +4,14 @@ nvidia-ml-py). The same program is installed as the GUI script ``optiond-panel``
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def cmd_panel(args: argparse.Namespace) -> int:
-    """Open the panel; exit 2 with a hint when the gui extra is missing."""
-    try:
-        from ..gui import app
-        import PySide6  # noqa: F401
-    except ImportError as e:
-        print(f"optiond panel needs the gui extra: pip install 'optiond[gui]' ({e})", file=sys.stderr)
-        return 2
-    return app.run(args)
+    """Open the panel; exit 2 with a one-line hint when the gui extra or a system library Qt
+    needs is missing."""
+    from ..gui import app
+
+    return app.start(args)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
