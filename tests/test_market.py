@@ -236,6 +236,12 @@ def test_american_chain_gives_back_the_carry():
     np.testing.assert_allclose(mi.table["spot"], 250.0, rtol=1e-6)
     np.testing.assert_allclose(mi.table["carry"], q, atol=1e-5)
     assert "implied by the 18" in mi.table["note"].iloc[0]
+    # an expiry with no put quoted: no pair, its carry interpolated, priced on the same implied spot
+    no_puts = stale[~((stale.expiry == exps[1]) & (stale.type == "put"))]
+    mn = chain.solve_market(no_puts, quote_time="11:00", rate=0.04, steps=steps, dividend_yield=q[0])
+    row = mn.table.set_index("expiry").loc[exps[1]]
+    assert row["method"] == "interpolated" and row["spot"] == pytest.approx(250.0, rel=1e-6)
+    assert row["carry"] == pytest.approx(np.interp(T[1], T[[0, 2]], q[[0, 2]]), abs=1e-5)
     out, summary = chain.price_chain(df, market=m, steps=steps)
     assert (out.status == "ok").all()
     np.testing.assert_allclose(out.dividend_yield, np.repeat(q, 50), atol=1e-6)

@@ -371,8 +371,10 @@ def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float 
             if spot_mode == "implied":
                 S_used, spot_note = _implied_spot(american, pairs, Tg, rg, q0, S_print, float(dividend_yield), pricer,
                                                   steps)
-                note[american] = spot_note
-                Sg[american] = S_used
+                # every American expiry prices on it, those without a parity fit too (their carry is
+                # interpolated from expiries solved at this spot)
+                note[~european] = spot_note
+                Sg[~european] = S_used
                 q0[american] = q0[american] + np.log(S_used / S_print) / Tg[american]
             res = solve_carry([pairs[g] for g in american], S_used, Tg[american], rg[american], q0[american],
                               _iv_solver(pricer, S_used, steps))
