@@ -47,17 +47,25 @@ def portfolio(path: Path, seed: int = 1) -> Path:
     return path
 
 
+def _default_sigint() -> None:
+    # a test run started in the background of a non-interactive shell can pass SIGINT on ignored,
+    # and Python then never raises KeyboardInterrupt: give the CLI the terminal's default
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def price_cli(src: Path, dst: Path, steps: int, env: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "optiond.cli", "price", str(src), "-o", str(dst), "--steps",
                              str(steps), "--no-greeks", "--daemon-only"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
 
 
-def wait_running(client, timeout: float = 60.0) -> dict:
-    """The daemon's running job once it has done some work (fails after ``timeout``)."""
+def wait_running(client, timeout: float = 60.0, other: set | frozenset = frozenset()) -> dict:
+    """The daemon's running job once it has done some work (fails after ``timeout``); jobs whose
+    id is in ``other`` (an earlier test's, still listed while it winds down) do not count."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        running = [j for j in client.jobs() if j["state"] == "running" and j["fraction"] > 0.02]
+        running = [j for j in client.jobs() if j["state"] == "running" and j["fraction"] > 0.02
+                   and j["job_id"] not in other]
         if running:
             return running[0]
         time.sleep(0.1)
@@ -114,8 +122,10 @@ def test_killing_the_client_cancels_its_job(served, env, tmp_path, sig):
     try:
         cancelled = client.status()["jobs_by_outcome"].get("cancelled", 0)
         src = portfolio(tmp_path / "book.csv")
+        before = {j["job_id"] for j in client.jobs()}
         proc = price_cli(src, tmp_path / "out.csv", 2400 + sig, env)  # ~10 s of work; no cache either way
-        job = wait_running(client)
+        job = wait_running(client, other=before)
+        assert proc.poll() is None, f"the client ended before it was signalled: {proc.stderr.read()[-500:]}"
         proc.send_signal(sig)
         t_kill = time.monotonic()
         proc.wait(timeout=30)
