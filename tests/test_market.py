@@ -129,8 +129,7 @@ def _european_pairs(S, T, r, q, strikes, vols):
     k = np.asarray(strikes, dtype=float)
     c = bs_price_greeks(1, S, k, T, r, q, vols)["price"]
     p = bs_price_greeks(0, S, k, T, r, q, vols)["price"]
-    idx = np.arange(k.size)
-    return ExpiryPairs(k, c, p, np.full(k.size, 0.2), np.full(k.size, 0.2), idx, idx)
+    return ExpiryPairs(k, c, p, np.full(k.size, 0.2), np.full(k.size, 0.2))
 
 
 def test_parity_fit_recovers_forward_and_discount_exactly():

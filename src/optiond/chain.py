@@ -203,7 +203,7 @@ def _pairs(rows: np.ndarray, kind: np.ndarray, strike: np.ndarray, bid: np.ndarr
     c = np.array([calls[k] for k in ks], dtype=np.int64)
     p = np.array([puts[k] for k in ks], dtype=np.int64)
     return ExpiryPairs(np.asarray(ks, dtype=np.float64), 0.5 * (bid[c] + ask[c]), 0.5 * (bid[p] + ask[p]),
-                       ask[c] - bid[c], ask[p] - bid[p], c, p)
+                       ask[c] - bid[c], ask[p] - bid[p])
 
 
 def _iv_solver(pricer: Pricer, spot: float, steps: int) -> Callable:

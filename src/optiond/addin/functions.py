@@ -845,9 +845,8 @@ def parity_forward(spec: Function, values: Sequence[Any]) -> list[list[float]]:
     order = np.argsort(k)
     k, c, p = k[order], c[order], p[order]
     spread = np.full(k.size, table.PARITY_SPREAD_REL * float(np.median(k)) if k.size else 1.0)
-    idx = np.arange(k.size)
     try:
-        fit = parity_fit(ExpiryPairs(k, c, p, spread, spread, idx, idx), T,
+        fit = parity_fit(ExpiryPairs(k, c, p, spread, spread), T,
                          None if rate is None else math.exp(-rate * T))
     except ValueError as e:
         raise _Problem(f"{e}" + (f" (or give {rate_arg.name} to fit the forward alone)" if rate is None else "")) \

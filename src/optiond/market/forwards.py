@@ -54,8 +54,7 @@ class ExpiryPairs:
     """The two-sided call/put quotes of one expiry at common strikes.
 
     All arrays have shape (m,), sorted by strike: ``strike``; ``call_mid``, ``put_mid`` and
-    ``call_spread``, ``put_spread`` (ask - bid) in currency; ``call_row``, ``put_row``: the
-    chain rows they came from.
+    ``call_spread``, ``put_spread`` (ask - bid) in currency.
     """
 
     strike: np.ndarray
@@ -63,8 +62,6 @@ class ExpiryPairs:
     put_mid: np.ndarray
     call_spread: np.ndarray
     put_spread: np.ndarray
-    call_row: np.ndarray
-    put_row: np.ndarray
 
     def __len__(self) -> int:
         return int(self.strike.size)
@@ -248,6 +245,8 @@ class _Search:
         self.note = ""
         self.step = 0.0
         self.evaluations = 0
+        self.result_q: float | None = None
+        self.result_f = float("nan")
 
     def tell(self, f: float) -> None:
         q = self.next_q
@@ -358,7 +357,7 @@ def solve_carry(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.n
         s = searches[e]
         if s is None:
             continue
-        if s.note or not hasattr(s, "result_q"):
+        if s.note or s.result_q is None:
             out[e] = CarryResult(float("nan"), float("nan"), len(used[e]), s.evaluations, False, s.note or "not converged")
         else:
             out[e] = CarryResult(s.result_q, s.result_f, len(used[e]), s.evaluations, True)
