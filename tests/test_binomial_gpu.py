@@ -353,6 +353,34 @@ def test_chain_implied_vols_equal_cpu():
     assert close.mean() > 0.95
 
 
+def test_device_root_find_equals_the_host_loop():
+    """crr_iv_warp (the whole Brent search in one launch) against the host loop over batch
+    launches (the same Brent steps, kernels/brent.py): mixed steps (all three warp shapes),
+    calls and puts, American and European, bracket hints, prices below and above the tree."""
+    rng = np.random.default_rng(11)
+    n = 1200
+    kind, style = rng.integers(0, 2, n), rng.integers(0, 2, n)
+    S, K, T = 100.0, rng.uniform(60, 140, n), rng.uniform(0.02, 2, n)
+    r, q = rng.uniform(0.0, 0.06, n), rng.uniform(0.0, 0.04, n)
+    N = rng.choice([100, 300, 500, 1000], n)
+    sig = rng.uniform(0.08, 0.9, n)
+    price = bc.crr_batch(kind, style, S, K, T, r, q, sig, N, greeks=False)[0]
+    price[::40] *= 0.3  # below the tree at the bracket's low end
+    price[7::97] += 80.0  # above it at the high end
+    lo, hi = np.maximum(sig - 0.1, 1e-4), sig + 0.1
+    lo[::3], hi[::3] = bc.MIN_IV, bc.MAX_IV
+    dev_vol, dev_st = bg.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, N, lo=lo, hi=hi, xtol=1e-12)
+    host_vol, host_st = bg.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, N, lo=lo, hi=hi, xtol=1e-12,
+                                               evaluator=bg._gpu_price_evaluator("fp64"))
+    np.testing.assert_array_equal(dev_st, host_st)
+    assert {0, 1, 2} <= set(np.unique(dev_st).tolist())
+    ok = dev_st == 0
+    close = np.abs(dev_vol[ok] - host_vol[ok]) <= 1e-9
+    repriced = bc.crr_batch(kind[ok], style[ok], S, K[ok], T[ok], r[ok], q[ok], dev_vol[ok], N[ok], greeks=False)[0]
+    assert np.all(close | (np.abs(repriced - price[ok]) <= 2e-12 * np.maximum(1.0, price[ok])))
+    assert np.isnan(dev_vol[~ok & (dev_st != 3)]).all()
+
+
 def test_engine_prices_on_the_gpu():
     rng = np.random.default_rng(9)
     n = 3000

@@ -14,7 +14,7 @@ from optiond.kernels.binomial_cpu import crr_batch
 from optiond.kernels.black_scholes import bs_price_greeks
 from optiond.market import clock
 from optiond.market.curve import CurveError, ZeroCurve
-from optiond.market.forwards import ExpiryPairs, cboe_forward, parity_fit, weighted_median
+from optiond.market.forwards import ExpiryPairs, cboe_forward, huber_regression, parity_fit, weighted_median
 
 # ----------------------------------------------------------------------------- clock
 
@@ -156,6 +156,37 @@ def test_parity_fit_with_noise_and_an_outlier_stays_within_the_spread():
     F = S * math.exp((r - q) * T)
     # F within the quote spread (0.2); D to the precision 20 strikes of +-0.1 noise allow (~5e-4)
     assert abs(fit.forward - F) < 0.2 and abs(fit.discount - math.exp(-r * T)) < 1e-3
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_huber_regression_equals_scipy_least_squares(seed):
+    """The exact Huber minimiser against scipy's trust-region least squares with Huber loss
+    (the same objective: 0.5 sum rho(r^2), rho(z) = z for z <= 1, 2 sqrt(z) - 1 beyond), on
+    noisy lines with a fifth of the points far off."""
+    from scipy.optimize import least_squares
+
+    rng = np.random.default_rng(seed)
+    m, p = int(rng.integers(5, 40)), int(rng.integers(1, 3))
+    A = np.column_stack([np.ones(m), rng.uniform(-3, 3, (m, p - 1))]) if p > 1 else rng.uniform(0.5, 2, (m, 1))
+    b = A @ rng.normal(0, 5, p) + rng.normal(0, 0.8, m)
+    out = rng.random(m) < 0.2
+    b[out] += rng.choice([-1, 1], out.sum()) * rng.uniform(5, 50, out.sum())
+    x, r = huber_regression(A, b)
+    ref = least_squares(lambda v: A @ v - b, np.zeros(p), loss="huber", f_scale=1.0, xtol=1e-15, ftol=1e-15,
+                        gtol=1e-15)
+    np.testing.assert_allclose(x, ref.x, rtol=1e-7, atol=1e-7)
+    np.testing.assert_allclose(r, A @ x - b)
+
+    def cost(v):
+        z = np.abs(A @ v - b)
+        return float(np.sum(np.where(z <= 1, 0.5 * z * z, z - 0.5)))
+
+    assert cost(x) <= cost(ref.x) + 1e-12  # exact: never worse than the iterative optimum
+
+
+def test_huber_regression_needs_independent_rows():
+    with pytest.raises(ValueError, match="independent"):
+        huber_regression(np.ones((4, 2)), np.arange(4.0))
 
 
 def test_parity_fit_needs_pairs():

@@ -345,11 +345,12 @@ def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float 
             try:
                 if european[g] and curve is None:
                     fit = parity_fit(p, Tg[g])
-                    r_imp = -math.log(fit.discount) / Tg[g]
+                    r_imp = -math.log(fit.discount) / Tg[g] if fit.discount > 0 else math.inf
                     if IMPLIED_RATE_BAND[0] <= r_imp <= IMPLIED_RATE_BAND[1]:
                         rg[g], method[g] = r_imp, "parity fit (F, D)"
                     else:
-                        note[g] = f"implied rate {100 * r_imp:.2f} % off the band: D from the flat rate"
+                        note[g] = (f"implied rate {100 * r_imp:.2f} % off the band: D from the flat rate" if fit.discount > 0
+                                   else f"fitted discount factor {fit.discount:.3g} <= 0: D from the flat rate")
                         fit = parity_fit(p, Tg[g], fixed_d)
                         method[g] = "parity fit (F; D from rate)"
                 else:
@@ -483,15 +484,14 @@ def _residuals(market: ChainMarket, kind: np.ndarray, strike: np.ndarray, iv: np
     forward where both sides solved (:func:`optiond.market.forwards.call_put_residual`)."""
     table = market.table
     res = np.full(len(table), np.nan)
-    ok = status == "ok"
-    for g in range(len(table)):
-        rows = np.flatnonzero((market.group == g) & ok)
-        c = {strike[i]: iv[i] for i in rows if kind[i] == "call"}
-        p = {strike[i]: iv[i] for i in rows if kind[i] == "put"}
-        ks = np.array(sorted(set(c) & set(p)))
-        if ks.size:
-            res[g] = 100.0 * call_put_residual(ks, [c[k] for k in ks], [p[k] for k in ks], table.forward.iat[g],
-                                               table["T"].iat[g], CARRY_PAIRS)
+    ok = (status == "ok") & (market.group >= 0) & np.isfinite(iv)
+    rows = pd.DataFrame({"g": market.group[ok], "k": strike[ok], "iv": iv[ok], "call": kind[ok] == "call"})
+    # one call and one put per (expiry, strike): the last row of each side, as a dict would keep
+    sides = [rows[rows.call == c].drop_duplicates(["g", "k"], keep="last") for c in (True, False)]
+    both = sides[0].merge(sides[1], on=["g", "k"], suffixes=("_c", "_p")).sort_values(["g", "k"], kind="stable")
+    for g, grp in both.groupby("g", sort=False):
+        res[g] = 100.0 * call_put_residual(grp.k.to_numpy(), grp.iv_c.to_numpy(), grp.iv_p.to_numpy(),
+                                           table.forward.iat[g], table["T"].iat[g], CARRY_PAIRS)
     table["call_minus_put_iv_pts"] = res
 
 

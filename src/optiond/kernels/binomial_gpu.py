@@ -247,6 +247,15 @@ def pruned_variant(N: int) -> Variant:
     return PIPE_PRUNED
 
 
+#: the device root find's warp shapes (binomial.cu, crr_iv_warp<G, R>; FP64, N + 1 <= 32 G R),
+#: narrowest first, as WARP_VARIANTS["fp64"]
+IV_WARP_SHAPES = ((8, 1), (8, 2), (8, 4))
+
+
+def _iv_kernel_name(G: int, R: int) -> str:
+    return f"crr_iv_warp<{G}, {R}>"
+
+
 def _plain_names(clusters: bool = True) -> list[str]:
     """Kernels of the plain module; ``clusters``: with the sm_90 cluster kernels."""
     vs = [v for lst in WARP_VARIANTS.values() for v in lst] + BENCH_WARP_VARIANTS
@@ -254,7 +263,8 @@ def _plain_names(clusters: bool = True) -> list[str]:
     vs += [v for v in BENCH_PIPE_VARIANTS if v.kernel != "crr_pipe_grid"]
     if clusters:
         vs += list(PIPE_CLUSTER.values()) + BENCH_CLUSTER_VARIANTS
-    return sorted({v.name for v in vs}) + ["crr_naive_leaves", "crr_naive_step"]
+    return (sorted({v.name for v in vs}) + [_iv_kernel_name(G, R) for G, R in IV_WARP_SHAPES]
+            + ["crr_naive_leaves", "crr_naive_step"])
 
 
 def _coop_names() -> list[str]:
@@ -1237,15 +1247,20 @@ def _gpu_price_evaluator(precision: str):
 def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend_yield, steps, lo=bc.MIN_IV,
                         hi=bc.MAX_IV, xtol=1e-12, precision="fp64",
                         evaluator: Callable[..., np.ndarray] | None = None, max_iter: int = 200):
-    """Implied volatilities of a whole chain by a vectorised Brent root find on the CRR tree
-    price: every iteration prices all still-unconverged options in one batch launch
-    (:func:`optiond.kernels.rootfind.brent_step_rows`), the same Brent sequence per option as
-    :func:`optiond.kernels.binomial_cpu.crr_implied_vol`, so the results agree with it.
+    """Implied volatilities of a whole chain by Brent's root find on the CRR tree price, the
+    same Brent sequence per option as :func:`optiond.kernels.binomial_cpu.crr_implied_vol`, so
+    the results agree with it.
+
+    FP64 trees that fit a warp (N + 1 <= 1024) run the whole root find on the device in ONE
+    launch (binomial.cu, ``crr_iv_warp``: a warp per option, each trial volatility's tree in
+    its registers). Otherwise the loop runs here, vectorised: every Brent step prices all
+    still-unconverged options in one batch launch (:func:`optiond.kernels.rootfind.brent_step_rows`).
 
     Args:
         price: market prices, shape (n,); other arguments as ``crr_implied_vol``.
-        evaluator: ``f(kind, style, S, K, T, r, q, sigma, N) -> prices`` (default: the GPU batch
-            kernel); the CPU ``crr_batch`` can be passed for testing.
+        evaluator: ``f(kind, style, S, K, T, r, q, sigma, N) -> prices`` for the host loop
+            (default: the GPU batch kernel, or the device root find where it applies); the CPU
+            ``crr_batch`` can be passed for testing.
         max_iter: Brent steps per option (as the CPU's 200).
 
     Returns:
@@ -1267,6 +1282,11 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
     status[valid & (lo_i >= hi)] = IV_INVALID
     idx = np.flatnonzero(valid & (lo_i < hi))
     if idx.size == 0:
+        return vol, status
+    G, R = IV_WARP_SHAPES[-1]
+    if evaluator is None and precision == "fp64" and int(N[idx].max()) + 1 <= 32 * G * R:
+        vol[idx], status[idx] = _gpu_call(_iv_device, p[idx], kind[idx], style[idx], S[idx], K[idx], T[idx], r[idx],
+                                          q[idx], N[idx], lo_i[idx], hi[idx], float(xtol), int(max_iter))
         return vol, status
     # both bracket ends of every option in one launch
     two = np.concatenate([idx, idx])
@@ -1298,6 +1318,39 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
     status[rows[~active]] = IV_OK
     vol[rows] = states[:, B]
     return vol, status
+
+
+def _iv_device(p, kind, style, S, K, T, r, q, N, lo, hi, xtol: float, max_iter: int) -> tuple[np.ndarray, np.ndarray]:
+    """The root find of :func:`crr_implied_vol_gpu` on the device (binomial.cu, ``crr_iv_warp``)
+    for options with a valid bracket ``lo < hi`` (``lo`` already above the p-in-[0, 1] bound):
+    persistent warps, longest trees first. Returns ``(vol, status)`` (status: the IV_* codes
+    IV_OK, IV_BELOW, IV_ABOVE, IV_NOT_CONVERGED)."""
+    cp = _cupy()
+    m = int(p.shape[0])
+    G, R = next(sh for sh in IV_WARP_SHAPES if 32 * sh[0] * sh[1] >= int(N.max()) + 1)
+    k = kernel(_iv_kernel_name(G, R))
+    opt = np.ascontiguousarray(np.column_stack([S, K, T, r, q, p, lo, hi]), dtype=np.float64)
+    flags = (style == 1).astype(np.int32) | ((kind == 1).astype(np.int32) << 1)
+    order = np.argsort(-N, kind="stable").astype(np.int32)
+    ints = np.concatenate([N.astype(np.int32), flags, order, np.zeros(1, np.int32)])  # the queue counter: 0
+    grid = min((m + 3) // 4, resident_blocks(k, 128))
+    stream = cp.cuda.get_current_stream()
+    with stream:
+        d_opt = cp.asarray(opt)
+        d_int = cp.asarray(ints)
+        d_out = cp.empty(m, dtype=cp.float64)
+        d_st = cp.empty(m, dtype=cp.int32)
+        k((grid,), (128,), (d_opt, d_int[:m], d_int[m:2 * m], d_int[2 * m:3 * m], np.int32(m), d_int[3 * m:],
+                           np.float64(xtol), np.int32(max_iter), np.int32(1 if pd_fma_mode() else 0), np.int32(REANCHOR),
+                           d_out, d_st))
+        vol = cp.asnumpy(d_out, stream=stream)
+        st = cp.asnumpy(d_st, stream=stream)
+        stream.synchronize()
+    return vol, _IV_CODES[st]
+
+
+#: crr_iv_warp's status codes 0..3 as the IV_* codes
+_IV_CODES = np.array([IV_OK, IV_BELOW, IV_ABOVE, IV_NOT_CONVERGED], dtype=np.int8)
 
 
 @nb.njit(cache=True)

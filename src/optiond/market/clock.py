@@ -145,6 +145,10 @@ def years_between(start: pd.Timestamp, end: pd.Timestamp) -> float:
     return (end - start).total_seconds() / 60.0 / MINUTES_PER_YEAR
 
 
+def _as_list(values) -> list:
+    return values.tolist() if hasattr(values, "tolist") else list(values)  # a Series' tolist is C-fast
+
+
 def expiry_years(quote_date: pd.Series, expiry: pd.Series, quote_time: pd.Series | str | None = None,
                  settlement: pd.Series | str | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Time to expiry of every row of a chain, in years of 525,600 minutes.
@@ -160,24 +164,27 @@ def expiry_years(quote_date: pd.Series, expiry: pd.Series, quote_time: pd.Series
         Never raises for a bad cell: the row's message says what is wrong.
     """
     n = len(quote_date)
-    qd = list(quote_date)
-    ex = list(expiry)
-    qt = [quote_time] * n if quote_time is None or isinstance(quote_time, str) else list(quote_time)
-    st = [settlement] * n if settlement is None or isinstance(settlement, str) else list(settlement)
-    T = np.full(n, np.nan)
-    stamps = [""] * n
-    errors = [""] * n
-    cache: dict[tuple, tuple] = {}  # a chain repeats a few (date, time, expiry, settlement) tuples
-    for i in range(n):
-        key = (str(qd[i]), str(qt[i]), str(ex[i]), str(st[i]))
-        hit = cache.get(key)
-        if hit is None:
-            try:
-                q = quote_instant(qd[i], qt[i])
-                s = settlement_instant(ex[i], st[i])
-                hit = (years_between(q, s), q.isoformat(), "")
-            except ValueError as e:
-                hit = (np.nan, "", str(e))
-            cache[key] = hit
-        T[i], stamps[i], errors[i] = hit
-    return T, np.asarray(stamps, dtype=object), errors
+    qd, ex = _as_list(quote_date), _as_list(expiry)
+    qt = [quote_time] * n if quote_time is None or isinstance(quote_time, str) else _as_list(quote_time)
+    st = [settlement] * n if settlement is None or isinstance(settlement, str) else _as_list(settlement)
+    # a chain repeats a few (date, time, expiry, settlement) tuples: each distinct one is
+    # parsed once (a NaN cell may count as several: each NaN object is its own key)
+    seen: dict[tuple, int] = {}
+    which = np.fromiter((seen.setdefault(k, len(seen)) for k in zip(qd, qt, ex, st)), dtype=np.int64, count=n)
+    distinct = list(seen)
+    first = np.full(len(distinct), -1, dtype=np.int64)
+    first[which[::-1]] = np.arange(n - 1, -1, -1)  # the first row of each distinct tuple
+    Tu = np.full(len(distinct), np.nan)
+    stamps_u: list[str] = [""] * len(distinct)
+    errors_u: list[str] = [""] * len(distinct)
+    for u, i in enumerate(first.tolist()):
+        try:
+            q = quote_instant(qd[i], qt[i])
+            s = settlement_instant(ex[i], st[i])
+            Tu[u], stamps_u[u] = years_between(q, s), q.isoformat()
+        except ValueError as e:
+            errors_u[u] = str(e)
+    T = Tu[which] if n else np.full(0, np.nan)
+    stamps = np.asarray(stamps_u, dtype=object)[which] if n else np.empty(0, dtype=object)
+    errors = np.asarray(errors_u, dtype=object)[which].tolist() if n else []
+    return T, stamps, errors

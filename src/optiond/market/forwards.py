@@ -7,8 +7,8 @@ not observable elsewhere.
 
 * **European chains** (SPX, NDX): put–call parity ``C - P = D (F - K)`` holds strike by strike.
   :func:`parity_fit` fits it over the expiry's two-sided strikes near the money, each
-  weighted by the inverse of its quote spread and robust to outliers (Huber loss,
-  :func:`scipy.optimize.least_squares`): the forward ``F`` and, without a rate curve, the
+  weighted by the inverse of its quote spread and robust to outliers (Huber loss, minimised
+  exactly by :func:`huber_regression`): the forward ``F`` and, without a rate curve, the
   discount factor ``D`` (the implied rate ``-ln D / T``). With a curve, ``D`` is the curve's
   and only ``F`` is fitted (a weighted, robust form of Cboe's rule ``F = K* + e^{RT}(C - P)``
   at the strike where ``|C - P|`` is smallest, :func:`cboe_forward`).
@@ -112,8 +112,74 @@ def cboe_forward(strike, call_mid, put_mid, T: float, rate: float) -> tuple[floa
     return float(k[i] + math.exp(rate * T) * diff[i]), float(k[i])
 
 
-#: least-squares tolerances: exact quotes give F and D back to ~1e-12 relative
-_TIGHT = dict(xtol=1e-14, ftol=1e-14, gtol=1e-14, x_scale="jac")
+#: iterations of the Huber regression (each one weighted least-squares solve); real expiries
+#: settle their inlier set in a handful
+HUBER_ITERATIONS = 100
+
+
+def huber_regression(A: np.ndarray, b: np.ndarray, scale: float = 1.0,
+                     max_iter: int = HUBER_ITERATIONS) -> tuple[np.ndarray, np.ndarray]:
+    """The minimiser of Huber's loss ``sum_i rho(r_i)``, ``r = A x - b``, ``rho(r) = r^2 / 2``
+    for ``|r| <= scale`` and ``scale (|r| - scale / 2)`` beyond (Huber 1964, the M-estimator of
+    location/regression with his "proposal 2" loss).
+
+    Iteratively re-weighted least squares (weights ``min(1, scale / |r_i|)``, an MM algorithm:
+    the loss never rises); after each re-weighted solve, the exact minimiser for its partition
+    into inliers ``|r_i| <= scale`` and outliers, where the gradient
+    ``sum_in r_i a_i + scale sum_out sign(r_i) a_i`` vanishes, is one linear solve, and it is
+    accepted when it keeps that partition and the outliers' signs (the loss is convex, so it is then the global
+    minimum; the finite Newton idea of Madsen & Nielsen, "Finite algorithms for robust linear
+    regression", BIT 30, 1990). Exact data give the exact solution (to rounding).
+
+    Args:
+        A: design, shape (m, p), m >= p; b: shape (m,).
+        scale: Huber's threshold, in the units of ``r``.
+        max_iter: re-weighted solves at most.
+
+    Returns:
+        ``(x (p,), r (m,))``: the solution and its residuals.
+
+    Raises:
+        ValueError: A without full column rank among the rows with weight.
+    """
+    A = np.asarray(A, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    col = np.linalg.norm(A, axis=0)
+    if not np.all(col > 0):
+        raise ValueError("the robust fit has fewer independent quotes than unknowns")
+    A = A / col  # equilibrated columns: the normal equations stay well conditioned
+
+    def solve(rows: np.ndarray, weights: np.ndarray, rhs_shift: np.ndarray) -> np.ndarray | None:
+        Aw = A[rows] * weights[rows, None]
+        try:
+            return np.linalg.solve(Aw.T @ A[rows], Aw.T @ b[rows] - rhs_shift)
+        except np.linalg.LinAlgError:
+            return None
+
+    every = np.ones(b.shape[0], dtype=bool)
+    zero = np.zeros(A.shape[1])
+    w = np.ones(b.shape[0])
+    x = zero
+    for _ in range(max_iter):
+        x_w = solve(every, w, zero)
+        if x_w is None:
+            raise ValueError("the robust fit has fewer independent quotes than unknowns")
+        x = x_w
+        r = A @ x - b
+        inl = np.abs(r) <= scale
+        if inl.sum() >= A.shape[1]:
+            # the exact minimiser for this partition: least squares on the inliers with the
+            # outliers' constant pull scale * sign(r) * a moved to the right-hand side
+            out = ~inl
+            sgn = np.sign(r[out])
+            x_e = solve(inl, every.astype(np.float64), scale * (sgn @ A[out]))
+            if x_e is not None:
+                r_e = A @ x_e - b
+                inl_e = np.abs(r_e) <= scale
+                if np.array_equal(inl_e, inl) and np.array_equal(np.sign(r_e[out]), sgn):
+                    return x_e / col, r_e
+        w = np.minimum(1.0, scale / np.maximum(np.abs(r), 1e-300))
+    return x / col, A @ x - b
 
 
 def parity_fit(pairs: ExpiryPairs, T: float, discount: float | None = None, *,
@@ -123,7 +189,9 @@ def parity_fit(pairs: ExpiryPairs, T: float, discount: float | None = None, *,
     Each strike's residual is divided by its half-spread ``(spread_C + spread_P) / 2`` (at
     least 0.005, half a cent), so a wide quote counts less, and the loss is Huber's with scale
     1 (residuals past one half-spread count linearly: a stale or off-market strike cannot
-    drag the fit).
+    drag the fit), minimised exactly (:func:`huber_regression`). With D unknown the model is
+    linear in ``(D (F - Kbar), D)``, ``Kbar`` the mean strike (centred, so the two columns
+    are far from collinear).
 
     Args:
         pairs: the expiry's two-sided pairs.
@@ -132,13 +200,13 @@ def parity_fit(pairs: ExpiryPairs, T: float, discount: float | None = None, *,
         strikes: how many strikes nearest the first forward estimate enter the fit.
 
     Returns:
-        :class:`ParityFit`.
+        :class:`ParityFit`. A fitted D can come out <= 0 on quotes that carry no information
+        on it (the caller checks the implied rate); F is then NaN.
 
     Raises:
-        ValueError: too few pairs (3 to fit F and D, 1 for F alone).
+        ValueError: too few pairs (3 to fit F and D, 1 for F alone), or strikes that cannot
+            separate F from D.
     """
-    from scipy.optimize import least_squares  # imported on first use: a second off the CLI's start-up
-
     need = MIN_PAIRS_FORWARD if discount is not None else MIN_PAIRS_FIT
     if len(pairs) < need:
         raise ValueError(f"{len(pairs)} two-sided strike pair(s); the parity fit needs {need}")
@@ -152,15 +220,15 @@ def parity_fit(pairs: ExpiryPairs, T: float, discount: float | None = None, *,
     s = np.maximum(0.5 * (near.call_spread + near.put_spread), 0.005)
     if discount is not None:
         D = float(discount)
-        res = least_squares(lambda x: (D * (x[0] - K) - y) / s, x0=[f0], loss="huber", f_scale=1.0, method="trf",
-                            **_TIGHT)
-        F = float(res.x[0])
-        return ParityFit(F, D, int(K.size), float(np.sqrt(np.mean((res.fun) ** 2))), False)
-    # unknowns F and D; D starts at 1 (rates near zero over the expiry)
-    res = least_squares(lambda x: (x[1] * (x[0] - K) - y) / s, x0=[f0, 1.0], loss="huber", f_scale=1.0, method="trf",
-                        bounds=([0.0, 1e-3], [np.inf, 10.0]), **_TIGHT)
-    F, D = (float(v) for v in res.x)
-    return ParityFit(F, D, int(K.size), float(np.sqrt(np.mean(res.fun ** 2))), True)
+        # D F - (y + D K) = residual: one unknown
+        x, r = huber_regression((D / s)[:, None], (y + D * K) / s)
+        return ParityFit(float(x[0]), D, int(K.size), float(np.sqrt(np.mean(r * r))), False)
+    kbar = float(np.mean(K))
+    A = np.column_stack([1.0 / s, -(K - kbar) / s])
+    x, r = huber_regression(A, y / s)
+    D = float(x[1])
+    F = kbar + float(x[0]) / D if D > 0 else float("nan")
+    return ParityFit(F, D, int(K.size), float(np.sqrt(np.mean(r * r))), True)
 
 
 def weighted_median(values: np.ndarray, weights: np.ndarray) -> float:

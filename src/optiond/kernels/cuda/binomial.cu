@@ -806,6 +806,147 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? CRR_F32_MINB : 1) crr_ba
     }
 }
 
+// ------------------------------------------------------------------ implied volatility on the device
+//
+// crr_iv_warp: the bracketed root find of binomial_cpu.crr_implied_vol (Brent's zeroin, R. P.
+// Brent 1973 ch. 4; the same steps as kernels/brent.py) run whole on the device, one warp per
+// option: each trial volatility's parameter vector is built in shared memory by the FP64 prologue
+// of binomial_gpu._fill_params (crr_iv_par, below) and priced by warp_tree, so one launch
+// replaces one launch, one upload and one copy back per Brent step of the host loop. Every lane
+// runs the same scalar Brent recurrence on the same values (no divergence, no broadcast).
+// Options per row of `opt` (IV_NOPT doubles): S, K, T, r, q, target price, lo, hi, with lo
+// already raised above the bound 1.0001 |r - q| sqrt(dt) where p leaves [0, 1] (host). flags:
+// bit 0 American, bit 1 call. status: 0 solved, 1 price below the tree at lo, 2 above the tree
+// at hi, 3 not converged in max_iter steps (the codes of kernels/rootfind.IV_*).
+#define IV_NOPT 8
+
+struct IvBrent {
+    double a, fa, b, fb, c, fc, d, e;
+};
+
+__device__ __forceinline__ void iv_brent_init(IvBrent& s, double a, double b, double fa, double fb) {
+    s.a = a; s.fa = fa; s.b = b; s.fb = fb; s.c = a; s.fc = fa; s.d = b - a; s.e = b - a;
+}
+
+// kernels/brent.brent_step: true when s.b is the root; else s.b moves to the next trial point.
+__device__ __forceinline__ bool iv_brent_step(IvBrent& s, double xtol, double ftol) {
+    if ((s.fb > 0.0) == (s.fc > 0.0)) {
+        s.c = s.a; s.fc = s.fa; s.d = s.b - s.a; s.e = s.d;
+    }
+    if (fabs(s.fc) < fabs(s.fb)) {
+        s.a = s.b; s.fa = s.fb; s.b = s.c; s.fb = s.fc; s.c = s.a; s.fc = s.fa;
+    }
+    const double tol = __dadd_rn(__dmul_rn(2.0 * 2.220446049250313e-16, fabs(s.b)), 0.5 * xtol);
+    const double m = 0.5 * (s.c - s.b);
+    if (fabs(m) <= tol || fabs(s.fb) <= ftol) return true;
+    if (fabs(s.e) >= tol && fabs(s.fa) > fabs(s.fb)) {
+        const double sr = s.fb / s.fa;
+        double p, q;
+        if (s.a == s.c) {
+            p = 2.0 * m * sr;
+            q = 1.0 - sr;
+        } else {
+            const double qq = s.fa / s.fc, rr = s.fb / s.fc;
+            p = sr * __dsub_rn(__dmul_rn(__dmul_rn(2.0 * m, qq), qq - rr), __dmul_rn(s.b - s.a, rr - 1.0));
+            q = (qq - 1.0) * (rr - 1.0) * (sr - 1.0);
+        }
+        if (p > 0.0) q = -q; else p = -p;
+        if (2.0 * p < fmin(__dsub_rn(__dmul_rn(3.0 * m, q), fabs(tol * q)), fabs(s.e * q))) {
+            s.e = s.d;
+            s.d = p / q;
+        } else {
+            s.d = m; s.e = m;
+        }
+    } else {
+        s.d = m; s.e = m;
+    }
+    s.a = s.b; s.fa = s.fb;
+    if (fabs(s.d) > tol) s.b += s.d; else s.b += m > 0.0 ? tol : -tol;
+    return false;
+}
+
+// binomial_gpu._fill_params, FP64 branch (the layout P_*), in IEEE order with no contraction.
+__device__ __forceinline__ void crr_iv_par(double* __restrict__ out, bool call, double S, double K, double T, double r,
+                                           double q, double sigma, int N, bool pd_fma, int anchor) {
+    const double dt = T / (double)N;
+    const double a = __dmul_rn(sigma, sqrt(dt));
+    const double u = exp(a);
+    const double d = 1.0 / u;
+    const double disc = exp(-__dmul_rn(r, dt));
+    const double p = (exp(__dmul_rn(r - q, dt)) - d) / (u - d);
+    const double sign = call ? 1.0 : -1.0;
+    out[P_S] = S;
+    out[P_K] = K;
+    out[P_A] = a;
+    out[P_XM] = u;
+    out[P_WU] = __dmul_rn(disc, p);
+    out[P_WD] = pd_fma ? fma(-disc, p, disc) : __dmul_rn(disc, 1.0 - p);
+    out[P_C] = __dmul_rn(__dmul_rn(sign, K), u - 1.0);
+    out[P_SIGN] = sign;
+    out[P_RDT] = 0.0;
+    out[P_ARGMAX] = __longlong_as_double(0x7ff0000000000000LL);  // +inf: no clamp in FP64
+    out[P_ANCHOR] = (double)anchor;
+    for (int k = P_UR; k < CRR_NPAR; ++k) out[k] = 0.0;
+}
+
+template <int G, int R>
+__global__ void __launch_bounds__(128, 1) crr_iv_warp(const double* __restrict__ opt, const int* __restrict__ steps,
+                                                     const int* __restrict__ flags, const int* __restrict__ order, int n,
+                                                     int* __restrict__ counter, double xtol, int max_iter, int pd_fma, int anchor,
+                                                     double* __restrict__ vol, int* __restrict__ status) {
+    __shared__ double spar[4][CRR_NPAR];
+    __shared__ double sprice[4];
+    const int lane = threadIdx.x & 31;
+    const int w = threadIdx.x >> 5;
+    const int nw = (gridDim.x * blockDim.x) >> 5;
+    int idx = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    while (idx < n) {
+        const int i = order[idx];
+        const double* o = opt + (size_t)IV_NOPT * i;
+        const double S = o[0], K = o[1], T = o[2], r = o[3], q = o[4], target = o[5], lo = o[6], hi = o[7];
+        const int N = steps[i];
+        const bool am = (flags[i] & 1) != 0, call = (flags[i] & 2) != 0;
+        auto f = [&](double sigma) -> double {
+            if (lane == 0) crr_iv_par(spar[w], call, S, K, T, r, q, sigma, N, pd_fma != 0, anchor);
+            __syncwarp();
+            warp_tree<double, G, R, false>(spar[w], N, am, &sprice[w], nullptr);
+            __syncwarp();
+            const double v = sprice[w];
+            __syncwarp();
+            return v - target;
+        };
+        const double ftol = 1e-12 * fmax(1.0, target);
+        const double flo = f(lo);
+        const double fhi = f(hi);
+        int st;
+        double x = __longlong_as_double(0x7ff8000000000000LL);  // NaN
+        if (flo > ftol) {
+            st = 1;
+        } else if (fhi < -ftol) {
+            st = 2;
+        } else {
+            IvBrent s;
+            iv_brent_init(s, lo, hi, flo, fhi);
+            st = 3;
+            for (int it = 0; it < max_iter; ++it) {
+                if (iv_brent_step(s, xtol, ftol)) {
+                    st = 0;
+                    break;
+                }
+                s.fb = f(s.b);
+            }
+            x = s.b;
+        }
+        if (lane == 0) {
+            vol[i] = x;
+            status[i] = st;
+        }
+        int nxt = 0;
+        if (lane == 0) nxt = atomicAdd(counter, 1) + nw;
+        idx = __shfl_sync(CRR_FULL, nxt, 0);
+    }
+}
+
 // ------------------------------------------------------------------ tiles: chunks x slabs
 
 // Pruned windows (single-option pipeline, FP64; win != nullptr and kinds != 0). Far from the
