@@ -63,9 +63,6 @@ CARRY_MODES = ("parity", "flat")
 SPOT_MODES = ("implied", "print")
 #: the front expiry that implies the spot: at least this many days and pairs
 FRONT_MIN_DAYS, FRONT_MIN_PAIRS = 2.0, 3
-#: steps of the implied-spot search (each a carry solve of the front expiry alone), and the
-#: relative change of the spot at which it stops
-FRONT_ITERATIONS, FRONT_SPOT_RTOL = 4, 2e-7
 
 #: volatility tolerance of the chain's implied-vol solve (1e-9 moves a price by < 1e-7)
 IV_TOLERANCE = 1e-9
@@ -142,6 +139,15 @@ class ChainSummary:
         return out
 
 
+def labels(column: pd.Series) -> np.ndarray:
+    """A label column (``type``, ``style``) stripped and lower-cased, as an object array: each
+    distinct cell converted once (a chain repeats two labels thousands of times); a blank cell
+    gives ``"nan"`` (no label: neither call nor put, neither style)."""
+    which, distinct = pd.factorize(column, use_na_sentinel=True)
+    names = np.array([str(v).strip().lower() for v in distinct] + ["nan"], dtype=object)
+    return names[which]
+
+
 def read_chain(path: str) -> pd.DataFrame:
     """Read a chain CSV; columns other than :data:`CHAIN_COLUMNS` and
     :data:`OPTIONAL_CHAIN_COLUMNS` are listed in ``df.attrs["ignored_columns"]``.
@@ -210,7 +216,7 @@ def _iv_solver(pricer: Pricer, spot: float, steps: int) -> Callable:
     """The carry search's batched American IV solve, through the chain's pricer."""
     m = Method(name="binomial", steps=steps, iv_tolerance=IV_TOLERANCE)
 
-    def solve(prices, kind, T, rate, q, strike, lo=None, hi=None):
+    def solve(prices, kind, T, rate, q, strike, lo=None, hi=None, spot=spot):
         cols = dict(kind=np.where(kind == 1, "call", "put").astype(object), style="american", spot=spot, strike=strike,
                     expiry=T, rate=rate, dividend_yield=q)
         if lo is not None:
@@ -242,35 +248,21 @@ def _implied_spot(american: list[int], pairs: list[ExpiryPairs], Tg: np.ndarray,
                   S_print: float, dividend_yield: float, pricer: Pricer, steps: int) -> tuple[float, str]:
     """The spot the options imply: the spot at which the front expiry (the shortest of at least
     :data:`FRONT_MIN_DAYS` days with :data:`FRONT_MIN_PAIRS` pairs) has the carry
-    ``dividend_yield``: a secant search on ``q(S) - q_d`` in log S, ``q(S)`` the front's carry
-    solve at spot S, from the spot of its put–call parity forward (which leaves out only the
-    early-exercise premium, so two or three steps reach :data:`FRONT_SPOT_RTOL`).
-    Returns ``(spot, note)``; the print when no expiry qualifies or the solve fails."""
+    ``dividend_yield``: its call and put tree IVs agree there (the carry solve's condition with
+    the spot as the unknown, :func:`optiond.market.forwards.solve_carry` with ``spot_carry``),
+    searched from the spot of its put–call parity forward (which leaves out only the
+    early-exercise premium). Returns ``(spot, note)``; the print when no expiry qualifies or the
+    solve fails."""
     cands = [g for g in american if Tg[g] * 365.0 >= FRONT_MIN_DAYS and len(pairs[g]) >= FRONT_MIN_PAIRS
              and np.isfinite(q0[g])]
     if not cands:
         return S_print, "spot: the print (no front expiry to imply it from)"
     g = min(cands, key=lambda i: Tg[i])
-    x = math.log(S_print) + (dividend_yield - q0[g]) * Tg[g]  # log spot
-    prev: tuple[float, float] | None = None
-    for _ in range(FRONT_ITERATIONS):
-        S = math.exp(x)
-        r = solve_carry([pairs[g]], S, Tg[[g]], rg[[g]], q0[[g]] + math.log(S / S_print) / Tg[g],
-                        _iv_solver(pricer, S, steps))[0]
-        if not r.converged:
-            return S_print, "spot: the print (front-expiry solve failed)"
-        gap = r.q - dividend_yield
-        # moving the spot by dx moves the carry by about dx / T (the forward stays put): the first
-        # step takes that slope, later ones the secant through the last two (the early-exercise
-        # values make it differ from 1/T a little)
-        slope = 1.0 / Tg[g]
-        if prev is not None and gap != prev[1] and x != prev[0]:
-            slope = (gap - prev[1]) / (x - prev[0])
-        prev = (x, gap)
-        x -= gap / slope
-        if abs(gap / slope) < FRONT_SPOT_RTOL:
-            break
-    S = math.exp(x)
+    r = solve_carry([pairs[g]], S_print, Tg[[g]], rg[[g]], q0[[g]], _iv_solver(pricer, S_print, steps),
+                    spot_carry=dividend_yield)[0]
+    if not r.converged:
+        return S_print, "spot: the print (front-expiry solve failed)"
+    S = S_print * math.exp((dividend_yield - r.q) * Tg[g])
     return S, f"spot {S:.4f} implied by the {365.0 * Tg[g]:.1f}-day forward (print {S_print:g})"
 
 
@@ -313,8 +305,7 @@ def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float 
     T, _, clock_error = clock.expiry_years(df["quote_date"].tolist(), df["expiry"].tolist(), qt, st)
     settle = np.array([clock.settlement_style(s) if not e else "" for s, e in
                        zip(st if isinstance(st, list) else [st] * n, clock_error)], dtype=object)
-    kind = df["type"].astype(str).str.strip().str.lower().to_numpy(dtype=object)
-    style = df["style"].astype(str).str.strip().str.lower().to_numpy(dtype=object)
+    kind, style = labels(df["type"]), labels(df["style"])
     spot = pd.to_numeric(df["underlying_price"], errors="coerce").to_numpy(dtype=np.float64)
     strike = pd.to_numeric(df["strike"], errors="coerce").to_numpy(dtype=np.float64)
     bid, ask, two = _two_sided(df)
@@ -517,7 +508,7 @@ def finish_chain(out: pd.DataFrame, market: ChainMarket) -> pd.DataFrame:
     """
     if len(out) != market.T.shape[0]:
         raise ValueError(f"{len(out)} priced rows for a market of {market.T.shape[0]}")
-    kind = out["type"].astype(str).str.strip().str.lower().to_numpy(dtype=object)
+    kind = labels(out["type"])
     strike = pd.to_numeric(out["strike"], errors="coerce").to_numpy(dtype=np.float64)
     iv = pd.to_numeric(out["iv"], errors="coerce").to_numpy(dtype=np.float64)
     status = out["status"].to_numpy(dtype=object)
@@ -568,8 +559,7 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
     T = market.T
     iv, iv_bid, iv_ask = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     res_cols = {k: np.full(n, np.nan) for k in ("model_price",) + GREEK_FIELDS}
-    kind = df["type"].astype(str).str.strip().str.lower().to_numpy(dtype=object)
-    style = df["style"].astype(str).str.strip().str.lower().to_numpy(dtype=object)
+    kind, style = labels(df["type"]), labels(df["style"])
     spot = market.spot
     strike = pd.to_numeric(df["strike"], errors="coerce").to_numpy(dtype=np.float64)
     method_name = np.where(style == "european", "black-scholes", "binomial").astype(object)

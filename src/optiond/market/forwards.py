@@ -275,9 +275,10 @@ def call_put_residual(strike, iv_call, iv_put, forward: float, T: float, max_pai
     return weighted_median(c[ok] - p[ok], vega_weights(k[ok], 0.5 * (c[ok] + p[ok]), forward, T))
 
 
-#: ``f(prices, kind, T, rate, dividend_yield, strike, lo, hi) -> (vol, ok)``: the batched
-#: American implied-volatility solve the carry search calls once per iteration (kind 1 = call;
-#: ``lo``/``hi`` a per-row bracket hint, NaN for none, as :func:`optiond.engine.implied_vol`)
+#: ``f(prices, kind, T, rate, dividend_yield, strike, lo, hi[, spot=]) -> (vol, ok)``: the
+#: batched American implied-volatility solve the carry search calls once per iteration (kind 1 =
+#: call; ``lo``/``hi`` a per-row bracket hint, NaN for none, as :func:`optiond.engine.implied_vol`;
+#: ``spot`` per row, instead of the solver's own, for ``solve_carry(spot_carry=...)``)
 IVSolver = Callable[..., tuple[np.ndarray, np.ndarray]]
 
 
@@ -359,7 +360,8 @@ class _Search:
 
 
 def solve_carry(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.ndarray, q0: np.ndarray,
-                iv_solver: IVSolver, *, max_pairs: int = CARRY_PAIRS) -> list[CarryResult]:
+                iv_solver: IVSolver, *, max_pairs: int = CARRY_PAIRS,
+                spot_carry: float | None = None) -> list[CarryResult]:
     """The residual carry of every expiry of an American chain, all expiries together.
 
     For each expiry e, ``q_e`` solves ``wmedian_i(iv_call_i(q) - iv_put_i(q); vega_i) = 0``
@@ -375,6 +377,11 @@ def solve_carry(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.n
             starting carry (from :func:`parity_fit` with the curve's discount).
         iv_solver: the batched American IV solve (see :data:`IVSolver`).
         max_pairs: pairs per expiry.
+        spot_carry: solve for the spot instead, at this carry: the search's ``q`` becomes the
+            carry *equivalent* to pricing at spot ``spot exp((spot_carry - q) T)`` with carry
+            ``spot_carry`` (the same forward), and each evaluation prices there
+            (``iv_solver(..., spot=...)``). The spot is then ``spot exp((spot_carry - q) T)``
+            from the result's ``q``; one root find instead of a search over nested carry solves.
 
     Returns:
         one :class:`CarryResult` per expiry; an expiry without a usable pair, or whose search
@@ -402,8 +409,13 @@ def solve_carry(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.n
         if not todo:
             break
         qs = np.array([searches[e].next_q for e in todo])
-        diffs = _iv_differences([used[e] for e in todo], spot, T[todo], rate[todo], qs, iv_solver,
-                                [last[e] for e in todo])
+        if spot_carry is None:
+            diffs = _iv_differences([used[e] for e in todo], spot, T[todo], rate[todo], qs, iv_solver,
+                                    [last[e] for e in todo])
+        else:
+            spots = spot * np.exp((spot_carry - qs) * T[todo])
+            diffs = _iv_differences([used[e] for e in todo], spot, T[todo], rate[todo], np.full(qs.size, spot_carry),
+                                    iv_solver, [last[e] for e in todo], spots=spots, search_q=qs)
         for k, e in enumerate(todo):
             d, ivc, ivp = diffs[k]
             if first:
@@ -433,12 +445,15 @@ def solve_carry(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.n
 
 
 def _iv_differences(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.ndarray, q: np.ndarray,
-                    iv_solver: IVSolver, last: list | None = None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                    iv_solver: IVSolver, last: list | None = None, spots: np.ndarray | None = None,
+                    search_q: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """``iv_call - iv_put`` per pair of every expiry at its carry ``q[e]``: ONE batched solve.
 
     ``last[e]``: ``(q, iv_call, iv_put)`` of the expiry's previous evaluation, or None; its
     volatilities bracket this one's (a carry step of dq moves an IV by about
-    ``dq sqrt(T) N(d1) / phi(d1)``), which shortens the root finds."""
+    ``dq sqrt(T) N(d1) / phi(d1)``), which shortens the root finds. ``spots``: per expiry, the
+    spot to price at (``iv_solver(..., spot=...)``) instead of the solver's own, with
+    ``search_q`` the search's (equivalent) carries, which ``last`` compares against."""
     sizes = [len(p) for p in pairs]
     m = int(sum(sizes))
     if m == 0:
@@ -448,18 +463,20 @@ def _iv_differences(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: 
     prices = np.concatenate([np.concatenate([p.call_mid for p in pairs]), np.concatenate([p.put_mid for p in pairs])])
     kind = np.concatenate([np.ones(m, np.int8), np.zeros(m, np.int8)])
     lo, hi = np.full(2 * m, np.nan), np.full(2 * m, np.nan)
+    qe = q if search_q is None else search_q
     if last is not None:
         start = 0
         for e, n in enumerate(sizes):
             prev = last[e]
             if prev is not None and prev[1].size == n:
-                w = 0.005 + 4.0 * abs(q[e] - prev[0]) * math.sqrt(T[e])
+                w = 0.005 + 4.0 * abs(qe[e] - prev[0]) * math.sqrt(T[e])
                 for off, iv in ((0, prev[1]), (m, prev[2])):
                     sl = slice(off + start, off + start + n)
                     lo[sl], hi[sl] = np.maximum(iv - w, 1e-4), iv + w
             start += n
+    extra = {} if spots is None else {"spot": np.tile(np.asarray(spots, dtype=np.float64)[per], 2)}
     vol, ok = iv_solver(prices, kind, np.tile(T[per], 2), np.tile(rate[per], 2), np.tile(q[per], 2),
-                        np.tile(strike, 2), lo, hi)
+                        np.tile(strike, 2), lo, hi, **extra)
     vol = np.where(ok, vol, np.nan)
     ivc, ivp = vol[:m], vol[m:]
     out = []
