@@ -1,6 +1,8 @@
 """The main job's speed: a bundled real chain through ``optiond.chain.price_chain``, with the
 forward/carry solve (``carry="parity"``, the default) beside the flat market (``carry="flat"``)
-in the same run, in-process and through a running daemon; and the CLI's wall time split into
+in the same run, in-process and through a running daemon (both ways: a request per
+implied-volatility solve, ``daemon``, and the whole job in one ``chain`` request,
+``daemon-chain-request``, whose ``server_s`` is the daemon's own time); and the CLI's wall time split into
 start-up, pricing and the rest. Prints JSON.
 
     python bench/chain.py [--chain examples/data/spy_chain_2026-02-13.csv] [--quote-time 10:50]
@@ -25,15 +27,25 @@ from optiond import chain
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _best(df, pricer, steps: int, carry: str, quote_time: str | None, repeats: int) -> dict:
+def _run(df, pricer, one_request: bool, **market):
+    if one_request:  # the daemon's chain request: market and pricing there, one round trip
+        return pricer.price_chain(df, **market)
+    return chain.price_chain(df, pricer, **market)
+
+
+def _best(df, pricer, steps: int, carry: str, quote_time: str | None, repeats: int, one_request: bool = False) -> dict:
     best = None
     for _ in range(repeats):
-        _, s = chain.price_chain(df, pricer, steps=steps, carry=carry, quote_time=quote_time)
+        _, s = _run(df, pricer, one_request, steps=steps, carry=carry, quote_time=quote_time)
         best = s if best is None or s.elapsed_s < best.elapsed_s else best
     market_s = float(best.extra.get("market_s", 0.0))
-    return {"elapsed_s": best.elapsed_s, "market_s": market_s, "pricing_s": best.elapsed_s - market_s,
-            "contracts_per_s": best.contracts_per_s, "device": best.device, "via": best.via,
-            "ok": best.by_status.get("ok", 0), "below_model_bound": best.by_status.get("below-model-bound", 0)}
+    out = {"elapsed_s": best.elapsed_s, "market_s": market_s, "pricing_s": best.elapsed_s - market_s,
+           "contracts_per_s": best.contracts_per_s, "device": best.device, "via": best.via,
+           "ok": best.by_status.get("ok", 0), "below_model_bound": best.by_status.get("below-model-bound", 0)}
+    if "server_s" in best.extra:  # the daemon's own time; the rest is the round trip
+        out["server_s"] = best.extra["server_s"]
+        out["pricing_s"] = best.extra["server_s"] - market_s
+    return out
 
 
 def _cli(args, daemon: bool) -> dict:
@@ -71,12 +83,14 @@ def main() -> None:
     if args.daemon:
         from optiond.commands.pricing import ClientPricer
 
-        runs["daemon"] = ClientPricer(fallback=False, force=True)
+        runs["daemon"] = ClientPricer(fallback=False, force=True)  # a request per IV solve
+        runs["daemon-chain-request"] = runs["daemon"]  # the whole job in one request
     out = {"bench": "chain", "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "chain": Path(args.chain).name,
            "contracts": len(df), "steps": args.steps, "quote_time": qt, "runs": {}}
     for name, pricer in runs.items():
-        chain.price_chain(df.head(200), pricer, steps=args.steps, quote_time=qt)  # warm-up (JIT, sockets, GPU)
-        r = {carry: _best(df, pricer, args.steps, carry, qt, args.repeats) for carry in ("flat", "parity")}
+        one = name == "daemon-chain-request"
+        _run(df.head(200), pricer, one, steps=args.steps, quote_time=qt)  # warm-up (JIT, sockets, GPU)
+        r = {carry: _best(df, pricer, args.steps, carry, qt, args.repeats, one) for carry in ("flat", "parity")}
         r["parity_over_flat"] = r["parity"]["elapsed_s"] / r["flat"]["elapsed_s"]
         out["runs"][name] = r
     if args.cli:

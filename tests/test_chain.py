@@ -92,3 +92,69 @@ def test_chain_cli_writes_output(tmp_path):
     assert "contracts: 60" in proc.stdout and "contracts/s" in proc.stdout
     out = pd.read_csv(dst)
     assert len(out) == 60 and out.status.notna().all()
+
+
+# ----------------------------------------------------------------------------- the chain request
+
+
+@pytest.fixture(scope="module")
+def small_chain():
+    """Three expiries of the AAPL chain (a few hundred contracts; American: the carry search runs)."""
+    df = chain.read_chain(str(DATA / "aapl_chain_2026-02-13.csv"))
+    keep = sorted(df.expiry.unique())[2:5]
+    return df[df.expiry.isin(keep)].reset_index(drop=True)
+
+
+def test_chain_request_on_the_daemon_equals_in_process(daemon, small_chain):
+    """One ``chain`` request: the daemon solves the market and prices every contract; the
+    result is the in-process job's, column for column, and the forward table too."""
+    market = dict(steps=200, quote_time="10:50")
+    with daemon.client() as client:
+        got, s_got = client.price_chain(small_chain, fallback=False, **market)
+    want, s_want = chain.price_chain(small_chain, chain.LocalPricer(), **market)
+    assert s_got.via == "daemon" and s_got.extra["server_s"] > 0
+    assert list(got.columns) == list(want.columns)
+    assert got.status.tolist() == want.status.tolist() and got.error.tolist() == want.error.tolist()
+    for c in ("iv", "iv_bid", "iv_ask", "iv_otm", "forward", "dividend_yield", "spot", "model_price", "delta", "vega"):
+        np.testing.assert_allclose(got[c], want[c], rtol=1e-12, atol=1e-14, err_msg=c)
+    pd.testing.assert_frame_equal(s_got.forwards, s_want.forwards, check_exact=False, rtol=1e-12)
+    assert s_got.by_status == s_want.by_status
+    assert (got.status == "ok").sum() > 0.5 * len(got)
+
+
+def test_chain_request_refuses_bad_input(daemon, small_chain):
+    with daemon.client() as client:
+        _refused(client, small_chain)
+
+
+def _refused(client, small_chain):
+    from optiond.daemon import chain_op
+    from optiond.models import InvalidInputError
+
+    with pytest.raises(InvalidInputError) as e:
+        client.price_chain(small_chain.drop(columns=["strike"]), fallback=False)
+    assert e.value.field == "strike"
+    with pytest.raises(InvalidInputError) as e:
+        client.price_chain(small_chain, fallback=False, carry="guess")
+    assert e.value.field == "carry"
+    buffers: list = []
+    content = chain_op.encode_request(small_chain, {}, buffers)
+    content["market"]["curve"] = [[30, 0.04], [-5, 0.04]]
+    with pytest.raises(InvalidInputError) as e:
+        client._request("chain", content, buffers)
+    assert e.value.field == "curve" and "negative" in str(e.value)
+    with pytest.raises(ValueError, match="unknown chain market field"):
+        client.price_chain(small_chain, fallback=False, volatility=0.2)
+    assert client.ping()["status"] == "ok"  # and the daemon goes on
+
+
+def test_chain_cli_through_the_daemon(daemon, small_chain, tmp_path):
+    src, dst = tmp_path / "small.csv", tmp_path / "priced.csv"
+    small_chain.to_csv(src, index=False)
+    proc = subprocess.run([sys.executable, "-m", "optiond.cli", "chain", str(src), "-o", str(dst), "--daemon-only",
+                           "--steps", "200", "--quote-time", "10:50"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "(daemon)" in proc.stdout and "forwards and carry per expiry" in proc.stdout
+    want, _ = chain.price_chain(small_chain, steps=200, quote_time="10:50")
+    got = pd.read_csv(dst)
+    np.testing.assert_allclose(got.iv, want.iv, rtol=1e-12)

@@ -43,6 +43,11 @@ class ClientPricer:
     def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None):
         return self.client.implied_vol(prices, columns, method, fallback=self.fallback, force=self.force)
 
+    def price_chain(self, df: pd.DataFrame, **market: Any):
+        """The whole chain job on the daemon in one request
+        (:meth:`optiond.daemon.client.Client.price_chain`)."""
+        return self.client.price_chain(df, fallback=self.fallback, force=self.force, **market)
+
 
 def make_pricer(args: argparse.Namespace):
     """In-process with --no-daemon; the daemon only with --daemon-only; else daemon with fall-back."""
@@ -160,14 +165,16 @@ def cmd_chain(args: argparse.Namespace) -> int:
         print(f"optiond chain: {e}", file=sys.stderr)
         return 2
     pricer = make_pricer(args)
-    bar, update = _progress(len(df), df["underlying"].iloc[0] if len(df) else "chain")
-    try:
-        out, summary = chain_job.price_chain(df, pricer, steps=args.steps, rate=args.rate,
-                                             dividend_yield=args.dividend_yield, curve=curve, carry=args.carry,
-                                             quote_time=args.quote_time, settlement=args.settlement, spot_mode=args.spot,
-                                             progress=update)
-    finally:
-        bar.close()
+    market = dict(steps=args.steps, rate=args.rate, dividend_yield=args.dividend_yield, curve=curve, carry=args.carry,
+                  quote_time=args.quote_time, settlement=args.settlement, spot_mode=args.spot)
+    if isinstance(pricer, ClientPricer):  # one request: the daemon solves the market next to its GPU
+        out, summary = pricer.price_chain(df, **market)
+    else:
+        bar, update = _progress(len(df), df["underlying"].iloc[0] if len(df) else "chain")
+        try:
+            out, summary = chain_job.price_chain(df, pricer, progress=update, **market)
+        finally:
+            bar.close()
     fwd_path = forwards_path(args.output, args.forwards)
     if args.output:
         out.to_csv(args.output, index=False)

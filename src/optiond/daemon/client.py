@@ -111,6 +111,9 @@ RESULT_POLL_S = 10.0
 #: a pricing request estimated to take longer than this on one core (seconds) runs as a job:
 #: submitted, followed (progress, heartbeat) for as long as it moves, cancelled if abandoned
 JOB_AFTER_S = 2.0
+#: seconds a chain request waits for its reply by default (a chain of ten thousand contracts
+#: prices in seconds on a 2-core CPU daemon; the daemon's own deadline refuses larger work)
+CHAIN_TIMEOUT_S = 300.0
 #: how long each ``result`` ask of a followed job waits on the daemon (seconds); every ask
 #: renews the job's lease
 JOB_POLL_S = 0.2
@@ -912,6 +915,40 @@ class Client:
 
             return engine.implied_vol_table(prices, columns, method)
         return self._decode_iv(msg)
+
+    def price_chain(self, df: Any, *, fallback: bool = True, timeout: float | None = None, force: bool = False,
+                    deadline_s: float | None = None, **market: Any) -> tuple[Any, Any]:
+        """The chain job (:func:`optiond.chain.price_chain`) on the daemon in one request
+        (:mod:`optiond.daemon.chain_op`): the market solve and the pricing run next to its GPU.
+
+        Args:
+            df: the chain (:func:`optiond.chain.read_chain`).
+            market: ``rate``, ``dividend_yield``, ``steps``, ``carry``, ``spot_mode``,
+                ``quote_time``, ``settlement``, ``curve`` as :func:`optiond.chain.price_chain`.
+            fallback: price in this process when no daemon answers.
+            timeout: seconds to wait for the reply (default: :data:`CHAIN_TIMEOUT_S`).
+            force, deadline_s: as :meth:`price_table`.
+
+        Returns:
+            ``(out, summary)`` as :func:`optiond.chain.price_chain`; ``summary.elapsed_s`` is
+            the round trip, ``summary.extra["server_s"]`` the daemon's part.
+
+        Raises:
+            ValueError: an unknown market field (before anything is sent).
+            InvalidInputError, DaemonUnavailable, DaemonError: as :meth:`price_table`.
+        """
+        from . import chain_op
+
+        t0 = time.perf_counter()
+        buffers: list = []
+        content = chain_op.encode_request(df, market, buffers)
+        msg = self._call("chain", content, buffers, fallback, CHAIN_TIMEOUT_S if timeout is None else timeout, None,
+                         force, deadline_s, None)
+        if isinstance(msg, Exception):  # no daemon: priced here
+            from .. import chain
+
+            return chain.price_chain(df, chain.LocalPricer(), **market)
+        return chain_op.decode_reply(msg.content, list(msg.buffers), df, time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ jobs
 

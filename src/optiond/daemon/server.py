@@ -21,7 +21,8 @@ Sockets (all bound on ``tcp://127.0.0.1``, free ports, written to the connection
 
 Operations (``msg_type`` ``<op>_request``, answered by ``<op>_reply``): ``ping``, ``status``,
 ``price``, ``implied_vol``, ``submit``, ``result``, ``cancel``, ``jobs``, ``drain``,
-``resume``, ``shutdown``. Every reply has ``status`` ``"ok"`` or ``"error"`` (with a short
+``resume``, ``shutdown``, and ``chain`` (a whole option chain: market and pricing on rank 0's
+pricing thread in one round trip, :mod:`optiond.daemon.chain_op`). Every reply has ``status`` ``"ok"`` or ``"error"`` (with a short
 ``error`` text and ``ename``). Messages whose signature is missing or wrong are dropped without
 a reply, counted (``auth_failures``) and logged, rate-limited, as "authentication failure";
 every other bad message gets an error reply. Only a signed ``shutdown`` (or SIGTERM/SIGINT)
@@ -58,6 +59,7 @@ import sys
 import threading
 import time
 from collections import Counter, OrderedDict
+from concurrent import futures as cf
 from pathlib import Path
 from typing import Any, Callable
 
@@ -67,7 +69,7 @@ import zmq
 from .. import __version__, engine
 from ..models import (GREEK_FIELDS, METHODS, Batch, InvalidInputError, Method, scalar_row)
 from . import limits as limits_mod
-from . import connections, paths, pool, sdnotify
+from . import chain_op, connections, paths, pool, sdnotify
 from .cache import Entry, ReplyCache, request_key
 from .jobs import FINAL_STATES, Job, JobManager, Waiter
 from .limits import GREEK_TREES, LimitExceeded, Limits
@@ -106,6 +108,9 @@ COALESCE_MIN = 4
 #: operations that change the daemon's state: each (session, msg_id) acts once; a copy
 #: (a retry, or a replay within the replay window) gets the first reply again
 ONCE_OPS = frozenset({"shutdown", "drain", "resume", "cancel"})
+#: threads that hand chain requests to rank 0's pricing thread, and chain requests accepted
+#: and unanswered at most (more are refused with LimitExceeded)
+CHAIN_RUNNERS, CHAIN_QUEUE = 2, 16
 #: the daemon process's interpreter switch interval (seconds; Python's default is 0.005)
 SWITCH_INTERVAL_S = 0.0005
 #: seconds between two checks that the connection file, its lock and pid file are still this daemon's
@@ -358,7 +363,11 @@ class Server:
         self._shell_ops: dict[str, Handler] = {
             "ping": self._op_ping, "status": self._op_status, "price": self._op_price,
             "implied_vol": self._op_implied_vol, "submit": self._op_submit, "result": self._op_result,
-            "cancel": self._op_cancel, "shutdown": self._op_shutdown}
+            "cancel": self._op_cancel, "shutdown": self._op_shutdown, "chain": self._op_chain}
+        # chain requests wait here for rank 0's pricing thread (their replies leave from here)
+        self._chain_runner = cf.ThreadPoolExecutor(CHAIN_RUNNERS, thread_name_prefix="optiond-chain")
+        self._chain_pending = 0
+        self._chain_lock = threading.Lock()
         self._control_ops: dict[str, Handler] = {
             "ping": self._op_ping, "status": self._op_status, "shutdown": self._op_shutdown,
             "cancel": self._op_cancel, "jobs": self._op_jobs, "drain": self._op_drain, "resume": self._op_resume}
@@ -552,6 +561,7 @@ class Server:
         self._set_state("stopping")
         if self.jobs is not None:
             self.jobs.close("was cancelled: the daemon is stopping")
+            self._chain_runner.shutdown(wait=True, cancel_futures=True)  # their error replies go out below
             self._flush_outbox(deadline=time.monotonic() + 1.0)
         if getattr(self, "_hb_ctl", None) is not None:
             try:
@@ -1482,6 +1492,71 @@ class Server:
             return req
         self._start_job(req, "request")
         return None
+
+    def _op_chain(self, msg: Message, t0: float) -> None:
+        """A whole option chain (:mod:`optiond.daemon.chain_op`): checked and costed here, then
+        priced on rank 0's pricing thread (the GPU's) by a chain runner thread, which sends the
+        reply. A client's retry of it is priced again (it changes nothing)."""
+        if self._state == "draining" or self._stop.is_set():
+            raise _Refused("DaemonDraining", "the daemon is draining: it finishes the work it has and takes no new "
+                                             "work; try again after its restart")
+        df, market = chain_op.decode_request(msg.content, msg.buffers, self.limits.max_options)
+        cost = chain_op.cost(df, market, _nbytes(list(msg.buffers)), self.ns_per_node)
+        deadline = self.limits.check(cost, self._option(msg, "deadline_s"), self.jobs.slots if self.jobs else 1)
+        with self._chain_lock:
+            if self._chain_pending >= CHAIN_QUEUE:
+                raise LimitExceeded("max_queued_jobs", self._chain_pending + 1, CHAIN_QUEUE,
+                                    f"the daemon has {self._chain_pending} chain requests waiting (limit "
+                                    f"{CHAIN_QUEUE}); try again when some finish")
+            self._chain_pending += 1
+        try:
+            self._chain_runner.submit(self._run_chain, msg, df, market, t0, deadline)
+        except RuntimeError:  # shut down meanwhile
+            with self._chain_lock:
+                self._chain_pending -= 1
+            raise _Refused("DaemonDraining", "the daemon is stopping") from None
+        return None
+
+    def _run_chain(self, msg: Message, df: Any, market: dict, t0: float, deadline_s: float) -> None:
+        """Chain runner thread: price the chain on rank 0's pricing thread and send the reply
+        (or the error) through the outbox. Never raises."""
+        outcome, device, error = "ok", "-", None
+        try:
+            try:
+                if self.jobs is not None:
+                    content, buffers = self.jobs.run_local(chain_op.run, df, market, timeout=deadline_s)
+                else:
+                    content, buffers = chain_op.run(df, market)
+                device = str(content.get("device", "-"))
+                content["status"] = "ok"
+            except InvalidInputError as e:
+                outcome, error = "invalid", str(e)
+                content, buffers = {"status": "error", "ename": "InvalidInputError", "error": _short(str(e)),
+                                    "field": _short(e.field), "row": e.row, "value": _short(str(e.value)),
+                                    "reason": _short(e.reason)}, []
+            except (cf.TimeoutError, TimeoutError):
+                outcome, error = "deadline", f"the chain took longer than its deadline of {deadline_s:.3g} s"
+                content, buffers = {"status": "error", "ename": "DeadlineExceeded", "error": error}, []
+            except cf.CancelledError:
+                outcome, error = "cancelled", "the chain was cancelled: the daemon is stopping"
+                content, buffers = {"status": "error", "ename": "JobCancelled", "error": error}, []
+            except Exception as e:  # noqa: BLE001 (the client gets the reason; the daemon goes on)
+                log.warning("chain request failed: %s", e, exc_info=log.isEnabledFor(logging.DEBUG))
+                outcome, error = "failed", str(e) or repr(e)
+                content, buffers = {"status": "error", "ename": type(e).__name__, "error": _short(error)}, []
+            session = Session(self.key.encode("ascii"), self.session.session, **self._session_args)
+            frames = session.serialize(session.header("chain_reply"), content, msg.raw_header, None, buffers)
+            self._thread_socket("outbox", self._outbox_url).send_multipart([*msg.identities, *frames],
+                                                                           copy=len(buffers) == 0)
+            dt = time.perf_counter() - t0
+            self.metrics.observe("chain", "chain", _device_label(device), outcome, dt)
+            self._access(msg.header, "chain", "chain", device, len(df), dt, outcome, None,
+                         None if error is None else _short(error))
+        except Exception:  # noqa: BLE001 (a socket closed by a stopping daemon: nobody to answer)
+            log.debug("chain reply not sent", exc_info=True)
+        finally:
+            with self._chain_lock:
+                self._chain_pending -= 1
 
     def _op_submit(self, msg: Message, t0: float) -> tuple[dict, list]:
         op = msg.content.get("op", "price")
