@@ -35,6 +35,7 @@ import numpy as np
 
 from optiond.kernels import binomial_cpu as bc
 from optiond.kernels import binomial_gpu as bg
+from optiond.kernels import binomial_pipeline_gpu as bp
 from optiond.kernels import dispatch
 
 CEIL = {"fp64": 2.44e12, "fp32": 8.1e12}
@@ -86,18 +87,18 @@ def single(args, plan) -> list[dict]:
     rows = []
     for N in (1000, 10_000, 100_000, 1_000_000):
         reps = args.repeats if N < 1_000_000 else max(2, args.repeats // 3)
-        m = measure(lambda tm, N=N: bg.crr_pipeline_gpu(*PUT, N, greeks=False, plan=plan, timing=tm), reps)
+        m = measure(lambda tm, N=N: bp.crr_pipeline_gpu(*PUT, N, greeks=False, plan=plan, timing=tm), reps)
         row = {"N": N, "nodes": nodes(N), **m, "fraction_of_ceiling": frac(nodes(N), m["device_ms"]),
                "target_ms": TARGET_MS[N], "meets_target": m["device_ms"] <= TARGET_MS[N],
                "seed_table5_hybrid_ms": SEED_T5[N][0], "seed_table5_warp_per_block_ms": SEED_T5[N][1]}
         row["pruned"] = bool(plan.prune and N >= plan.prune_steps and N > plan.cluster_levels)
         if row["pruned"]:  # the same tree with every node computed
             dense = replace(plan, prune=False)
-            dm = measure(lambda tm, N=N, d=dense: bg.crr_pipeline_gpu(*PUT, N, greeks=False, plan=d, timing=tm), reps)
+            dm = measure(lambda tm, N=N, d=dense: bp.crr_pipeline_gpu(*PUT, N, greeks=False, plan=d, timing=tm), reps)
             row["dense_device_ms"], row["dense_host_ms"] = dm["device_ms"], dm["host_ms"]
             row["dense_fraction_of_ceiling"] = frac(nodes(N), dm["device_ms"])
         if N <= 100_000 and not args.quick or N <= 10_000:
-            nv = measure(lambda tm, N=N: bg.crr_naive_gpu(*PUT, N, timing=tm), 1 if N >= 100_000 else 2)
+            nv = measure(lambda tm, N=N: bp.crr_naive_gpu(*PUT, N, timing=tm), 1 if N >= 100_000 else 2)
             row["naive_device_ms"], row["naive_host_ms"] = nv["device_ms"], nv["host_ms"]
             row["naive_fraction_of_ceiling"] = frac(nodes(N), nv["device_ms"])
         if N <= 100_000:  # one block per tree (the batch kernel) for comparison
@@ -120,9 +121,9 @@ def prune_sweep(args) -> list[dict]:
     out = []
     for N in (5_000, 10_000, 20_000, 30_000, 50_000, 100_000):
         row = {"N": N}
-        for key, plan in (("dense_ms", bg.PipelinePlan(cluster_levels=0, prune=False)),
-                          ("pruned_ms", bg.PipelinePlan(cluster_levels=0, prune_steps=0))):
-            row[key] = measure(lambda tm, N=N, p=plan: bg.crr_pipeline_gpu(*PUT, N, greeks=False, plan=p, timing=tm),
+        for key, plan in (("dense_ms", bp.PipelinePlan(cluster_levels=0, prune=False)),
+                          ("pruned_ms", bp.PipelinePlan(cluster_levels=0, prune_steps=0))):
+            row[key] = measure(lambda tm, N=N, p=plan: bp.crr_pipeline_gpu(*PUT, N, greeks=False, plan=p, timing=tm),
                                args.repeats)["device_ms"]
         out.append(row)
         print(f"prune {row}", file=sys.stderr, flush=True)
@@ -143,8 +144,8 @@ def plan_sweep(args) -> list[dict]:
                 bg.PIPE_GRID_SMALL["fp64"] = small
             if big:
                 bg.PIPE_GRID_BIG["fp64"] = big
-            p = replace(bg.PipelinePlan(*plan), prune=False)  # the dense phases
-            m = measure(lambda tm: bg.crr_pipeline_gpu(*PUT, N, greeks=False, plan=p, timing=tm), reps)
+            p = replace(bp.PipelinePlan(*plan), prune=False)  # the dense phases
+            m = measure(lambda tm: bp.crr_pipeline_gpu(*PUT, N, greeks=False, plan=p, timing=tm), reps)
         finally:
             bg.PIPE_GRID_MID["fp64"], bg.PIPE_GRID_SMALL["fp64"], bg.PIPE_GRID_BIG["fp64"] = saved
         def name(v):
@@ -174,13 +175,13 @@ def plan_sweep(args) -> list[dict]:
     run(100_000, (inf, 15_000, 0, 0), mid=mid42)
     if bg.clusters_supported():  # the whole tree in one thread-block cluster (crr_pipe_cluster)
         saved = bg.PIPE_CLUSTER["fp64"]
-        pc = bg.PipelinePlan(inf, inf, 0, 0, 0, inf)
+        pc = bp.PipelinePlan(inf, inf, 0, 0, 0, inf)
         try:
             for v in [saved] + bg.BENCH_CLUSTER_VARIANTS:
                 bg.PIPE_CLUSTER["fp64"] = v
                 for N in (1000, 2000, 4000, 6000, 10_000):
-                    if N <= bg.cluster_max_levels(v) and (N == 1000 or v.cluster >= 8):
-                        m = measure(lambda tm, N=N: bg.crr_pipeline_gpu(*PUT, N, greeks=False, plan=pc, timing=tm), 3)
+                    if N <= bp.cluster_max_levels(v) and (N == 1000 or v.cluster >= 8):
+                        m = measure(lambda tm, N=N: bp.crr_pipeline_gpu(*PUT, N, greeks=False, plan=pc, timing=tm), 3)
                         out.append({"N": N, "cluster": f"<{v.G},{v.R}> K={v.K} warps/block<={v.threads // 32} "
                                     f"blocks={v.cluster}", **m})
                         print(f"plan {out[-1]}", file=sys.stderr, flush=True)
@@ -218,7 +219,7 @@ def batch(args) -> dict:
                        "fraction_of_ceiling": frac(tot, m["device_ms"], prec)})
         print(f"shape {shapes[-1]}", file=sys.stderr, flush=True)
     blk = measure(lambda tm: bg.crr_batch_gpu(*a, greeks=False, timing=tm, route="block"), 3)
-    nv = measure(lambda tm: bg.crr_naive_gpu(*a, timing=tm), 1)
+    nv = measure(lambda tm: bp.crr_naive_gpu(*a, timing=tm), 1)
     cpu_t0 = time.perf_counter()
     bc.crr_batch(*a, greeks=False)
     cpu_ms = (time.perf_counter() - cpu_t0) * 1e3
@@ -253,8 +254,8 @@ def accuracy(args) -> list[dict]:
         row = {"N": N, "options": int(ok.sum())}
         row["fp64_batch"] = rel(bg.crr_batch_gpu(*cols, greeks=False)[0])
         row["fp64_block"] = rel(bg.crr_batch_gpu(*cols, greeks=False, route="block")[0])
-        row["fp64_pipeline"] = rel(bg.crr_pipeline_gpu(*cols, greeks=False,
-                                                       plan=bg.PipelinePlan(3000, 1000, 100))[0])
+        row["fp64_pipeline"] = rel(bp.crr_pipeline_gpu(*cols, greeks=False,
+                                                       plan=bp.PipelinePlan(3000, 1000, 100))[0])
         for route in ("auto", "block"):
             g = bg.crr_batch_gpu(*cols, greeks=False, precision="fp32", route=route)[0]
             e = np.abs(g - ref)
@@ -269,15 +270,15 @@ def accuracy(args) -> list[dict]:
 def split(args, plan) -> list[dict]:
     out = []
     for N in (10_000, 100_000):
-        pipe = measure(lambda tm, N=N: bg.crr_pipeline_gpu(*PUT, N, greeks=False, plan=plan, timing=tm), 3)
+        pipe = measure(lambda tm, N=N: bp.crr_pipeline_gpu(*PUT, N, greeks=False, plan=plan, timing=tm), 3)
         ref = bc.crr_batch(*PUT, N, greeks=False)[0, 0]
         for w in (64, 512, 4096):
             tm: dict = {}
-            bg.crr_split_gpu(*PUT, N, cpu_width=w, timing=tm)  # warm-up
+            bp.crr_split_gpu(*PUT, N, cpu_width=w, timing=tm)  # warm-up
             hs = []
             for _ in range(2):
                 tm = {}
-                price = bg.crr_split_gpu(*PUT, N, cpu_width=w, timing=tm)
+                price = bp.crr_split_gpu(*PUT, N, cpu_width=w, timing=tm)
                 hs.append(tm["host_s"] * 1e3)
             share = (w * w / 2) / nodes(N)
             out.append({"N": N, "cpu_width": w, "cpu_share_of_nodes": share, "split_host_ms": min(hs),

@@ -24,6 +24,8 @@ import pytest
 from optiond import engine
 from optiond.kernels import binomial_cpu as bc
 from optiond.kernels import binomial_gpu as bg
+from optiond.kernels import binomial_pipeline_gpu as bp
+from optiond.kernels import binomial_iv_gpu as biv
 from optiond.kernels import dispatch
 from optiond.models import Batch, Method
 
@@ -180,8 +182,8 @@ def fake_gpu(monkeypatch):
         return fn
 
     monkeypatch.setattr(bg, "crr_batch_gpu", failing("batch", RuntimeError("simulated CUDA error: an illegal memory access")))
-    monkeypatch.setattr(bg, "crr_pipeline_gpu", failing("pipeline", bg.GPUError("OutOfMemoryError: simulated")))
-    monkeypatch.setattr(bg, "crr_implied_vol_gpu", failing("iv", bg.GPUError("cudaErrorLaunchFailure: simulated")))
+    monkeypatch.setattr(bp, "crr_pipeline_gpu", failing("pipeline", bg.GPUError("OutOfMemoryError: simulated")))
+    monkeypatch.setattr(biv, "crr_implied_vol_gpu", failing("iv", bg.GPUError("cudaErrorLaunchFailure: simulated")))
     return calls
 
 
@@ -312,16 +314,16 @@ def test_precision_and_route_checks():
 
 
 def test_pipeline_phases_cover_the_tree():
-    plan = bg.PipelinePlan(big_to_mid=8000, mid_to_small=5000, small_to_block=1000, cpu_tail=100, prune=False)
-    ph = bg._pipeline_phases(20_000, "fp64", plan)
+    plan = bp.PipelinePlan(big_to_mid=8000, mid_to_small=5000, small_to_block=1000, cpu_tail=100, prune=False)
+    ph = bp._pipeline_phases(20_000, "fp64", plan)
     assert [(v.kernel, v.cw, t_hi, t_lo) for v, _, t_hi, t_lo in ph] == [
         ("crr_pipe_grid", 1024, 20_000, 8000), ("crr_pipe_grid", 256, 8000, 5000), ("crr_pipe_grid", 128, 5000, 1000),
         ("crr_pipe_block", 128, 1000, 100)]
     assert all(v.K < v.cw for v, _, _, _ in ph)
-    assert bg._pipeline_phases(500, "fp64", plan)[0][2:] == (500, 100)
-    assert bg._pipeline_phases(50, "fp64", plan) == []  # all on the CPU tail
-    assert bg._pipeline_phases(50, "fp32", plan)[-1][3] == 0  # no CPU tail in fp32
-    assert [p[2:] for p in bg._pipeline_phases(3000, "fp64", bg.PipelinePlan())] == [(3000, 0)]
+    assert bp._pipeline_phases(500, "fp64", plan)[0][2:] == (500, 100)
+    assert bp._pipeline_phases(50, "fp64", plan) == []  # all on the CPU tail
+    assert bp._pipeline_phases(50, "fp32", plan)[-1][3] == 0  # no CPU tail in fp32
+    assert [p[2:] for p in bp._pipeline_phases(3000, "fp64", bp.PipelinePlan())] == [(3000, 0)]
 
 
 def test_cpu_tail_continues_the_tree():
@@ -373,7 +375,7 @@ def test_vectorised_implied_vol_equals_cpu():
     price[:3] = [np.nan, -1.0, 0.0]  # invalid, invalid, below the tree's lowest value
     price[3] = 1e6  # above the highest
     price[4] = np.maximum(price[4] - 5.0, 1e-3)
-    vol, st = bg.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, N, evaluator=bg.cpu_evaluator)
+    vol, st = biv.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, N, evaluator=biv.cpu_evaluator)
     ref_vol, ref_st = bc.crr_implied_vol(price, kind, style, S, K, T, r, q, N)
     np.testing.assert_array_equal(st, ref_st)
     np.testing.assert_array_equal(vol, ref_vol)
@@ -440,8 +442,8 @@ def test_vectorised_implied_vol_with_row_brackets_equals_cpu():
     sig = rng.uniform(0.15, 0.6, n)
     price = bc.crr_batch(kind, style, S, K, T, r, q, sig, 150, greeks=False)[0]
     lo, hi = sig - 0.02, sig + 0.03
-    vol, st = bg.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, 150, lo=lo, hi=hi, xtol=1e-10,
-                                     evaluator=bg.cpu_evaluator)
+    vol, st = biv.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, 150, lo=lo, hi=hi, xtol=1e-10,
+                                     evaluator=biv.cpu_evaluator)
     ref_vol, ref_st = bc.crr_implied_vol(price, kind, style, S, K, T, r, q, 150, lo=lo, hi=hi, xtol=1e-10)
     np.testing.assert_array_equal(st, ref_st)
     np.testing.assert_array_equal(vol, ref_vol)
@@ -452,12 +454,12 @@ def test_vectorised_implied_vol_with_row_brackets_equals_cpu():
 
     def counting(*a):
         calls.append(1)
-        return bg.cpu_evaluator(*a)
+        return biv.cpu_evaluator(*a)
 
-    bg.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, 150, lo=lo, hi=hi, xtol=1e-10, evaluator=counting)
+    biv.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, 150, lo=lo, hi=hi, xtol=1e-10, evaluator=counting)
     narrow = len(calls)
     calls.clear()
-    bg.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, 150, xtol=1e-10, evaluator=counting)
+    biv.crr_implied_vol_gpu(price, kind, style, S, K, T, r, q, 150, xtol=1e-10, evaluator=counting)
     assert narrow < len(calls)
 
 

@@ -1,5 +1,5 @@
 """The rules behind the GPU pipeline's pruned windows (binomial.cu, "Pruned windows";
-``binomial_gpu.window_sides``), checked node by node on whole CRR trees built here with NumPy:
+``binomial_pipeline_gpu.window_sides``), checked node by node on whole CRR trees built here with NumPy:
 
 * zero side: a node whose two successors hold exactly 0 and whose exercise value is <= 0 holds 0;
 * exercise side: a node whose two successors are exercised (V = X > 0) and that lies at least
@@ -18,6 +18,7 @@ import pytest
 
 from optiond.kernels import binomial_cpu as bc
 from optiond.kernels import binomial_gpu as bg
+from optiond.kernels import binomial_pipeline_gpu as bp
 
 
 def tree_levels(is_call, american, S, K, T, r, q, sigma, N):
@@ -51,7 +52,7 @@ CASES = list(itertools.product((False, True), (80.0, 100.0, 130.0), ((0.05, 0.0)
 def test_rules_hold_on_every_node(is_call, K, rq, sigma):
     r, q = rq
     S, T, N = 100.0, 1.0, 300
-    kinds, Ls = bg.window_sides(is_call, True, S, K, T, r, q, sigma, N)
+    kinds, Ls = bp.window_sides(is_call, True, S, K, T, r, q, sigma, N)
     low, high = kinds & 3, kinds >> 2
     levels, _ = tree_levels(is_call, True, S, K, T, r, q, sigma, N)
     exercise_checked = 0
@@ -63,17 +64,17 @@ def test_rules_hold_on_every_node(is_call, K, rq, sigma):
         zero_kids = (Vn[:-1] == 0.0) & (Vn[1:] == 0.0) & (X <= 0.0)
         assert np.all(V[zero_kids] == 0.0)
         side = (high if not is_call else low)
-        assert side == bg.SIDE_ZERO
+        assert side == bp.SIDE_ZERO
         # exercise side
         ex = (Vn == Xn) & (Xn > 0.0)
         both = ex[:-1] & ex[1:]
         ex_side = low if not is_call else high
-        if ex_side == bg.SIDE_EXERCISE:
+        if ex_side == bp.SIDE_EXERCISE:
             inside = pos < Ls - 4.0 if not is_call else pos > Ls + 4.0
             sel = both & inside
             exercise_checked += int(sel.sum())
             assert np.all(V[sel] == X[sel]), f"level {t}: exercised successors, parent not exercised"
-    if (low if not is_call else high) == bg.SIDE_EXERCISE:
+    if (low if not is_call else high) == bp.SIDE_EXERCISE:
         assert exercise_checked > 0  # the rule applied somewhere in this tree
     else:
         assert (not is_call and r == 0) or (is_call and q == 0)
@@ -84,8 +85,8 @@ def test_bound_is_needed_where_s_star_is_inside_the_tree(is_call, r, q):
     """At the level before expiry every in-the-money leaf is 'exercised' (V = X), yet a parent
     between the strike and S* is not: the margin bound of window_sides is what excludes it."""
     S, K, T, sigma, N = 100.0, 100.0, 1.0, 0.3, 300
-    kinds, Ls = bg.window_sides(is_call, True, S, K, T, r, q, sigma, N)
-    assert bg.SIDE_EXERCISE in (kinds & 3, kinds >> 2) and abs(Ls) < 1e6  # S* is finite
+    kinds, Ls = bp.window_sides(is_call, True, S, K, T, r, q, sigma, N)
+    assert bp.SIDE_EXERCISE in (kinds & 3, kinds >> 2) and abs(Ls) < 1e6  # S* is finite
     levels, _ = tree_levels(is_call, True, S, K, T, r, q, sigma, N)
     V, X = levels[N - 1]
     Vn, Xn = levels[N]
@@ -100,35 +101,35 @@ def test_window_sides_by_option():
     S, K, T, sigma, N = 100.0, 100.0, 1.0, 0.2, 1000
     a = sigma * math.sqrt(T / N)
     # put, no dividend: exercise side below, S* unbounded
-    kinds, Ls = bg.window_sides(False, True, S, K, T, 0.05, 0.0, sigma, N)
-    assert kinds == bg.SIDE_EXERCISE | bg.SIDE_ZERO << 2 and Ls >= 1e300
+    kinds, Ls = bp.window_sides(False, True, S, K, T, 0.05, 0.0, sigma, N)
+    assert kinds == bp.SIDE_EXERCISE | bp.SIDE_ZERO << 2 and Ls >= 1e300
     # put with q > 0: S* = K (1 - e^{-r dt}) / (1 - e^{-q dt}) ~ K r / q
-    kinds, Ls = bg.window_sides(False, True, S, K, T, 0.02, 0.08, sigma, N)
-    assert kinds == bg.SIDE_EXERCISE | bg.SIDE_ZERO << 2
+    kinds, Ls = bp.window_sides(False, True, S, K, T, 0.02, 0.08, sigma, N)
+    assert kinds == bp.SIDE_EXERCISE | bp.SIDE_ZERO << 2
     assert math.exp(Ls * a) * S == pytest.approx(K * 0.02 / 0.08, rel=1e-3)
     # put with r = 0, European put: zero side only
-    assert bg.window_sides(False, True, S, K, T, 0.0, 0.02, sigma, N)[0] == bg.SIDE_ZERO << 2
-    assert bg.window_sides(False, False, S, K, T, 0.05, 0.0, sigma, N)[0] == bg.SIDE_ZERO << 2
+    assert bp.window_sides(False, True, S, K, T, 0.0, 0.02, sigma, N)[0] == bp.SIDE_ZERO << 2
+    assert bp.window_sides(False, False, S, K, T, 0.05, 0.0, sigma, N)[0] == bp.SIDE_ZERO << 2
     # call: zero side below; exercise side above only with a dividend yield
-    assert bg.window_sides(True, True, S, K, T, 0.05, 0.0, sigma, N)[0] == bg.SIDE_ZERO
-    kinds, Ls = bg.window_sides(True, True, S, K, T, 0.05, 0.03, sigma, N)
-    assert kinds == bg.SIDE_ZERO | bg.SIDE_EXERCISE << 2
+    assert bp.window_sides(True, True, S, K, T, 0.05, 0.0, sigma, N)[0] == bp.SIDE_ZERO
+    kinds, Ls = bp.window_sides(True, True, S, K, T, 0.05, 0.03, sigma, N)
+    assert kinds == bp.SIDE_ZERO | bp.SIDE_EXERCISE << 2
     assert math.exp(Ls * a) * S == pytest.approx(K * 0.05 / 0.03, rel=1e-3)
-    assert bg.window_sides(True, True, S, K, T, 0.0, 0.03, sigma, N)[1] <= -1e300
+    assert bp.window_sides(True, True, S, K, T, 0.0, 0.03, sigma, N)[1] <= -1e300
     # a margin below rounding: no exercise side
-    assert bg.window_sides(False, True, S, K, T, 1e-12, 0.0, sigma, N)[0] == bg.SIDE_ZERO << 2
+    assert bp.window_sides(False, True, S, K, T, 1e-12, 0.0, sigma, N)[0] == bp.SIDE_ZERO << 2
 
 
 def test_pipeline_plan_routes_large_fp64_trees_to_the_pruned_kernel():
-    plan = bg.PipelinePlan(cluster_levels=0)
-    (v, coop, t_hi, t_lo), = bg._pipeline_phases(100_000, "fp64", plan)
+    plan = bp.PipelinePlan(cluster_levels=0)
+    (v, coop, t_hi, t_lo), = bp._pipeline_phases(100_000, "fp64", plan)
     assert v.prune and coop and (t_hi, t_lo) == (100_000, 0)
     assert v.name == "crr_pipe_grid<double, 4, 1, false, true>" and v.name in bg._coop_names()
-    (v, _, _, t_lo), = bg._pipeline_phases(100_000, "fp64", bg.PipelinePlan(cpu_tail=40))
+    (v, _, _, t_lo), = bp._pipeline_phases(100_000, "fp64", bp.PipelinePlan(cpu_tail=40))
     assert v.prune and t_lo == 40
-    assert not any(p[0].prune for p in bg._pipeline_phases(100_000, "fp32", plan))
-    assert not any(p[0].prune for p in bg._pipeline_phases(plan.prune_steps - 1, "fp64", plan))
-    assert not any(p[0].prune for p in bg._pipeline_phases(100_000, "fp64", bg.PipelinePlan(prune=False)))
+    assert not any(p[0].prune for p in bp._pipeline_phases(100_000, "fp32", plan))
+    assert not any(p[0].prune for p in bp._pipeline_phases(plan.prune_steps - 1, "fp64", plan))
+    assert not any(p[0].prune for p in bp._pipeline_phases(100_000, "fp64", bp.PipelinePlan(prune=False)))
     # the expected window: ~24 sqrt(levels) nodes, never more than the level
-    assert bg.pruned_width(10**6, 10**6, 0) == pytest.approx(24_000, rel=0.02)
-    assert bg.pruned_width(100, 100, 0) <= 101
+    assert bp.pruned_width(10**6, 10**6, 0) == pytest.approx(24_000, rel=0.02)
+    assert bp.pruned_width(100, 100, 0) <= 101

@@ -70,14 +70,14 @@ def _price_binomial(batch: Batch, method: Method, steps: np.ndarray, res: Result
         # back to the CPU below, and the result and the log say so
         import logging
 
-        from .kernels import binomial_gpu, dispatch
+        from .kernels import binomial_gpu, binomial_pipeline_gpu, dispatch
 
         path = dispatch.choose(len(sub), steps[good], greeks=method.greeks, gpu=True, force_gpu=True)
         precision = method.precision
         if precision == "fp32" and int(steps[good].max()) > binomial_gpu.FP32_MAX_STEPS:
             precision = "fp64"
             res.diagnostics["precision_note"] = f"fp32 is for N <= {binomial_gpu.FP32_MAX_STEPS}; priced in fp64"
-        fn = binomial_gpu.crr_pipeline_gpu if path == "gpu-pipeline" else binomial_gpu.crr_batch_gpu
+        fn = binomial_pipeline_gpu.crr_pipeline_gpu if path == "gpu-pipeline" else binomial_gpu.crr_batch_gpu
         try:
             out = fn(sub.kind, sub.style, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield,
                      sub.volatility, steps[good], greeks=method.greeks, precision=precision)
@@ -456,15 +456,15 @@ def _tree_implied_vol(prices: np.ndarray, batch: Batch, method: Method, lo, hi) 
     n = len(batch)
     steps = method.steps_for(n)
     code = None
-    if select_device(batch, method) != "cpu":  # the whole chain together: one batch launch per Brent step
+    if select_device(batch, method) != "cpu":  # the whole chain together (binomial_iv_gpu)
         import logging
 
-        from .kernels import binomial_gpu
+        from .kernels import binomial_gpu, binomial_iv_gpu
         try:
             precision = method.precision if int(steps.max(initial=0)) <= binomial_gpu.FP32_MAX_STEPS else "fp64"
-            vol, code = binomial_gpu.crr_implied_vol_gpu(prices, batch.kind, batch.style, batch.spot, batch.strike,
-                                                         batch.expiry, batch.rate, batch.dividend_yield, steps,
-                                                         lo=lo, hi=hi, xtol=method.iv_tolerance, precision=precision)
+            vol, code = binomial_iv_gpu.crr_implied_vol_gpu(prices, batch.kind, batch.style, batch.spot, batch.strike,
+                                                            batch.expiry, batch.rate, batch.dividend_yield, steps,
+                                                            lo=lo, hi=hi, xtol=method.iv_tolerance, precision=precision)
         except Exception as e:  # noqa: BLE001 (any GPU failure: solve on the CPU)
             logging.getLogger(__name__).warning("GPU implied volatility failed (%s: %s); solved on the CPU instead",
                                                 type(e).__name__, e)

@@ -43,7 +43,7 @@ DEFAULTS: dict[str, Any] = {
     # 0.059 ms in a thread-block cluster against 0.129 ms on the batch kernel; N = 1e4 0.56 / 3.3)
     "pipeline_min_steps": 1_000,
     "pipeline_max_options": 4,
-    # phase boundaries of the pipeline (binomial_gpu.PipelinePlan)
+    # phase boundaries of the pipeline (binomial_pipeline_gpu.PipelinePlan)
     # (big_to_mid measured on an H200 with the row-skipping kernels: N = 1e6 318 ms at 200,000, 326 ms at 300,000,
     # 341 ms at 600,000)
     # (mid_to_small: N = 1e5 8.67 ms at 15,000 against 8.84 ms at 30,000)
@@ -171,8 +171,8 @@ def current() -> dict:
 
 
 def pipeline_plan(cal: dict | None = None):
-    """The :class:`~optiond.kernels.binomial_gpu.PipelinePlan` of the calibration."""
-    from .binomial_gpu import PipelinePlan
+    """The :class:`~optiond.kernels.binomial_pipeline_gpu.PipelinePlan` of the calibration."""
+    from .binomial_pipeline_gpu import PipelinePlan
 
     cal = cal or current()
     plan = {k: int(v) for k, v in cal["plan"].items()}
@@ -267,6 +267,7 @@ def calibrate(quick: bool = False, save: bool = True, path: Path | str | None = 
     """
     from . import binomial_cpu as bc
     from . import binomial_gpu as bg
+    from . import binomial_pipeline_gpu as bp
 
     say = progress or (lambda s: log.info("%s", s))
     if not bg.available():
@@ -299,7 +300,7 @@ def calibrate(quick: bool = False, save: bool = True, path: Path | str | None = 
     # 2. pipeline phase boundaries (device time of one American put), one boundary at a time
     def pipe_time(N, plan, repeats=1):
         tm: dict = {}
-        t = _best(lambda: bg.crr_pipeline_gpu(*puts(1, N), greeks=False, plan=plan, timing=tm), repeats)
+        t = _best(lambda: bp.crr_pipeline_gpu(*puts(1, N), greeks=False, plan=plan, timing=tm), repeats)
         return tm.get("device_s", t)
 
     best = dict(DEFAULTS["plan"])
@@ -309,7 +310,7 @@ def calibrate(quick: bool = False, save: bool = True, path: Path | str | None = 
     for key, N, values in sweeps:
         trials = []
         for v in values:
-            plan = bg.PipelinePlan(**dict(best, cpu_tail=0, prune=False, **{key: v}))  # the dense phases
+            plan = bp.PipelinePlan(**dict(best, cpu_tail=0, prune=False, **{key: v}))  # the dense phases
             d = pipe_time(N, plan, 1 if N < 500_000 else 0)
             trials.append((d, v))
             meas["plan"].append({"N": N, key: v, "device_s": d})
@@ -319,8 +320,8 @@ def calibrate(quick: bool = False, save: bool = True, path: Path | str | None = 
     # 2b. pruned windows: the smallest N from which the pruned kernel beats the dense phases
     prune_min = None
     for N in (5_000, 10_000, 20_000, 30_000, 50_000, 100_000):
-        dd = pipe_time(N, bg.PipelinePlan(**dict(best, cpu_tail=0, prune=False)), 1)
-        dp = pipe_time(N, bg.PipelinePlan(**dict(best, cpu_tail=0, prune_steps=0)), 1)
+        dd = pipe_time(N, bp.PipelinePlan(**dict(best, cpu_tail=0, prune=False)), 1)
+        dp = pipe_time(N, bp.PipelinePlan(**dict(best, cpu_tail=0, prune_steps=0)), 1)
         meas["plan"].append({"N": N, "dense_device_s": dd, "pruned_device_s": dp})
         say(f"pipeline N={N}: dense {dd * 1e3:.3f} ms, pruned {dp * 1e3:.3f} ms")
         if dp < dd and prune_min is None:
@@ -332,18 +333,18 @@ def calibrate(quick: bool = False, save: bool = True, path: Path | str | None = 
     # 3. CPU tail (host to host, N = 1e4)
     tails = []
     for tail in (0, 100, 300, 1000):
-        plan = bg.PipelinePlan(**dict(best, cpu_tail=tail))
-        t = _best(lambda plan=plan: bg.crr_pipeline_gpu(*puts(1, 10_000), greeks=False, plan=plan), reps)
+        plan = bp.PipelinePlan(**dict(best, cpu_tail=tail))
+        t = _best(lambda plan=plan: bp.crr_pipeline_gpu(*puts(1, 10_000), greeks=False, plan=plan), reps)
         tails.append((t, tail))
         meas["cpu_tail"].append([tail, t])
         say(f"pipeline N=1e4 cpu_tail={tail}: {t * 1e3:.3f} ms host to host")
     best["cpu_tail"] = min(tails)[1]
 
     # 4. one option: pipeline vs batch kernel (host to host)
-    plan = bg.PipelinePlan(**best)
+    plan = bp.PipelinePlan(**best)
     pipe_min = None
     for N in ((1000, 5000, 20_000) if quick else (500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)):
-        tp = _best(lambda N=N: bg.crr_pipeline_gpu(*puts(1, N), greeks=False, plan=plan), reps)
+        tp = _best(lambda N=N: bp.crr_pipeline_gpu(*puts(1, N), greeks=False, plan=plan), reps)
         tb = _best(lambda N=N: bg.crr_batch_gpu(*puts(1, N), greeks=False), reps)
         meas["single"].append([N, tp, tb])
         say(f"one option N={N}: pipeline {tp * 1e3:.3f} ms, batch kernel {tb * 1e3:.3f} ms")
