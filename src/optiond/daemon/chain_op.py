@@ -67,9 +67,11 @@ def encode_request(df: pd.DataFrame, market: Mapping[str, Any], buffers: list) -
     content_chain = {}
     for c in cols:
         s = df[c]
-        values = s.to_numpy(dtype=np.float64) if pd.api.types.is_numeric_dtype(s) else \
-            np.array([None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in s.tolist()],
-                     dtype=object)
+        if pd.api.types.is_numeric_dtype(s):
+            values = s.to_numpy(dtype=np.float64)
+        else:  # text cells as strings, blanks as None (msgpack nil)
+            values = s.astype(str).to_numpy(dtype=object)
+            values[s.isna().to_numpy()] = None
         content_chain[c] = encode_column(values, buffers)
     m = {k: v for k, v in market.items() if v is not None}
     curve = m.pop("curve", None)
@@ -101,13 +103,10 @@ def _market(spec: Any) -> dict:
     for name in ("carry", "spot_mode", "quote_time", "settlement"):
         if kw[name] is not None and not isinstance(kw[name], str):
             raise InvalidInputError(name, None, kw[name], "must be a string")
-    try:
-        chain.check_market_args(carry=kw["carry"], quote_time=kw["quote_time"], settlement=kw["settlement"],
-                                spot_mode=kw["spot_mode"])
-    except ValueError as e:
-        field = next((f for f in ("carry", "spot_mode", "quote_time", "settlement") if f.split("_")[0] in str(e)),
-                     "market")
-        raise InvalidInputError(field, None, kw.get(field), str(e)) from None
+        try:  # one field at a time, so the error names it
+            chain.check_market_args(**{name: kw[name]} if kw[name] is not None else {})
+        except ValueError as e:
+            raise InvalidInputError(name, None, kw[name], str(e)) from None
     points = kw["curve"]
     if points is not None:
         if not isinstance(points, list) or not all(isinstance(p, list) and len(p) == 2 for p in points):
@@ -115,12 +114,8 @@ def _market(spec: Any) -> dict:
         try:
             kw["curve"] = ZeroCurve.from_points([p[0] for p in points], [p[1] for p in points], source="curve")
         except CurveError as e:
-            raise InvalidInputError("curve", None, _brief(points), str(e)) from None
+            raise InvalidInputError("curve", None, f"{len(points)} point(s)", str(e)) from None
     return kw
-
-
-def _brief(points: list) -> str:
-    return f"{len(points)} point(s)"
 
 
 def decode_request(content: Any, buffers: list, max_rows: int) -> tuple[pd.DataFrame, dict]:
