@@ -158,3 +158,16 @@ def test_chain_cli_through_the_daemon(daemon, small_chain, tmp_path):
     want, _ = chain.price_chain(small_chain, steps=200, quote_time="10:50")
     got = pd.read_csv(dst)
     np.testing.assert_allclose(got.iv, want.iv, rtol=1e-12)
+
+
+def test_chain_request_names_the_bad_market_field():
+    """Each market field of a chain request is checked on its own, so the error names it."""
+    from optiond.daemon import chain_op
+    from optiond.models import InvalidInputError
+
+    for field, value in (("spot_mode", "carry"), ("settlement", "quote"), ("quote_time", "carry on"),
+                         ("carry", "guess"), ("steps", 0), ("rate", float("nan"))):
+        with pytest.raises(InvalidInputError) as e:
+            chain_op.decode_request({"chain": {c: [] for c in chain.CHAIN_COLUMNS}, "market": {field: value}}, [],
+                                    max_rows=10)
+        assert e.value.field == field

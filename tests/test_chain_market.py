@@ -4,6 +4,8 @@ Cboe's own implied volatilities, and quotes under the model's bound are rare."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -45,6 +47,8 @@ def test_calls_and_puts_agree(priced, name):
     f = summary.forwards
     assert f.forward.notna().all() and f.carry.notna().all() and (f.method != "").all()
     assert len(f) == out.expiry.nunique()
+    solved = f[f.method.str.startswith("carry solve") & (f["T"] * 365 >= 7)]
+    assert (solved.call_minus_put_iv_pts.abs() <= 1.0).all(), solved.to_string()
 
 
 @pytest.mark.parametrize("name", list(SNAPSHOTS))
@@ -77,3 +81,27 @@ def test_every_row_carries_its_market_inputs(priced):
     by_expiry = summary.forwards.set_index("expiry")
     np.testing.assert_allclose(live.dividend_yield, by_expiry.loc[live.expiry, "carry"].to_numpy(), rtol=0, atol=0)
     assert not (live.iv_bid > live.iv + 1e-8).any() and not (live.iv > live.iv_ask + 1e-8).any()
+
+
+def test_spx_forwards_agree_with_cboes_rule(priced):
+    """Each liquid SPX expiry's fitted forward against Cboe's rule (VIX white paper, step 1:
+    F = K* + e^{RT} (C - P) at the strike where the call and put mids differ least) at the
+    fit's own rate: the two agree within the quotes' spread at K*, the rule's own noise."""
+    from optiond.market.forwards import cboe_forward
+
+    out, summary = priced["spx_chain_2025-10-01.csv"]
+    q = out[(out.bid > 0) & (out.ask > 0)]
+    checked = 0
+    for row in summary.forwards.itertuples(index=False):
+        if row.T * 365 < 7 or row.pairs < 10:
+            continue
+        e = q[q.expiry == row.expiry]
+        c = e[e.type == "call"].set_index("strike")
+        p = e[e.type == "put"].set_index("strike")
+        k = c.index.intersection(p.index)
+        cm, pm = (c.bid + c.ask)[k] / 2, (p.bid + p.ask)[k] / 2
+        f_cboe, k_star = cboe_forward(k.to_numpy(), cm.to_numpy(), pm.to_numpy(), row.T, row.rate)
+        spread = float((c.ask - c.bid)[k_star] + (p.ask - p.bid)[k_star]) / 2
+        assert abs(row.forward - f_cboe) <= math.exp(row.rate * row.T) * spread + 1e-9, (row.expiry, row.forward, f_cboe)
+        checked += 1
+    assert checked >= 5

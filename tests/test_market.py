@@ -206,6 +206,10 @@ def test_weighted_median():
     # continuous when two values swap order
     assert weighted_median(np.array([1.0, 1.0 + 1e-12, 3.0]), np.array([1.0, 3.0, 1.0])) == pytest.approx(
         weighted_median(np.array([1.0 + 1e-12, 1.0, 3.0]), np.array([1.0, 3.0, 1.0])), abs=1e-11)
+    # and as a weight passes another's: 0 and 10 with (nearly) equal weights give 5 either way (a
+    # step median jumps from one value to the other, which a root find on it cannot cross)
+    for w in ([1.0, 1.0 + 1e-9], [1.0 + 1e-9, 1.0]):
+        assert weighted_median(np.array([0.0, 10.0]), np.array(w)) == pytest.approx(5.0, abs=1e-6)
     assert math.isnan(weighted_median(np.array([np.nan]), np.ones(1)))
 
 
@@ -272,6 +276,8 @@ def test_american_chain_gives_back_the_carry():
     row = mn.table.set_index("expiry").loc[exps[1]]
     assert row["method"] == "interpolated" and row["spot"] == pytest.approx(250.0, rel=1e-6)
     assert row["carry"] == pytest.approx(np.interp(T[1], T[[0, 2]], q[[0, 2]]), abs=1e-5)
+    # its note keeps both: the chain's spot, and why its own carry is interpolated
+    assert row["note"].startswith("spot 250.0000 implied") and "too few pairs: carry interpolated" in row["note"]
     out, summary = chain.price_chain(df, market=m, steps=steps)
     assert (out.status == "ok").all()
     np.testing.assert_allclose(out.dividend_yield, np.repeat(q, 50), atol=1e-6)
@@ -319,6 +325,39 @@ def test_bad_market_rows_and_expiries_still_price():
     assert (out1.status == "ok").all() and s1.forwards["method"].iloc[0] == "flat (no pair solved)"
     with pytest.raises(ValueError, match="carry"):
         chain.price_chain(df, carry="guess")
+    # distinct neighbours: the interpolated carry is linear in T between them
+    qs = [0.010, 0.012, 0.016]
+    full = _synthetic_chain(6000.0, qd, list(zip(exps, T)), [0.04] * 3, qs, "european", 0)
+    mid = full[full.expiry == exps[1]]
+    thin = pd.concat([full[full.expiry != exps[1]], mid[mid.strike == mid.strike.median()]], ignore_index=True)
+    row = chain.solve_market(thin).table.set_index("expiry").loc[exps[1]]
+    assert row["method"] == "interpolated"
+    assert row["carry"] == pytest.approx(np.interp(T[1], T[[0, 2]], np.array(qs)[[0, 2]]), abs=1e-9)
+
+
+def test_bad_prints_and_expiry_spellings_still_price():
+    """A blank, zero or negative underlying print marks nothing but itself (the expiry's spot
+    is the median of its good prints), and one expiry written two ways is one expiry."""
+    qd = "2026-03-02"
+    exps = ["2026-04-17", "2026-09-18"]
+    T = np.array([clock.years_between(clock.quote_instant(qd, None), clock.settlement_instant(x, "pm")) for x in exps])
+    df = _synthetic_chain(6000.0, qd, list(zip(exps, T)), [0.04] * 2, [0.012] * 2, "european", 0)
+    ref = chain.solve_market(df).table
+    bad = df.copy()
+    bad.loc[[0, 3], "underlying_price"] = [-5.0, 0.0]
+    bad.loc[5, "underlying_price"] = np.nan
+    bad.loc[bad.expiry == exps[0], "expiry"] = ["2026-4-17", "2026-04-17"] * int((bad.expiry == exps[0]).sum() // 2)
+    out, s = chain.price_chain(bad)
+    assert len(s.forwards) == 2 and list(s.forwards.expiry) == exps
+    np.testing.assert_allclose(s.forwards.forward, ref.forward, rtol=1e-12)
+    assert (out.status == "ok").all() and (out.spot == 6000.0).all()
+    # every print of an American expiry bad: its rows are priced on the spot the others imply or
+    # marked, never a traceback
+    am = _synthetic_chain(100.0, qd, list(zip(exps, T)), [0.04] * 2, [0.01] * 2, "american", 100)
+    am.loc[am.expiry == exps[1], "underlying_price"] = 0.0
+    out_am, s_am = chain.price_chain(am, steps=100, dividend_yield=0.01)
+    assert "no underlying price" in s_am.forwards.set_index("expiry").loc[exps[1], "note"]
+    assert (out_am.loc[out_am.expiry == exps[0], "status"] == "ok").all()
 
 
 # ----------------------------------------------------------------------------- the command line

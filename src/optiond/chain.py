@@ -47,13 +47,14 @@ import pandas as pd
 from .columns import read_csv_table
 from .market import clock
 from .market.curve import ZeroCurve
-from .market.forwards import (CARRY_PAIRS, IMPLIED_RATE_BAND, ExpiryPairs, call_put_residual, interpolate_in_time,
-                              parity_fit, solve_carry)
+from .market.forwards import (CARRY_PAIRS, IMPLIED_RATE_BAND, MIN_PAIRS_CARRY, ExpiryPairs, call_put_residual,
+                              interpolate_in_time, parity_fit, solve_carry)
 from .models import GREEK_FIELDS, Method, Result, object_full
 
 #: default flat rate: about the US Treasury bill yield around the bundled snapshot dates
 DEFAULT_RATE = 0.04
-#: default dividend yield, used by ``carry="flat"`` only (and where a chain has no pair at all)
+#: default dividend yield: the carry of ``carry="flat"``, of a chain with no pair at all, and,
+#: with ``spot_mode="implied"``, the carry assumed over the front expiry's few days
 DEFAULT_DIVIDEND_YIELD = 0.0
 #: default CRR steps for American contracts
 DEFAULT_STEPS = 500
@@ -127,15 +128,18 @@ class ChainSummary:
         out.append(f"elapsed: {self.elapsed_s:.3f} s   {self.contracts_per_s:,.0f} contracts/s   device: {self.device} ({self.via})")
         if self.forwards is not None and len(self.forwards):
             notes = self.forwards["note"].astype(str)
-            common = notes.iat[0] if (notes == notes.iat[0]).all() else ""
+            # a note every expiry starts with (the implied spot's) goes in the heading once
+            first = notes.str.split("; ").str[0]
+            common = first.iat[0] if (first == first.iat[0]).all() else ""
+            notes = notes.str[len(common):].str.removeprefix("; ") if common else notes
             out.append("forwards and carry per expiry (rates and carry in %, call-put IV in vol points)"
                        + (f"; {common}:" if common else ":"))
             out.append(f"  {'expiry':<10} {'set':<3} {'T (y)':>8} {'spot':>10} {'rate':>6} {'D':>8} {'forward':>11} {'carry':>7} "
                        f"{'pairs':>5} {'c-p iv':>6}  method")
-            for r in self.forwards.itertuples(index=False):
+            for r, own in zip(self.forwards.itertuples(index=False), notes):
                 out.append(f"  {r.expiry:<10} {r.settlement:<3} {r.T:>8.5f} {r.spot:>10.4f} {100 * r.rate:>6.3f} {r.discount_factor:>8.6f} "
                            f"{r.forward:>11.4f} {100 * r.carry:>7.3f} {r.pairs:>5d} {r.call_minus_put_iv_pts:>6.2f}  "
-                           f"{r.method}{'  (' + r.note + ')' if r.note and r.note != common else ''}")
+                           f"{r.method}{'  (' + own + ')' if own else ''}")
         return out
 
 
@@ -191,6 +195,19 @@ class ChainMarket:
         """The market of a subset of rows (the per-expiry table is kept whole)."""
         return ChainMarket(self.T[rows], self.spot[rows], self.rate[rows], self.dividend_yield[rows], self.forward[rows],
                            self.group[rows], [self.clock_error[i] for i in rows], self.table)
+
+
+def _per_distinct(values: list, fn: Callable[[Any], str], rows: np.ndarray) -> np.ndarray:
+    """``fn`` of each value where ``rows`` (an object array, "" elsewhere), computed once per
+    distinct value (a chain repeats a few dozen expiries thousands of times)."""
+    done: dict[Any, str] = {}
+    out = np.full(len(values), "", dtype=object)
+    for i in np.flatnonzero(rows).tolist():
+        v = values[i]
+        if v not in done:
+            done[v] = fn(v)
+        out[i] = done[v]
+    return out
 
 
 def _two_sided(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -303,21 +320,21 @@ def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float 
     qt = df["quote_time"].where(df["quote_time"].notna(), quote_time).tolist() if "quote_time" in df else quote_time
     st = df["settlement"].where(df["settlement"].notna(), settlement).tolist() if "settlement" in df else settlement
     T, _, clock_error = clock.expiry_years(df["quote_date"].tolist(), df["expiry"].tolist(), qt, st)
-    settle = np.array([clock.settlement_style(s) if not e else "" for s, e in
-                       zip(st if isinstance(st, list) else [st] * n, clock_error)], dtype=object)
+    live = np.isfinite(T) & (T > 0)  # the time cells parsed (so do the expiry and settlement)
+    settle = _per_distinct(st if isinstance(st, list) else [st] * n, clock.settlement_style, live)
+    expiry = _per_distinct(df["expiry"].tolist(), lambda x: pd.Timestamp(x).date().isoformat(), live)
     kind, style = labels(df["type"]), labels(df["style"])
     spot = pd.to_numeric(df["underlying_price"], errors="coerce").to_numpy(dtype=np.float64)
     strike = pd.to_numeric(df["strike"], errors="coerce").to_numpy(dtype=np.float64)
     bid, ask, two = _two_sided(df)
-    expiry = df["expiry"].astype(str).to_numpy(dtype=object)
-    live = np.isfinite(T) & (T > 0)
     keys = sorted({(expiry[i], settle[i]) for i in np.flatnonzero(live)}, key=lambda k: (k[0], k[1] == "pm"))
     gid = {k: g for g, k in enumerate(keys)}
     group = np.array([gid.get((expiry[i], settle[i]), -1) if live[i] else -1 for i in range(n)], dtype=np.int64)
     E = len(keys)
     members = [np.flatnonzero(group == g) for g in range(E)]
     Tg = np.array([float(np.median(T[m])) for m in members])
-    Sg = np.array([float(np.nanmedian(spot[m])) for m in members])
+    printed = np.isfinite(spot) & (spot > 0)  # a blank, zero or negative print is no spot
+    Sg = np.array([float(np.median(spot[m[printed[m]]])) if printed[m].any() else np.nan for m in members])
     european = np.array([bool(np.all(style[m] == "european")) for m in members], dtype=bool)
     flat = curve or ZeroCurve.flat(rate)
     rg = flat.zero_rate(Tg) if E else np.empty(0)
@@ -326,12 +343,17 @@ def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float 
     method = np.array(["flat"] * E, dtype=object)
     pairs_used = np.zeros(E, dtype=np.int64)
     note = np.array([""] * E, dtype=object)
+    few = np.zeros(E, dtype=bool)  # too few pairs to solve (else: solved, or the solve failed)
+    spot_note = ""
     if carry == "parity" and E:
         pairs = [_pairs(m[two[m] & np.isfinite(strike[m])], kind, strike, bid, ask) for m in members]
         american: list[int] = []
         q0 = np.full(E, np.nan)
         for g in range(E):
             p = pairs[g]
+            if not np.isfinite(Sg[g]):
+                note[g] = "no underlying price (blank, zero or negative in every row)"
+                continue
             fixed_d = math.exp(-rg[g] * Tg[g])
             try:
                 if european[g] and curve is None:
@@ -348,7 +370,10 @@ def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float 
                     fit = parity_fit(p, Tg[g], fixed_d)
                     method[g] = "parity fit (F; D from curve)" if curve is not None else "parity fit (F; D from rate)"
             except ValueError as e:
-                note[g] = str(e)
+                note[g], few[g] = str(e), True
+                continue
+            if not (np.isfinite(fit.forward) and fit.forward > 0):
+                note[g] = f"the parity fit gave no positive forward ({fit.forward:.6g})"
                 continue
             q_parity = rg[g] - math.log(fit.forward / Sg[g]) / Tg[g]
             pairs_used[g] = fit.pairs
@@ -365,7 +390,6 @@ def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float 
                                                   steps)
                 # every American expiry prices on it, those without a parity fit too (their carry is
                 # interpolated from expiries solved at this spot)
-                note[~european] = spot_note
                 Sg[~european] = S_used
                 q0[american] = q0[american] + np.log(S_used / S_print) / Tg[american]
             res = solve_carry([pairs[g] for g in american], S_used, Tg[american], rg[american], q0[american],
@@ -376,6 +400,7 @@ def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float 
                     qg[g], solved[g], method[g] = r.q, True, "carry solve (call/put IVs agree)"
                 else:
                     note[g] = "; ".join(x for x in (note[g], r.note) if x)
+                    few[g] = r.pairs < MIN_PAIRS_CARRY
         for eu in (True, False):  # interpolate within the same exercise style
             sel = european == eu
             todo = sel & ~solved
@@ -387,10 +412,12 @@ def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float 
                 if eu and curve is None:
                     rg[idx] = interpolate_in_time(Tg[idx], rg[idx], solved[idx])
                 method[todo] = "interpolated"
-                note[todo] = [f"too few pairs: carry interpolated ({n_})" if n_ else "too few pairs: carry interpolated"
-                              for n_ in note[todo]]
+                note[todo] = [("too few pairs" if f_ else "not solved") + ": carry interpolated" + (f" ({n_})" if n_ else "")
+                              for f_, n_ in zip(few[todo], note[todo])]
             else:
                 method[todo] = "flat (no pair solved)"
+        if spot_note:  # the spot of every American expiry, before its own notes
+            note[~european] = ["; ".join(x for x in (spot_note, n_) if x) for n_ in note[~european]]
     Dg = np.exp(-rg * Tg)
     Fg = Sg * np.exp((rg - qg) * Tg)
     table = pd.DataFrame({"expiry": [k[0] for k in keys], "settlement": [k[1] for k in keys], "T": Tg, "spot": Sg,
@@ -521,8 +548,8 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
                 dividend_yield: float = DEFAULT_DIVIDEND_YIELD, steps: int = DEFAULT_STEPS,
                 curve: ZeroCurve | None = None, carry: str = "parity", quote_time: str | None = None,
                 settlement: str | None = None, spot_mode: str = "implied", market: ChainMarket | None = None,
-                chunk: int = 8192,
-                progress: Callable[[int], None] | None = None) -> tuple[pd.DataFrame, ChainSummary]:
+                chunk: int = 8192, progress: Callable[[int], None] | None = None,
+                finish: bool = True) -> tuple[pd.DataFrame, ChainSummary]:
     """Market inputs per expiry, implied volatilities at bid/mid/ask, smile IVs, model prices
     and Greeks for every contract of a chain.
 
@@ -537,6 +564,8 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
         chunk: contracts per pricing request (bounds request size and drives progress; a GPU
             solves a chunk's implied volatilities in one Brent loop, so larger is faster there).
         progress: called with the number of contracts finished after each chunk.
+        finish: compute ``iv_otm`` and the table's call-put residuals (:func:`finish_chain`);
+            False for a part of a chain, whose caller finishes the whole (``iv_otm`` NaN here).
 
     Returns:
         ``(out, summary)``: ``out`` is ``df`` with ``expiry_years, spot, rate, dividend_yield,
@@ -633,7 +662,8 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
     out["status"] = status
     out["error"] = error
     out["device"] = np.where(ok, device, "")
-    finish_chain(out, market)
+    if finish:
+        finish_chain(out, market)
     counts = pd.Series(status).value_counts().to_dict()
     summary = ChainSummary(n, {str(k): int(v) for k, v in counts.items()}, time.perf_counter() - t0, device, via,
                            extra={"market_s": market_s}, forwards=market.table)

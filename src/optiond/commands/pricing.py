@@ -236,8 +236,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="American chains with --carry parity: implied (default) prices on the spot the front "
                         "expiry's options imply, print on the file's underlying_price")
     c.add_argument("--dividend-yield", type=float, default=chain_job.DEFAULT_DIVIDEND_YIELD,
-                   help=f"continuous dividend yield, annual decimal, for --carry flat "
-                        f"(default {chain_job.DEFAULT_DIVIDEND_YIELD})")
+                   help=f"continuous dividend yield, annual decimal: the carry of --carry flat, and with --spot "
+                        f"implied the carry over the front expiry's few days (default {chain_job.DEFAULT_DIVIDEND_YIELD})")
     c.add_argument("--quote-time", metavar="TIME",
                    help="quote time of rows without a quote_time cell: HH:MM in New York time on the quote date, or "
                         "an ISO 8601 timestamp (default: the 16:00 close)")

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from .. import chain
+from ..market.curve import DAYS_PER_YEAR
 from ..models import GREEK_FIELDS, MAX_STEPS, InvalidInputError, Method
 from . import limits as limits_mod
 from .protocol import (ProtocolError, decode_column, decode_sparse_strings, encode_array, encode_column,
@@ -76,7 +77,7 @@ def encode_request(df: pd.DataFrame, market: Mapping[str, Any], buffers: list) -
     m = {k: v for k, v in market.items() if v is not None}
     curve = m.pop("curve", None)
     if curve is not None:
-        m["curve"] = [[float(y * 365.0), float(r)] for y, r in zip(curve.years, curve.rates)]
+        m["curve"] = [[float(y * DAYS_PER_YEAR), float(r)] for y, r in zip(curve.years, curve.rates)]
     return {"chain": content_chain, "market": m}
 
 

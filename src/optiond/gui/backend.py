@@ -531,7 +531,7 @@ def _price_chain_part(part: pd.DataFrame, pricer: PanelPricer, s: BatchSettings,
                       market: chain_job.ChainMarket) -> pd.DataFrame:
     """Price one part of a chain on the market solved for the whole chain (``market`` holds
     the part's rows, :meth:`optiond.chain.ChainMarket.take`)."""
-    out, _ = chain_job.price_chain(part, pricer, steps=s.steps, market=market, chunk=max(1, len(part)))
+    out, _ = chain_job.price_chain(part, pricer, steps=s.steps, market=market, chunk=max(1, len(part)), finish=False)
     out["model_minus_mid"] = out["model_price"] - out["mid"]
     return out
 

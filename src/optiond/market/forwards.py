@@ -18,8 +18,8 @@ not observable elsewhere.
   strike pairs agree: the vega-weighted median of ``iv_call - iv_put`` is zero. It is a 1-D
   root find per expiry (Brent, started from the parity estimate and bracketed by Newton steps
   of slope ``sqrt(T) / phi(d1)``), run for all expiries together: each iteration is ONE batched
-  implied-volatility solve over every pending pair of the chain (a GPU batch launch per inner
-  Brent step when a GPU prices the chain). The carry also absorbs a stale underlying print.
+  implied-volatility solve over every pending pair of the chain (on a GPU, one launch:
+  :mod:`optiond.kernels.binomial_iv_gpu`). The carry also absorbs a stale underlying print.
 
 The forward of an expiry is ``F = S exp((r - q) T)`` with the carry ``q`` in both cases, so a
 row priced with ``(spot, rate, dividend_yield) = (S, r, q)`` is priced on that forward.
@@ -28,12 +28,12 @@ row priced with ``(spot, rate, dividend_yield) = (S, r, q)`` is priced on that f
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 import numpy as np
 
-from ..kernels.brent import B, FB, brent_init, brent_step
+from ..kernels.brent import A, B, C, FB, brent_init, brent_step
 
 #: strikes used per expiry by the parity fit (nearest the first forward estimate)
 PARITY_STRIKES = 20
@@ -67,7 +67,7 @@ class ExpiryPairs:
         return int(self.strike.size)
 
     def take(self, idx: np.ndarray) -> "ExpiryPairs":
-        return ExpiryPairs(**{k: v[idx] for k, v in asdict(self).items()})
+        return ExpiryPairs(*(getattr(self, f.name)[idx] for f in fields(self)))
 
     def nearest(self, forward: float, m: int) -> "ExpiryPairs":
         """The ``m`` pairs whose strikes are nearest ``forward`` in log-moneyness, by strike."""
@@ -302,7 +302,7 @@ class _Search:
 
     Phases: evaluate q0; step by Newton with slope ``sqrt(T)/phi(d1)`` (European vega algebra)
     and double the step until f changes sign; then Brent (reverse communication,
-    :mod:`optiond.kernels.rootfind`) inside the bracket.
+    :mod:`optiond.kernels.brent`) inside the bracket.
     """
 
     def __init__(self, q0: float, slope: float):
@@ -329,8 +329,12 @@ class _Search:
             return
         if self.state is not None:  # Brent
             self.state[FB] = f
-            if brent_step(self.state, CARRY_XTOL, CARRY_FTOL) or self.evaluations >= CARRY_ITERATIONS:
+            if brent_step(self.state, CARRY_XTOL, CARRY_FTOL):
                 self._finish(float(self.state[B]), float(self.state[FB]))
+            elif self.evaluations >= CARRY_ITERATIONS:
+                self.done = True
+                self.note = (f"carry search not converged after {self.evaluations} evaluations "
+                             f"(bracket {self.state[A]:.6g} .. {self.state[C]:.6g})")
             else:
                 self.next_q = float(self.state[B])
             return
@@ -410,11 +414,11 @@ def solve_carry(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.n
             break
         qs = np.array([searches[e].next_q for e in todo])
         if spot_carry is None:
-            diffs = _iv_differences([used[e] for e in todo], spot, T[todo], rate[todo], qs, iv_solver,
+            diffs = _iv_differences([used[e] for e in todo], T[todo], rate[todo], qs, iv_solver,
                                     [last[e] for e in todo])
         else:
             spots = spot * np.exp((spot_carry - qs) * T[todo])
-            diffs = _iv_differences([used[e] for e in todo], spot, T[todo], rate[todo], np.full(qs.size, spot_carry),
+            diffs = _iv_differences([used[e] for e in todo], T[todo], rate[todo], np.full(qs.size, spot_carry),
                                     iv_solver, [last[e] for e in todo], spots=spots, search_q=qs)
         for k, e in enumerate(todo):
             d, ivc, ivp = diffs[k]
@@ -441,10 +445,10 @@ def solve_carry(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.n
             out[e] = CarryResult(float("nan"), float("nan"), len(used[e]), s.evaluations, False, s.note or "not converged")
         else:
             out[e] = CarryResult(s.result_q, s.result_f, len(used[e]), s.evaluations, True)
-    return [r for r in out]  # type: ignore[misc]
+    return out  # type: ignore[return-value]
 
 
-def _iv_differences(pairs: list[ExpiryPairs], spot: float, T: np.ndarray, rate: np.ndarray, q: np.ndarray,
+def _iv_differences(pairs: list[ExpiryPairs], T: np.ndarray, rate: np.ndarray, q: np.ndarray,
                     iv_solver: IVSolver, last: list | None = None, spots: np.ndarray | None = None,
                     search_q: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """``iv_call - iv_put`` per pair of every expiry at its carry ``q[e]``: ONE batched solve.
