@@ -9,6 +9,7 @@ import pytest
 
 from optiond import engine
 from optiond.addin import functions as F
+from optiond.addin import pricing
 
 #: Excel's limit on a string in a cell
 LIMIT = 255
@@ -53,7 +54,7 @@ def _fresh_cache(monkeypatch):
 @pytest.fixture
 def client(monkeypatch) -> CountingClient:
     c = CountingClient()
-    monkeypatch.setattr(F, "_client", lambda: c)
+    monkeypatch.setattr(pricing, "_client", lambda: c)
     return c
 
 

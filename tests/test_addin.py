@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from optiond.addin import functions as F
+from optiond.addin import pricing
 from optiond.addin import table
 
 from addin_support import LIMIT, CountingClient, _fresh_cache, client, col, is_error  # noqa: F401
@@ -265,13 +266,13 @@ def test_unexpected_failures_are_text_not_tracebacks(monkeypatch):
         def price_table(self, *a, **k):
             raise RuntimeError("boom\nTraceback (most recent call last): ...")
 
-    monkeypatch.setattr(F, "_client", lambda: Broken())
+    monkeypatch.setattr(pricing, "_client", lambda: Broken())
     out = F.BOPM_PUT(100.0, col([90.0, "x"]), 1, 0.05, 0.2, 10)
     assert out[0][0] == "#optiond: pricing failed: boom Traceback (most recent call last): ..."
     assert out[1][0] == '#optiond: K must be a number, got "x"'  # its own error is kept
     # a failed request is not cached: the next call asks again
     good = CountingClient()
-    monkeypatch.setattr(F, "_client", lambda: good)
+    monkeypatch.setattr(pricing, "_client", lambda: good)
     assert isinstance(F.BOPM_PUT(100.0, col([90.0, "x"]), 1, 0.05, 0.2, 10)[0][0], float)
 
 
@@ -393,14 +394,14 @@ def test_daemon_down_prices_in_process(monkeypatch, tmp_path):
             seen.append(res.via)
             return res
 
-    monkeypatch.setattr(F, "_client", lambda: Spy())
+    monkeypatch.setattr(pricing, "_client", lambda: Spy())
     out = F.BOPM_PUT(100.0, col([95.0, 105.0]), 1.0, 0.05, 0.2, 100, 0.0, False)
     assert seen == ["in-process"]
     for (got,), k in zip(out, (95.0, 105.0)):
         assert got == pytest.approx(crr_ref("put", 100.0, k, 1.0, 0.05, 0.2, 100), rel=1e-12)
     # with the fall-back off, a clear message instead
     monkeypatch.setenv("OPTIOND_FALLBACK", "0")
-    monkeypatch.setattr(F, "_client", lambda: real)
+    monkeypatch.setattr(pricing, "_client", lambda: real)
     out = F.BS_CALL(100.0, 100.0, 1.0, 0.05, 0.2)
     assert is_error(out) and "no optiond daemon is running" in out and "optiond serve" in out
     real.close()
@@ -537,7 +538,7 @@ def test_parity_forward_gives_back_forward_and_discount(S, T, r, q):
             raise AssertionError("PARITY_FORWARD is computed in this process")
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(F, "_client", lambda: NoClient())
+        mp.setattr(pricing, "_client", lambda: NoClient())
         row = F.PARITY_FORWARD([strikes.tolist()], [calls.tolist()], [puts.tolist()], T)
         column = F.PARITY_FORWARD(col(strikes), col(calls), col(puts), T)
         given = F.PARITY_FORWARD(col(strikes), col(calls), col(puts), T, r)

@@ -17,6 +17,7 @@ import pytest
 
 from optiond import engine
 from optiond.addin import functions as F
+from optiond.addin import pricing
 from optiond.addin import table
 
 from addin_support import LIMIT, CountingClient, _fresh_cache, client, col, is_error  # noqa: F401
@@ -189,13 +190,13 @@ def test_stderr_missing_from_the_reply_is_said(monkeypatch):
             return Result(res.price, res.delta, res.gamma, res.theta, res.vega, res.rho, status=res.status,
                           error=res.error, via="daemon")
 
-    monkeypatch.setattr(F, "_client", lambda: OldDaemon())
+    monkeypatch.setattr(pricing, "_client", lambda: OldDaemon())
     assert isinstance(F.MLMC_CALL(100.0, 100.0, 1.0, 0.05, 0.2, 0.05), float)
     out = F.MLMC_STDERR(100.0, col([100.0, -1.0]), 1.0, 0.05, 0.2, 0.05)
     assert is_error(out[0][0]) and "standard error" in out[0][0] and "optiond serve" in out[0][0]
     assert out[1][0] == "#optiond: K must be > 0, got -1"
     # such a reply is not cached: once the daemon sends standard errors, the cells show them
-    monkeypatch.setattr(F, "_client", lambda: CountingClient())
+    monkeypatch.setattr(pricing, "_client", lambda: CountingClient())
     assert 0 < F.MLMC_STDERR(100.0, col([100.0, -1.0]), 1.0, 0.05, 0.2, 0.05)[0][0] <= 0.05
     assert 0 < F.MLMC_STDERR(100.0, 100.0, 1.0, 0.05, 0.2, 0.05) <= 0.05
 

@@ -24,6 +24,7 @@ openpyxl = pytest.importorskip("openpyxl")
 from openpyxl.worksheet.formula import ArrayFormula  # noqa: E402
 
 from optiond.addin import functions as F  # noqa: E402
+from optiond.addin import pricing  # noqa: E402
 from optiond.daemon.client import get_client  # noqa: E402
 
 S, R, Q, T, SIGMA, N = 100.0, 0.05, 0.01, 0.5, 0.25, 200
@@ -171,7 +172,7 @@ def recalculated(daemon, tmp_path_factory):
         mp.delenv("OPTIOND_CACHE", raising=False)
         F.clear_cache()
         spy = _Spy()
-        mp.setattr(F, "_client", lambda: spy)
+        mp.setattr(pricing, "_client", lambda: spy)
         before = spy.real.status()["by_op"]
         path = tmp_path_factory.mktemp("xlsx") / "chain.xlsx"
         build(path)

@@ -6,9 +6,15 @@
 * :mod:`optiond.addin.functions`: the functions themselves (``BOPM_PUT``, ``BOPM_CALL``,
   ``BS_PUT``, ``BS_CALL``, ``BOPM_IV``, ``BOPM_GREEKS``, ``MLMC_CALL``, ``MLMC_PUT``,
   ``MLMC_ASIAN_CALL``, ``MLMC_DIGITAL_CALL``, ``MLMC_STDERR``, ``HESTON_CALL``,
-  ``HESTON_PUT``, ``PARITY_FORWARD``), their request cache
-  (:func:`clear_cache`; ``OPTIOND_CACHE=0`` turns it off) and their registration with the
-  ``formulas`` package (:func:`register_formulas`).
+  ``HESTON_PUT``, ``PARITY_FORWARD``), :func:`~optiond.addin.functions.evaluate` (the body
+  of every one) and their registration with the ``formulas`` package
+  (:func:`register_formulas`);
+* :mod:`optiond.addin.cells`: reading the cells (parsing, validating, broadcasting) and the
+  ``#optiond:`` texts the cells show;
+* :mod:`optiond.addin.checks`: the rows not sent (per-row checks, the work limits);
+* :mod:`optiond.addin.pricing`: the requests, priced in this process or by the daemon;
+* :mod:`optiond.addin.cache`: their request cache (:func:`clear_cache`; ``OPTIOND_CACHE=0``
+  turns it off).
 
 xlwings' ``UDF_MODULES`` setting names ``optiond.addin.functions``. The names below are
 imported on first use, so importing this package stays cheap.

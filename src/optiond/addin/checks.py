@@ -1,0 +1,124 @@
+"""The rows a worksheet function does not send: per-row checks the engine does not make
+before it works (implied-volatility prices and N; MLMC sigma, eps and seed) and the per-call
+work limits (tree nodes, MLMC path steps, ADI grid-cell updates; the constants and estimates are
+in :mod:`optiond.addin.table`). :func:`_pre_checks` gives each refused row its cell text."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from ..models import MAX_STEPS, validate_steps
+from . import table
+from .cells import _row_text, _show, error_text
+from .table import Function
+
+
+def _iv_checks(spec: Function, cols: Mapping[str, np.ndarray]) -> dict[int, str]:
+    """What the implied-volatility engine does not check per row: the price (finite, > 0)
+    and N (:func:`optiond.models.validate_steps`; a bad N fails the whole engine call)."""
+    out: dict[int, str] = {}
+    name = {a.field: a.name for a in spec.args}
+    p = cols["price"]
+    for i in np.flatnonzero(~(np.isfinite(p) & (p > 0))).tolist():
+        out[i] = error_text(f"{name['price']} must be {'> 0' if np.isfinite(p[i]) else 'a finite number'}, "
+                            f"got {_show(p[i])}")
+    if "steps" in cols:
+        for e in validate_steps(cols["steps"], p.shape[0])[1]:
+            out.setdefault(e.row, _row_text(spec, e.message))
+    return out
+
+
+#: Excel numbers hold whole numbers exactly up to 2^53: the largest seed a cell can carry
+_MAX_SEED = float(2 ** 53)
+
+
+def _mlmc_checks(spec: Function, cols: Mapping[str, np.ndarray], out: dict[int, str]) -> None:
+    """Per-row MLMC checks the engine does not make before it works: sigma within the kernel's
+    range, eps finite and > 0 and not below the worksheet floor, a whole seed >= 0."""
+    name = {a.field: a.name for a in spec.args}
+    S, sig, eps, seed = cols["spot"], cols["volatility"], cols["eps"], cols["seed"]
+    digital = _payoffs(spec, cols, S.shape[0]) == "digital"
+    with np.errstate(invalid="ignore"):
+        for i in np.flatnonzero(np.isfinite(sig) & (sig > table.MLMC_MAX_VOLATILITY)).tolist():
+            out.setdefault(i, error_text(f"{name['volatility']} must be <= {table.MLMC_MAX_VOLATILITY:g} for MLMC, "
+                                         f"got {_show(sig[i])}"))
+        for i in np.flatnonzero(~(np.isfinite(eps) & (eps > 0))).tolist():
+            out.setdefault(i, error_text(f"{name['eps']} must be {'> 0' if np.isfinite(eps[i]) else 'a finite number'}"
+                                         f", got {_show(eps[i])}"))
+        scale = np.where(digital, 1.0, S)
+        floor = table.MLMC_MIN_EPS_REL * scale
+        low = np.isfinite(eps) & (eps > 0) & np.isfinite(scale) & (scale > 0) & (eps < floor)
+        for i in np.flatnonzero(low).tolist():
+            what = f"{table.MLMC_MIN_EPS_REL:g} for a digital paying 1" if digital[i] else \
+                f"{table.MLMC_MIN_EPS_REL:g} x S = {floor[i]:.4g}"
+            out.setdefault(i, error_text(f"{name['eps']}={_show(eps[i])} is below the worksheet floor of {what}; for "
+                                         f"a smaller error {table.OVER_LIMIT_ADVICE}"))
+        bad = ~(np.isfinite(seed) & (seed >= 0) & (seed <= _MAX_SEED) & (seed == np.floor(seed)))
+    for i in np.flatnonzero(bad).tolist():
+        out.setdefault(i, error_text(f"{name['seed']} must be a whole number >= 0, got {_show(seed[i])}"))
+
+
+def _payoffs(spec: Function, cols: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """The MLMC payoff family of each row (object array of n)."""
+    p = cols.get("payoff", spec.fixed.get("payoff", "vanilla"))
+    return np.broadcast_to(np.asarray(p, dtype=object), (n,))
+
+
+def _work(spec: Function, cols: Mapping[str, np.ndarray], n: int) -> tuple[np.ndarray, float, str] | None:
+    """``(work per row, limit, unit)`` of the call's method (0 for rows the engine will reject
+    as invalid anyway), or None for a method without a work limit."""
+    if spec.method == "binomial":
+        N = cols["steps"]
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(N) & (N >= 1) & (N <= MAX_STEPS) & (N == np.floor(N))
+        return np.where(ok, table.bopm_tree_nodes(np.where(ok, N, 0.0), spec.op), 0.0), table.BOPM_MAX_TREE_NODES, \
+            "tree nodes"
+    if spec.method == "mlmc":
+        S, T, r, q, sig, eps = (cols[f] for f in ("spot", "expiry", "rate", "dividend_yield", "volatility", "eps"))
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(S + T + r + q + sig) & (S > 0) & (T > 0) & (sig > 0) & np.isfinite(eps) & (eps > 0)
+            w = table.mlmc_path_steps(_payoffs(spec, cols, n), S, T, r, q, sig, np.where(ok, eps, 1.0))
+        return np.where(ok, w, 0.0), table.MLMC_MAX_PATH_STEPS, "path steps"
+    if spec.method == "adi":
+        return np.full(n, table.heston_grid_work(1)), table.HESTON_MAX_GRID_WORK, "grid-cell updates"
+    return None
+
+
+def _over_limit(spec: Function, cols: Mapping[str, np.ndarray], out: dict[int, str]) -> None:
+    """The per-call work limit: rows over it on their own get their own text; when the other
+    rows together are over it, each of them gets the call's text."""
+    n = cols["spot"].shape[0]
+    w = _work(spec, cols, n)
+    if w is None:
+        return
+    work, limit, unit = w
+    alive = np.ones(n, dtype=bool)
+    if out:
+        alive[list(out)] = False
+    name = {a.field: a.name for a in spec.args}
+    fix = {"binomial": "lower N, ", "mlmc": "raise eps, ", "adi": ""}[spec.method]
+    for i in np.flatnonzero(alive & (work > limit)).tolist():
+        which = (f"{name['steps']}={_show(cols['steps'][i])}" if spec.method == "binomial" else
+                 f"{name['eps']}={_show(cols['eps'][i])}" if spec.method == "mlmc" else "one option")
+        out[i] = error_text(f"{which} needs about {work[i]:.2g} {unit}, over the worksheet limit of {limit:.2g} per "
+                            f"call; {fix}or {table.OVER_LIMIT_ADVICE}")
+        alive[i] = False
+    total = float(work[alive].sum())
+    if total > limit:
+        k = int(alive.sum())
+        text = error_text(f"this call needs about {total:.2g} {unit} for {k} options, over the worksheet limit of "
+                          f"{limit:.2g}; {fix}split the range, or {table.OVER_LIMIT_ADVICE}")
+        for i in np.flatnonzero(alive).tolist():
+            out[i] = text
+
+
+def _pre_checks(spec: Function, cols: Mapping[str, np.ndarray]) -> dict[int, str]:
+    """Rows that are not sent, with their cell text: checks the engine does not make per row
+    (implied-volatility prices and N, MLMC eps and seed) and the work limits."""
+    out = _iv_checks(spec, cols) if spec.op == "iv" else {}
+    if spec.method == "mlmc":
+        _mlmc_checks(spec, cols, out)
+    _over_limit(spec, cols, out)
+    return out

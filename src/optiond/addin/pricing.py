@@ -1,0 +1,297 @@
+"""From checked rows to priced values: the worksheet functions' requests and where they are
+priced.
+
+* **Requests**: the rows the pre-checks (:mod:`optiond.addin.checks`) let through go in ONE
+  request, or one per MLMC seed or ADI scheme; the request's :class:`~optiond.models.Method`
+  (uniform steps, eps and payoff travel in it); the reply's columns a function shows
+  (:func:`_ask` does all of it for one call's rows).
+* **In this process or the daemon** (:func:`_request`): answered from the cache
+  (:mod:`optiond.addin.cache`) when it can; a CRR or Black–Scholes request of at most
+  ``OPTIOND_LOCAL_NODES`` tree nodes (default :data:`LOCAL_MAX_NODES`) is priced here by the
+  engine, the rest by the daemon client (:func:`_client`, which prices in-process itself when
+  no daemon answers unless ``OPTIOND_FALLBACK=0``); a failed request as cell text."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from ..daemon.client import DaemonUnavailable, get_client
+from ..models import MAX_STEPS, Method
+from . import table
+from .cache import _cache, _env_on, _request_key
+from .cells import _row_text, error_text
+from .checks import _pre_checks
+from .table import GREEK_COLUMNS, Function
+
+
+def _client() -> Any:
+    """The daemon client: :func:`optiond.daemon.client.get_client` (tests replace this)."""
+    return get_client()
+
+
+def _daemon_down_text() -> str:
+    return error_text("no optiond daemon is running; start one with: optiond serve")
+
+
+def _failure_text(e: Exception) -> str:
+    """A failed request (not a failed row) as cell text."""
+    if isinstance(e, DaemonUnavailable):
+        return _daemon_down_text()
+    return error_text(f"pricing failed: {e}")
+
+
+@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)
+def _method(name: str, greeks: bool, steps: int | None = None) -> Method:
+    return Method(name=name, greeks=greeks) if steps is None else Method(name=name, greeks=greeks, steps=steps)
+
+
+def _uniform_steps(steps: np.ndarray) -> int | None:
+    """The one valid whole number of steps all rows ask for, else None (then the steps travel
+    as a column and the schema checks each row)."""
+    if not steps.size:
+        return None
+    first = steps.flat[0]
+    if not (np.isfinite(first) and first == math.floor(first) and 1 <= first <= MAX_STEPS) or not (steps == first).all():
+        return None
+    return int(first)
+
+
+@functools.lru_cache(maxsize=16)
+def _adi_method(scheme: str) -> Method:
+    return Method(name="adi", greeks=False, scheme=scheme, grid=table.HESTON_GRID, time_steps=table.HESTON_TIME_STEPS)
+
+
+def _steps_column(steps: np.ndarray) -> np.ndarray:
+    """Whole step counts as int64; anything else stays float for the schema to reject."""
+    whole = np.isfinite(steps) & (steps == np.floor(steps)) & (np.abs(steps) < 2.0 ** 62)
+    return steps.astype(np.int64) if whole.all() else steps
+
+
+def _uniform(v: Any) -> Any:
+    """An array holding one value in every row as that value (one label travels as one value)."""
+    if isinstance(v, np.ndarray) and v.size and (v == v[0]).all():
+        return v[0]
+    return v
+
+
+def _requests(spec: Function, cols: dict[str, np.ndarray], n: int) -> Iterator[tuple]:
+    """The requests that price n checked rows: ``(rows or None for all, columns, method,
+    prices)``. One, unless the rows ask for different MLMC seeds or ADI schemes (settings of
+    the whole request): then one per seed or scheme."""
+    req = dict(cols)
+    prices = req.pop("price", None)
+    steps = req.pop("steps", None)
+    split = req.pop("seed", None)
+    scheme = req.pop("scheme", None)
+    split = scheme if split is None else split
+    for f, v in spec.fixed.items():
+        req[f] = v
+    if split is None or (split == split[0]).all():
+        parts = [(None, None if split is None else split[0])]
+    else:
+        firsts = sorted(np.unique(split, return_index=True)[1].tolist())
+        parts = [(np.flatnonzero(split == split[i]), split[i]) for i in firsts]
+    for rows, setting in parts:
+        sub = req if rows is None else {k: v[rows] if isinstance(v, np.ndarray) else v for k, v in req.items()}
+        for f in ("kind", "style", "payoff"):
+            if f in sub:
+                sub[f] = _uniform(sub[f])
+        p = prices if rows is None or prices is None else prices[rows]
+        st = steps if rows is None or steps is None else steps[rows]
+        yield rows, sub, _request_method(spec, sub, st, setting), p
+
+
+def _request_method(spec: Function, req: dict[str, Any], steps: np.ndarray | None, setting: Any) -> Method:
+    """The request's :class:`Method`; moves uniform MLMC ``eps`` and ``payoff`` columns and
+    the steps into it (or the steps into ``req``)."""
+    if spec.method == "mlmc":
+        eps = req.pop("eps")
+        one = _uniform(eps)
+        if isinstance(one, np.ndarray):  # per-row eps; the method's (the daemon costs with it) is the smallest
+            req["eps"] = eps
+            one = eps.min()
+        payoff = _uniform(req.pop("payoff"))
+        if isinstance(payoff, np.ndarray):
+            req["payoff"] = payoff
+            payoff = "vanilla"
+        return Method(name="mlmc", greeks=False, eps=float(one), payoff=str(payoff), seed=int(setting))
+    if spec.method == "adi":
+        return _adi_method(str(setting))
+    if spec.op == "iv":
+        if steps is None:
+            return _method(spec.method, False)
+        if steps.size and (steps == steps[0]).all():
+            return _method(spec.method, False, int(steps[0]))
+        return Method(name=spec.method, greeks=False, steps=_steps_column(steps))
+    if steps is not None:
+        one = _uniform_steps(steps)
+        if one is not None:  # the usual case: one N for the call, in the (cached) method
+            return _method(spec.method, spec.op == "greeks", one)
+        req["steps"] = _steps_column(steps)
+    return _method(spec.method, spec.op == "greeks")
+
+
+def _std_error(res: Any, n: int) -> np.ndarray:
+    """The MLMC standard errors of a result (``Result.std_error``, or ``diagnostics["std_error"]``
+    from a daemon that sends them there); NaN where there are none."""
+    se = getattr(res, "std_error", None)
+    if se is None:
+        se = (getattr(res, "diagnostics", None) or {}).get("std_error")
+    a = None if se is None else np.asarray(se, dtype=np.float64)
+    return a if a is not None and a.shape == (n,) else np.full(n, np.nan)
+
+
+def _width(spec: Function) -> int:
+    return len(GREEK_COLUMNS) if spec.op == "greeks" else 1
+
+
+def _one(v: Any) -> Any:
+    """A one-row column as a Python scalar (other values unchanged)."""
+    if isinstance(v, np.ndarray) and v.shape == (1,):
+        return v.item()
+    return v.item() if isinstance(v, np.generic) else v
+
+
+#: CRR tree nodes of one request under which the Excel functions price in this process (see
+#: the module docstring; ``OPTIOND_LOCAL_NODES`` overrides, 0 turns it off)
+LOCAL_MAX_NODES = 2e5
+
+
+def _local_max_nodes() -> float:
+    v = os.environ.get("OPTIOND_LOCAL_NODES")
+    try:
+        return LOCAL_MAX_NODES if v is None or not v.strip() else float(v)
+    except ValueError:
+        return LOCAL_MAX_NODES
+
+
+_QUICK_METHODS = frozenset({"binomial", "black-scholes"})
+
+
+def _local_work(spec: Function, method: Method, req: Mapping[str, Any], n: int) -> float:
+    """Tree nodes of a request (the closed form counts one a row); inf for what only the
+    daemon prices (MLMC, Heston ADI, per-row steps or methods)."""
+    if spec.method not in _QUICK_METHODS or "steps" in req or "method" in req:
+        return math.inf
+    if spec.method == "black-scholes":
+        return float(n)
+    return n * float(table.bopm_tree_nodes(method.steps, spec.op))
+
+
+class _InProcess:
+    """The client's API on this process's engine (the same calls the daemon makes)."""
+
+    @staticmethod
+    def price_table(columns: Mapping[str, Any], method: Method, **_: Any) -> Any:
+        from .. import engine
+
+        return engine.price_table(columns, method)
+
+    @staticmethod
+    def implied_vol(prices: Any, columns: Mapping[str, Any], method: Method, **_: Any) -> Any:
+        from .. import engine
+
+        return engine.implied_vol_table(prices, columns, method)
+
+
+_LOCAL = _InProcess()
+
+
+def _request(spec: Function, req: dict[str, Any], method: Method, prices: Any, n: int) -> tuple[np.ndarray, list]:
+    """ONE request (from the cache when it can): ``(values, errors)``, values (n, c) with c
+    the reply's columns: the Greeks, (price, std_error) for MLMC, else one."""
+    if n == 1:  # one cell: scalars, for the pricers' one-contract path (in-process and in the daemon)
+        req = {k: _one(v) for k, v in req.items()}
+        prices = None if prices is None else _one(prices)
+    use_cache = _env_on("OPTIOND_CACHE")
+    key = _request_key("iv" if spec.op == "iv" else "price", method, req, prices) if use_cache else None
+    hit = _cache.get(key) if use_cache else None
+    if hit is not None:
+        return hit
+    fallback = _env_on("OPTIOND_FALLBACK")
+    client = _LOCAL if _local_work(spec, method, req, n) <= _local_max_nodes() else _client()
+    if spec.op == "iv":
+        vol, status = client.implied_vol(prices, req, method, fallback=fallback)
+        vals = np.asarray(vol, dtype=np.float64).reshape(-1, 1)
+        errs = [None if s == "ok" else _row_text(spec, s) for s in np.asarray(status).tolist()]
+    else:
+        res = client.price_table(req, method, fallback=fallback)
+        if method.name == "mlmc":
+            vals = np.stack([np.asarray(res.price, dtype=np.float64), _std_error(res, len(res.price))], axis=1)
+        else:
+            names = GREEK_COLUMNS if spec.op == "greeks" else ("price",)
+            vals = np.stack([np.asarray(getattr(res, f), dtype=np.float64) for f in names], axis=1)
+        errs = [None if s == "ok" else _row_text(spec, e) for s, e in zip(np.asarray(res.status).tolist(),
+                                                                         np.asarray(res.error).tolist())]
+    if vals.shape[0] != n or len(errs) != n:
+        raise RuntimeError(f"the pricer answered {vals.shape[0]} rows for {n}")
+    if use_cache and not (method.name == "mlmc" and _lacks_std_error(vals, errs)):
+        _cache.put(key, (vals, errs), n)
+    return vals, errs
+
+
+def _lacks_std_error(vals: np.ndarray, errs: list) -> bool:
+    """An MLMC reply without the standard error of a priced row (an older daemon): not cached,
+    so an updated daemon is asked again."""
+    return any(e is None and not np.isfinite(se) for e, se in zip(errs, vals[:, 1].tolist()))
+
+
+_NO_STDERR = "the optiond daemon sent no standard error; update it and restart it (optiond serve)"
+
+
+def _select(spec: Function, vals: np.ndarray, errs: list) -> tuple[np.ndarray, list]:
+    """The function's columns of a reply: MLMC's price or its standard error."""
+    if spec.method != "mlmc":
+        return vals, errs
+    if spec.op == "price":
+        return vals[:, :1], errs
+    se = vals[:, 1:2]
+    missing = ~np.isfinite(se[:, 0]) & np.isfinite(vals[:, 0])
+    if missing.any():
+        errs = [error_text(_NO_STDERR) if e is None and miss else e for e, miss in zip(errs, missing.tolist())]
+    return se, errs
+
+
+def _ask(spec: Function, cols: dict[str, np.ndarray], m: int) -> tuple[np.ndarray, list]:
+    """Price m parsed rows: ``(values (m, k) float64, errors)`` with errors a list of m cell
+    texts (None where the row is fine).
+
+    The rows the pre-checks refuse are not sent; the rest go in ONE request (one per MLMC
+    seed or ADI scheme when the rows differ in those). Answers from the cache when it can;
+    raises whatever the client raises."""
+    errors: list = [None] * m
+    values = np.full((m, _width(spec)), np.nan)
+    refused = _pre_checks(spec, cols)
+    rows = None
+    if refused:
+        for i, text in refused.items():
+            errors[i] = text
+        keep = np.ones(m, dtype=bool)
+        keep[list(refused)] = False
+        rows = np.flatnonzero(keep)
+        cols = {f: v[keep] for f, v in cols.items()}
+    n = m if rows is None else int(rows.size)
+    if n == 0:
+        return values, errors
+    got = np.full((n, _width(spec)), np.nan)
+    got_err: list = [None] * n
+    for part, req, method, prices in _requests(spec, cols, n):
+        vals, errs = _select(spec, *_request(spec, req, method, prices, n if part is None else int(part.size)))
+        if part is None:
+            got, got_err = vals, list(errs)
+        else:
+            got[part] = vals
+            for j, i in enumerate(part.tolist()):
+                got_err[i] = errs[j]
+    if rows is None:
+        return got, got_err
+    values[rows] = got
+    for j, i in enumerate(rows.tolist()):
+        errors[i] = got_err[j]
+    return values, errors
