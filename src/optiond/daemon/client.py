@@ -27,6 +27,15 @@ table (invalid rows are marked in the result, as in-process); :class:`DaemonErro
 anything else, with the subclasses :class:`RequestRefused` (over a limit, daemon draining,
 unknown job), :class:`JobCancelled` and :class:`DeadlineExceeded`.
 
+The client is three modules. This one holds :class:`Client` itself (the connection file,
+the sockets, the Lazy Pirate request machinery and the heartbeat watch, the encoding of
+requests, the pricing calls ``price_table``, ``implied_vol`` and ``price_chain``, the control
+calls ``ping``, ``status``, ``shutdown``, ``drain``, ``resume``) and :func:`get_client`;
+:mod:`optiond.daemon.client_jobs` the job API (``submit_*``, ``result``, ``cancel``, ``jobs``,
+``subscribe``, following a job) as the mixin :class:`Client` inherits, with :class:`Event` and
+:class:`Subscription`; :mod:`optiond.daemon.client_replies` the exception classes and the
+decoding of replies. Every public name is importable from this module.
+
 API (all methods thread-safe):
 
 ==========================================================  ===========================================
@@ -72,7 +81,6 @@ import atexit
 import dataclasses
 import logging
 import os
-import queue
 import threading
 import time
 import uuid
@@ -83,18 +91,20 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import zmq
 
-from ..models import GREEK_FIELDS, InvalidInputError, Method, Result
+from ..models import InvalidInputError, Method, Result
 from . import limits, paths
-from .protocol import (Message, ProtocolError, Session, decode_array, decode_sparse_strings, encode_column, new_id,
-                       send_frames, spin_seconds, spin_until_readable)
+# the other two modules of the client; their public names are re-exported from here
+from .client_jobs import JOB_LEASE_S, JOB_POLL_S, JOB_STALL_S, RESULT_POLL_S, Event, JobsMixin, Subscription
+from .client_replies import (DaemonError, DaemonUnavailable, DeadlineExceeded, JobCancelled, JobPending, RequestRefused,
+                             _DaemonDied, _raise_reply_error, _Unsendable, decode_iv, decode_result)
+from .protocol import (Message, ProtocolError, Session, encode_column, new_id, send_frames, spin_seconds,
+                       spin_until_readable)
 
 log = logging.getLogger("optiond.client")
 
 _SCALARS = (str, int, float, bool, type(None))
 _NOBLOCK = int(zmq.NOBLOCK)
 _METHOD_FIELDS = dataclasses.fields(Method)
-_ALL_OK = {"default": "ok", "rows": [], "values": []}
-_NO_ERROR = {"default": "", "rows": [], "values": []}
 _POLLIN = int(zmq.POLLIN)
 #: "no prices" for :meth:`Client._content` (None is a value a caller may pass)
 _NO_PRICES = object()
@@ -106,109 +116,12 @@ HB_INTERVAL_S = 0.4
 HB_DEAD_S = 1.2
 #: the connection file is checked for a restarted daemon at most this often (seconds)
 STAT_EVERY_S = 0.25
-#: longest ``wait_s`` of one ``result`` request (longer waits are several requests)
-RESULT_POLL_S = 10.0
 #: a pricing request estimated to take longer than this on one core (seconds) runs as a job:
 #: submitted, followed (progress, heartbeat) for as long as it moves, cancelled if abandoned
 JOB_AFTER_S = 2.0
 #: seconds a chain request waits for its reply by default (a chain of ten thousand contracts
 #: prices in seconds on a 2-core CPU daemon; the daemon's own deadline refuses larger work)
 CHAIN_TIMEOUT_S = 300.0
-#: how long each ``result`` ask of a followed job waits on the daemon (seconds); every ask
-#: renews the job's lease
-JOB_POLL_S = 0.2
-#: a followed job nobody has asked about for this long (seconds, after its last ask's wait)
-#: is cancelled by the daemon: a client killed outright leaves no work behind
-JOB_LEASE_S = 1.0
-#: a followed job whose progress has not moved for this long (seconds, while running) is
-#: given up and cancelled
-JOB_STALL_S = 300.0
-
-
-class DaemonUnavailable(RuntimeError):
-    """No daemon answered: none running, unreachable, wrong key, no reply in time, or it died
-    while working on the request."""
-
-
-class _Unsendable(TypeError):
-    """A value msgpack cannot carry (e.g. a datetime in a column): price it in-process."""
-
-
-class DaemonError(RuntimeError):
-    """The daemon answered with an error. ``ename`` names its kind (e.g. ``ProtocolError``);
-    ``details`` holds the reply's other fields (e.g. ``limit``, ``job_id``)."""
-
-    def __init__(self, message: str, ename: str = "DaemonError", details: dict | None = None):
-        super().__init__(message)
-        self.ename = ename
-        self.details = dict(details or {})
-
-
-class RequestRefused(DaemonError):
-    """The daemon refused the request before doing any work: over a limit (``ename``
-    ``LimitExceeded``, ``details["limit"]`` names it), draining (``DaemonDraining``), an
-    unknown job (``UnknownJob``)."""
-
-
-class JobCancelled(DaemonError):
-    """The work was cancelled (:meth:`Client.cancel`, or the daemon stopped) before it finished."""
-
-
-class DeadlineExceeded(DaemonError):
-    """The work ran past its ``deadline_s``; nothing is returned."""
-
-
-class JobPending(TimeoutError):
-    """:meth:`Client.result` timed out; the job goes on. ``job_id``, ``state``, ``fraction``
-    (0..1) and ``eta_s`` say where it stands."""
-
-    def __init__(self, message: str, job_id: str, state: str = "running", fraction: float = 0.0,
-                 eta_s: float | None = None):
-        super().__init__(message)
-        self.job_id, self.state, self.fraction, self.eta_s = job_id, state, fraction, eta_s
-
-
-_ERRORS: dict[str, type[DaemonError]] = {
-    "LimitExceeded": RequestRefused, "DaemonDraining": RequestRefused, "UnknownJob": RequestRefused,
-    "DaemonStopping": RequestRefused, "JobCancelled": JobCancelled, "DeadlineExceeded": DeadlineExceeded}
-
-
-@dataclasses.dataclass(frozen=True)
-class Event:
-    """One event from the daemon's PUB socket (see :meth:`Client.subscribe`).
-
-    Attributes:
-        kind: ``"progress"`` (a job's progress), ``"status"`` (the daemon's state changed, or
-            sent on subscribing), ``"heartbeat"`` (every 0.5 s), or ``"lost"`` (no event for
-            1.5 s: the daemon is gone; events resume when it, or its successor, is back).
-        data: the event's fields. progress: ``job_id``, ``msg_id`` (the request's), ``state``
-            (``queued``, ``running``, ``done``, ``failed``, ``cancelled``, ``deadline``),
-            ``fraction`` (0..1 of the work), ``eta_s``, ``elapsed_s``, ``n``, ``done_rows``,
-            ``chunks``, ``chunks_done``, ``op``, ``model``, ``client``, ``error``. status and
-            heartbeat: ``state`` (``starting``, ``serving``, ``draining``, ``stopping``),
-            ``pid``, ``queue_depth``, ``jobs_running``, ``time``.
-        received: ``time.monotonic()`` when it arrived.
-    """
-
-    kind: str
-    data: dict
-    received: float
-
-    @property
-    def job_id(self) -> str | None:
-        return self.data.get("job_id")
-
-    @property
-    def fraction(self) -> float | None:
-        return self.data.get("fraction")
-
-    @property
-    def eta_s(self) -> float | None:
-        return self.data.get("eta_s")
-
-    @property
-    def state(self) -> str | None:
-        return self.data.get("state")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,24 +138,7 @@ class _Connection:
         return paths.endpoint(self.info, f"{channel}_port")
 
 
-def _raise_reply_error(content: dict) -> None:
-    text = str(content.get("error") or "the daemon reported an error")
-    ename = str(content.get("ename") or "DaemonError")
-    if ename == "InvalidInputError":
-        row = content.get("row")
-        e = InvalidInputError(str(content.get("field") or "input"), row if type(row) is int else None,
-                              content.get("value"), str(content.get("reason") or text))
-        e.args = (text,)  # the daemon's message, word for word
-        raise e
-    details = {k: v for k, v in content.items() if k not in ("status", "ename", "error")}
-    raise _ERRORS.get(ename, DaemonError)(text, ename, details)
-
-
-class _DaemonDied(Exception):
-    """The heartbeat stopped while waiting for a reply."""
-
-
-class Client:
+class Client(JobsMixin):
     """A connection to the local pricing daemon.
 
     Args:
@@ -578,51 +474,8 @@ class Client:
             self._methods[id(method)] = (method, out)
         return out
 
-    @staticmethod
-    def _decode_result(msg: Message) -> Result:
-        c, b = msg.content, msg.buffers
-        try:
-            n = c["n"]
-            if type(n) is not int or n < 0:
-                raise ProtocolError("bad row count")
-            values = decode_array(c["values"], b)
-            if values.dtype != np.float64 or values.shape not in ((1 + len(GREEK_FIELDS), n), (1, n)):
-                raise ProtocolError("bad value block")
-            if values.shape[0] == 1:  # prices only (no Greeks were asked for): the Greeks are NaN,
-                nan = np.broadcast_to(np.nan, (n,))  # one read-only column for all (no 5 n doubles to fill)
-                values = [values[0]] + [nan] * len(GREEK_FIELDS)
-            if n == 1 and c["row_status"] == _ALL_OK and c["row_error"] == _NO_ERROR:  # one option, priced
-                status, error = np.array(["ok"], dtype=object), np.array([""], dtype=object)
-            else:
-                status = decode_sparse_strings(c["row_status"], n, b)
-                error = decode_sparse_strings(c["row_error"], n, b)
-            std_error = None
-            if "std_error" in c:  # MLMC prices
-                std_error = decode_array(c["std_error"], b)
-                if std_error.shape != (n,) or std_error.dtype != np.float64:
-                    raise ProtocolError("bad std_error")
-        except (KeyError, ProtocolError) as e:
-            raise DaemonError(f"malformed reply from the daemon: {e}", "ProtocolError") from None
-        diagnostics = c.get("diagnostics")
-        diagnostics = dict(diagnostics) if isinstance(diagnostics, dict) else {}
-        for k in ("job_id", "cached"):
-            if k in c:
-                diagnostics[k] = c[k]
-        return Result(*values, status=status, error=error, device=str(c.get("device", "unknown")), via="daemon",
-                      elapsed_s=float(c.get("elapsed_s") or 0.0), diagnostics=diagnostics, std_error=std_error)
-
-    @staticmethod
-    def _decode_iv(msg: Message) -> tuple[np.ndarray, np.ndarray]:
-        c, b = msg.content, msg.buffers
-        try:
-            n = c["n"]
-            vol = decode_array(c["vol"], b)
-            status = decode_sparse_strings(c["iv_status"], n, b)
-            if vol.shape != (n,):
-                raise ProtocolError("bad vol shape")
-        except (KeyError, TypeError, ProtocolError) as e:
-            raise DaemonError(f"malformed reply from the daemon: {e}", "ProtocolError") from None
-        return vol, status
+    _decode_result = staticmethod(decode_result)
+    _decode_iv = staticmethod(decode_iv)
 
     def _content(self, columns: Mapping[str, Any], method: Method | None, buffers: list, *, prices: Any = _NO_PRICES,
                  op: str | None = None) -> dict:
@@ -684,64 +537,6 @@ class Client:
             return limits.estimate(op, columns, m, n).cpu_s
         except Exception:  # noqa: BLE001 (an invalid table: the daemon's answer names the problem)
             return 0.0
-
-    def _run_job(self, op: str, content: dict, buffers: list, fallback: bool, timeout: float | None,
-                 job_id: str | None, force: bool, deadline_s: float | None,
-                 on_progress: Callable[[Event], None] | None, stall_s: float) -> Message | Exception:
-        """Submit a pricing request as a job and follow it to its end (see :meth:`follow`); with
-        ``fallback``, the reason no daemon took it instead of raising it. A job given up (the
-        daemon died, it stalled, Ctrl-C, any error) is cancelled; a client killed outright stops
-        renewing the job's lease and the daemon cancels it."""
-        job_id = job_id or f"progress-{uuid.uuid4().hex}"
-        meta = dict(self._options(job_id, force, deadline_s) or {}, lease_s=JOB_LEASE_S)
-        content = {"op": op, **content}
-        try:
-            with self._progress(on_progress, job_id):
-                try:
-                    self._request("submit", content, buffers, timeout=timeout, metadata=meta)
-                except (DaemonUnavailable, _Unsendable) as e:
-                    if not fallback:
-                        raise
-                    return e
-                return self._follow(job_id, stall_s)
-        except DaemonUnavailable as e:  # it died, or the job stalled (cancelled by _follow)
-            if not fallback:
-                raise
-            return e
-
-    def _follow(self, job_id: str, stall_s: float) -> Message:
-        """Ask for a submitted job's reply every :data:`JOB_POLL_S` (renewing its lease) until
-        it ends; cancel it if this gives up for any reason.
-
-        Raises:
-            DaemonUnavailable: the daemon died, or the job's progress stood still for ``stall_s``
-                seconds while it ran (it is cancelled).
-            JobCancelled, DeadlineExceeded, InvalidInputError, DaemonError: the job ended without
-                a result.
-        """
-        done = False
-        best, moved = -1.0, time.monotonic()
-        try:
-            while True:
-                try:
-                    msg = self._request("result", {"job_id": job_id, "wait_s": JOB_POLL_S},
-                                        timeout=JOB_POLL_S + self.timeout, use_down_cache=False)
-                    done = True
-                    return msg
-                except DaemonError as e:
-                    if e.ename != "JobPending":
-                        done = True  # the job ended (failed, cancelled, deadline): nothing to cancel
-                        raise
-                    now = time.monotonic()
-                    fraction = float(e.details.get("fraction") or 0.0)
-                    if fraction > best or e.details.get("state") == "queued":
-                        best, moved = max(best, fraction), now
-                    elif now - moved > stall_s:
-                        raise DaemonUnavailable(f"job {job_id} made no progress for {stall_s:g} s (at {best:.0%}); "
-                                                f"cancelled it") from None
-        finally:
-            if not done:
-                self._abandon(job_id)
 
     @staticmethod
     def _options(job_id: str | None, force: bool, deadline_s: float | None) -> dict | None:
@@ -813,6 +608,20 @@ class Client:
         """
         return dict(self._request("shutdown", {}, timeout=timeout, channel="control", use_down_cache=False,
                                   retries=0).content)
+
+    def drain(self, shutdown: bool = False, timeout: float | None = None) -> dict:
+        """Stop the daemon taking new work (requests get :class:`RequestRefused`, ``/readyz``
+        says 503); the work accepted goes on. With ``shutdown`` it stops once that is done.
+
+        Returns:
+            ``{"status": "ok", "state": "draining", "queue_depth": int, "shutdown": bool}``.
+        """
+        return dict(self._request("drain", {"shutdown": bool(shutdown)}, timeout=timeout, channel="control",
+                                  use_down_cache=False, retries=0).content)
+
+    def resume(self, timeout: float | None = None) -> dict:
+        """Undo :meth:`drain` (not after a drain with ``shutdown``). Returns ``{"state": "serving"}``."""
+        return dict(self._request("resume", {}, timeout=timeout, channel="control", use_down_cache=False).content)
 
     def price_table(self, columns: Mapping[str, Any], method: Method | None = None, *, fallback: bool = True,
                     timeout: float | None = None, job_id: str | None = None, force: bool = False,
@@ -950,146 +759,6 @@ class Client:
             return chain.price_chain(df, chain.LocalPricer(), **market)
         return chain_op.decode_reply(msg.content, list(msg.buffers), df, time.perf_counter() - t0)
 
-    # ------------------------------------------------------------------ jobs
-
-    def submit_table(self, columns: Mapping[str, Any], method: Method | None = None, *, job_id: str | None = None,
-                     force: bool = False, deadline_s: float | None = None, timeout: float | None = None) -> str:
-        """Start pricing a batch on the daemon and return at once (no in-process fall-back).
-
-        Args:
-            columns, method, force, deadline_s: as :meth:`price_table`.
-            job_id: the job's name (default: one the daemon makes up).
-            timeout: seconds to wait for the daemon to accept it.
-
-        Returns:
-            The job id, for :meth:`result`, :meth:`cancel` and the progress events.
-
-        Raises:
-            InvalidInputError, RequestRefused, DaemonUnavailable, DaemonError.
-            TypeError: a value that cannot be sent (e.g. a datetime in a column).
-        """
-        buffers: list = []
-        content = self._content(columns, method, buffers, op="price")
-        meta = self._options(job_id, force, deadline_s)
-        return str(self._request("submit", content, buffers, timeout=timeout, metadata=meta).content["job_id"])
-
-    def submit_implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None, *,
-                           job_id: str | None = None, force: bool = False, deadline_s: float | None = None,
-                           timeout: float | None = None) -> str:
-        """:meth:`submit_table` for implied volatilities (see :meth:`implied_vol`). Returns the job id."""
-        buffers: list = []
-        content = self._content(columns, method, buffers, prices=prices, op="implied_vol")
-        meta = self._options(job_id, force, deadline_s)
-        return str(self._request("submit", content, buffers, timeout=timeout, metadata=meta).content["job_id"])
-
-    def result(self, job_id: str, timeout: float | None = None) -> Result | tuple[np.ndarray, np.ndarray]:
-        """Wait for a submitted job and return its whole result.
-
-        Args:
-            job_id: from :meth:`submit_table` / :meth:`submit_implied_vol`.
-            timeout: seconds to wait (None: until it ends). A dead daemon is noticed within 2 s.
-
-        Returns:
-            A :class:`optiond.models.Result` (price jobs) or ``(vol, status)`` (implied-vol jobs).
-
-        Raises:
-            JobPending: still running after ``timeout`` (call again later; it goes on).
-            JobCancelled, DeadlineExceeded, InvalidInputError, DaemonError: the job ended without
-                a result.
-            RequestRefused: no such job (``ename`` ``UnknownJob``).
-            DaemonUnavailable: no daemon answered, or it died.
-        """
-        end = None if timeout is None else time.monotonic() + float(timeout)
-        while True:
-            wait = RESULT_POLL_S if end is None else max(0.0, min(RESULT_POLL_S, end - time.monotonic()))
-            try:
-                msg = self._request("result", {"job_id": job_id, "wait_s": wait}, timeout=wait + self.timeout,
-                                    use_down_cache=False)
-            except DaemonError as e:
-                if e.ename != "JobPending":
-                    raise
-                d = e.details
-                if end is not None and time.monotonic() >= end:
-                    raise JobPending(f"job {job_id} is still {d.get('state', 'running')} "
-                                     f"({100 * float(d.get('fraction') or 0):.0f}% done)", job_id,
-                                     str(d.get("state", "running")), float(d.get("fraction") or 0.0),
-                                     d.get("eta_s")) from None
-                continue
-            return self._decode_iv(msg) if "vol" in msg.content else self._decode_result(msg)
-
-    def cancel(self, job_id: str, timeout: float | None = None) -> dict:
-        """Cancel the work named ``job_id`` (on the control channel, so it is heard even while
-        the daemon prices). The job's requester gets :class:`JobCancelled`; a request with this
-        id that arrives in the next 30 s is refused too.
-
-        Returns:
-            ``{"status": "ok", "job_id": str, "cancelled": int (jobs stopped; 0 if none was
-            running), "states": [str, ...]}``.
-
-        Raises:
-            DaemonUnavailable: no daemon answered.
-        """
-        return dict(self._request("cancel", {"job_id": str(job_id)}, timeout=timeout, channel="control",
-                                  use_down_cache=False).content)
-
-    def jobs(self, timeout: float | None = None) -> list[dict]:
-        """The jobs queued or running, each ``{job_id, msg_id, client, op, kind, state, n,
-        model, fraction, eta_s, elapsed_s, done_rows, chunks, chunks_done, error}``."""
-        return list(self._request("jobs", {}, timeout=timeout, channel="control", use_down_cache=False)
-                    .content.get("jobs", []))
-
-    def drain(self, shutdown: bool = False, timeout: float | None = None) -> dict:
-        """Stop the daemon taking new work (requests get :class:`RequestRefused`, ``/readyz``
-        says 503); the work accepted goes on. With ``shutdown`` it stops once that is done.
-
-        Returns:
-            ``{"status": "ok", "state": "draining", "queue_depth": int, "shutdown": bool}``.
-        """
-        return dict(self._request("drain", {"shutdown": bool(shutdown)}, timeout=timeout, channel="control",
-                                  use_down_cache=False, retries=0).content)
-
-    def resume(self, timeout: float | None = None) -> dict:
-        """Undo :meth:`drain` (not after a drain with ``shutdown``). Returns ``{"state": "serving"}``."""
-        return dict(self._request("resume", {}, timeout=timeout, channel="control", use_down_cache=False).content)
-
-    # ------------------------------------------------------------------ events
-
-    def subscribe(self, callback: Callable[[Event], None] | None = None, *, lost_after: float = 1.5,
-                  wait_connected: float = 1.0) -> "Subscription":
-        """Listen to the daemon's events (progress, status, heartbeat) in a background thread.
-
-        Args:
-            callback: called with each :class:`Event` in the subscription's thread (a GUI
-                should hand it to its own thread, e.g. with a Qt signal); without one, read
-                them with :meth:`Subscription.get`.
-            lost_after: seconds without any event before a ``"lost"`` event (the daemon sends
-                a heartbeat every 0.5 s, so the default notices a dead daemon within 2 s).
-            wait_connected: seconds to wait for the daemon's first event before returning (so
-                that the events of a request sent next are not missed).
-
-        Returns:
-            A running :class:`Subscription` (close it, or use it as a context manager).
-
-        Raises:
-            DaemonUnavailable: no connection file.
-        """
-        sub = Subscription(self, callback, lost_after=lost_after)
-        sub.wait_connected(wait_connected)
-        return sub
-
-    def _progress(self, on_progress: Callable[[Event], None] | None, job_id: str | None):
-        if on_progress is None:
-            return _NullContext()
-
-        def relay(ev: Event) -> None:
-            if ev.kind == "progress" and ev.data.get("job_id") == job_id:
-                on_progress(ev)
-
-        try:
-            return self.subscribe(relay)
-        except DaemonUnavailable:
-            return _NullContext()
-
     def close(self) -> None:
         """Close every socket of this client (call when no thread uses it any more)."""
         for s in list(self._sockets):
@@ -1097,125 +766,6 @@ class Client:
         self._ctx.destroy(linger=0)  # also the sockets of threads that did not close theirs
 
     def __enter__(self) -> "Client":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-class _NullContext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
-class Subscription:
-    """The daemon's events, received in a thread of their own (see :meth:`Client.subscribe`).
-
-    Every event is signed by the daemon and checked here (forged ones are dropped). When no
-    event arrives for ``lost_after`` seconds a ``"lost"`` :class:`Event` is delivered once;
-    the subscription then follows the connection file, so events resume from a restarted
-    daemon. Events are passed to ``callback`` and also queued for :meth:`get` (the 10,000
-    newest are kept).
-    """
-
-    def __init__(self, client: Client, callback: Callable[[Event], None] | None = None, *, lost_after: float = 1.5):
-        self._client = client
-        self._callback = callback
-        self.lost_after = float(lost_after)
-        self._queue: queue.Queue = queue.Queue(maxsize=10_000)
-        self._stop = threading.Event()
-        self._connected = threading.Event()
-        self.alive = False
-        self.last_event: float | None = None
-        client._connection(force=True)  # raise DaemonUnavailable now if there is no daemon file
-        self._thread = threading.Thread(target=self._run, name="optiond-subscription", daemon=True)
-        self._thread.start()
-
-    def wait_connected(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for the first event; whether one came."""
-        return self._connected.wait(timeout)
-
-    def get(self, timeout: float | None = None) -> Event | None:
-        """The next event, or None after ``timeout`` seconds."""
-        try:
-            return self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
-
-    def _deliver(self, ev: Event) -> None:
-        if self._queue.full():
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                pass
-        self._queue.put_nowait(ev)
-        if self._callback is not None:
-            try:
-                self._callback(ev)
-            except Exception:  # noqa: BLE001 (a faulty callback must not end the subscription)
-                log.warning("subscription callback failed", exc_info=True)
-
-    def _run(self) -> None:
-        sock = None
-        conn = None
-        last = time.monotonic()
-        lost = False
-        try:
-            while not self._stop.is_set():
-                if sock is None:
-                    try:
-                        conn = self._client._connection(force=True)
-                    except DaemonUnavailable:
-                        conn = None
-                    if conn is not None:
-                        sock = self._client._ctx.socket(zmq.SUB)
-                        sock.setsockopt(zmq.LINGER, 0)
-                        sock.setsockopt(zmq.SUBSCRIBE, b"")
-                        sock.connect(conn.endpoint("iopub"))
-                if sock is None or not sock.poll(100):
-                    now = time.monotonic()
-                    if now - last > self.lost_after and not lost:
-                        lost, self.alive = True, False
-                        self._deliver(Event("lost", {"silent_s": now - last}, now))
-                    if lost and sock is not None and now - last > self.lost_after:
-                        try:  # a restarted daemon has a new connection file: follow it
-                            new = self._client._connection(force=True)
-                        except DaemonUnavailable:
-                            new = None
-                        if new is not None and new is not conn:
-                            sock.close(linger=0)
-                            sock = None
-                        elif new is None:
-                            time.sleep(0.2)
-                    elif sock is None:
-                        time.sleep(0.2)
-                    continue
-                try:
-                    msg = conn.session.recv(sock, _NOBLOCK)
-                except (zmq.Again, ProtocolError):
-                    continue
-                now = time.monotonic()
-                last, lost = now, False
-                self.alive, self.last_event = True, now
-                self._connected.set()
-                kind = msg.header.get("msg_type", "")
-                self._deliver(Event(kind, dict(msg.content), now))
-        except zmq.ZMQError:
-            pass  # the client's context was closed
-        finally:
-            if sock is not None:
-                sock.close(linger=0)
-
-    def close(self) -> None:
-        """Stop listening (waits for the thread, at most a second)."""
-        self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=1.0)
-
-    def __enter__(self) -> "Subscription":
         return self
 
     def __exit__(self, *exc: Any) -> None:
