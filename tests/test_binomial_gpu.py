@@ -376,7 +376,7 @@ def test_device_root_find_equals_the_cpu_and_the_host_loop():
     kind, style = rng.integers(0, 2, n), rng.integers(0, 2, n)
     S, K, T = 100.0, rng.uniform(60, 140, n), rng.uniform(0.02, 2, n)
     r, q = rng.uniform(0.0, 0.06, n), rng.uniform(0.0, 0.04, n)
-    N = rng.choice([100, 300, 500, 1000], n)
+    N = rng.choice([1, 2, 31, 100, 300, 500, 1000], n)  # every warp shape, and the smallest trees
     sig = rng.uniform(0.08, 0.9, n)
     price = bc.crr_batch(kind, style, S, K, T, r, q, sig, N, greeks=False)[0]
     price[::40] *= 0.3  # below the tree at the bracket's low end

@@ -27,6 +27,7 @@ from optiond.kernels import binomial_gpu as bg
 from optiond.kernels import binomial_pipeline_gpu as bp
 from optiond.kernels import binomial_iv_gpu as biv
 from optiond.kernels import dispatch
+from optiond.kernels.rootfind import IV_INVALID
 from optiond.models import Batch, Method
 
 CAL = dict(dispatch.DEFAULTS, gpu_min_nodes=1e6, pipeline_min_steps=20_000, pipeline_max_options=4)
@@ -480,3 +481,22 @@ def test_engine_bracket_hint_outside_the_root_is_solved_again():
     assert list(st) == list(ref_st) == ["ok"] * n
     np.testing.assert_allclose(vol, ref, atol=1e-9)
     np.testing.assert_allclose(vol, sig, atol=1e-8)
+
+
+def test_nan_brackets_are_invalid_and_hints_outside_the_full_bracket_change_nothing():
+    """A NaN bracket end is an invalid row in both root finds (it was "ok" with a NaN volatility
+    on the GPU host and could raise in the CPU kernel); through the engine a hint beyond the full
+    bracket [MIN_IV, MAX_IV] is cut to it, so the answer is the unhinted one (a hint of 1e300
+    returned 1e300 as "ok")."""
+    price = bc.crr_batch(np.ones(3, np.int8), 1, 100.0, 100.0, 1.0, 0.03, 0.0, 0.3, 200, greeks=False)[0]
+    lo, hi = np.array([np.nan, 0.1, 0.2]), np.array([1.0, np.nan, np.inf])
+    for solve in (lambda: bc.crr_implied_vol(price, 1, 1, 100.0, 100.0, 1.0, 0.03, 0.0, 200, lo=lo, hi=hi),
+                  lambda: biv.crr_implied_vol_gpu(price, 1, 1, 100.0, 100.0, 1.0, 0.03, 0.0, 200, lo=lo, hi=hi,
+                                                  evaluator=biv.cpu_evaluator)):
+        vol, st = solve()
+        assert np.isnan(vol).all() and (st == IV_INVALID).all()
+    cols = dict(kind=["call"] * 3, style="american", spot=100.0, strike=100.0, expiry=1.0, rate=0.03)
+    vol, st = engine.implied_vol_table(price, dict(cols, iv_lo=[np.nan, 1e-9, 0.2], iv_hi=[1e6, np.nan, 1e300]),
+                                       Method(steps=200))
+    assert st.tolist() == ["ok"] * 3
+    np.testing.assert_allclose(vol, 0.3, atol=1e-9)

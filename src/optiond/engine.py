@@ -267,7 +267,7 @@ def price_one_values(row: tuple, method: Method) -> tuple | None:
         return None
     if method.name == "binomial":
         N = method.steps
-        if not isinstance(N, int) or (N + 1) * (N + 2) * 0.5 * (limits.GREEK_TREES if method.greeks else 1) > \
+        if not isinstance(N, int) or float(limits.tree_work_rows(N, method.greeks)) > \
                 limits.DEFAULT_LIMITS.max_tree_nodes:  # over the limit: the general path marks the row
             return None
         p = binomial_cpu.crr_probability(T, r, q, sigma, N)
@@ -431,8 +431,11 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None,
     prices = np.broadcast_to(np.asarray(prices, dtype=np.float64), (n,))
     if method.name == "binomial":
         if bracket is not None:
-            lo = np.where(np.isfinite(bracket[0]), bracket[0], binomial_cpu.MIN_IV)
-            hi = np.where(np.isfinite(bracket[1]), bracket[1], binomial_cpu.MAX_IV)
+            # a hint only narrows the full bracket: NaN or outside it takes the full bracket's end
+            lo = np.clip(np.where(np.isfinite(bracket[0]), bracket[0], binomial_cpu.MIN_IV), binomial_cpu.MIN_IV,
+                         binomial_cpu.MAX_IV)
+            hi = np.clip(np.where(np.isfinite(bracket[1]), bracket[1], binomial_cpu.MAX_IV), binomial_cpu.MIN_IV,
+                         binomial_cpu.MAX_IV)
             narrow = (lo > binomial_cpu.MIN_IV) | (hi < binomial_cpu.MAX_IV)
             vol, status = _tree_implied_vol(prices, batch, method, lo, hi)
             redo = np.flatnonzero(narrow & np.isin(status, ("below-intrinsic", "no-solution", "invalid")))

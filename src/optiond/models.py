@@ -93,9 +93,9 @@ def _codes(values: Any, table: Mapping[str, int], name: str, n: int) -> tuple[np
         for i in np.flatnonzero(~ok):
             errors.append(RowError(int(i), name, arr[i].item(), f"unknown {name}"))
         return out, errors
-    # each distinct label is looked up once (a chain repeats two or three labels thousands of
-    # times); a long column is factorized by pandas in C (None and NaN: -1), a short one here
-    # (no pandas import for a worksheet cell)
+    # a long column is factorized by pandas in C (None and NaN: -1) and each distinct label
+    # looked up once (a chain repeats two or three labels thousands of times); a short one is
+    # looked up cell by cell
     which, distinct = None, None
     if arr.shape[0] >= 256:
         import pandas as pd
@@ -108,8 +108,10 @@ def _codes(values: Any, table: Mapping[str, int], name: str, n: int) -> tuple[np
         which, distinct = np.arange(arr.shape[0]), arr
     looked = np.array([table.get(str(v).strip().lower(), -1) for v in distinct] + [-1], dtype=np.int8)
     out[:] = looked[which]  # which == -1 picks the trailing -1
-    for i in np.flatnonzero(out < 0).tolist():
-        errors.append(RowError(i, name, arr[i], f"unknown {name}; expected one of {sorted(set(k for k in table if len(k) > 2))}"))
+    bad = np.flatnonzero(out < 0)
+    expected = sorted(set(k for k in table if len(k) > 2))
+    for i, v in zip(bad.tolist(), arr[bad].tolist()):  # plain Python values in the messages
+        errors.append(RowError(i, name, v, f"unknown {name}; expected one of {expected}"))
     return out, errors
 
 

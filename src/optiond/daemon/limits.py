@@ -197,6 +197,12 @@ def tree_nodes_rows(steps: Any) -> np.ndarray:
     return (N + 1.0) * (N + 2.0) * 0.5
 
 
+def tree_work_rows(steps: Any, greeks: bool) -> np.ndarray:
+    """Tree nodes each option prices: :func:`tree_nodes_rows`, times :data:`GREEK_TREES` with
+    the Greeks (the base tree and four bumped ones)."""
+    return tree_nodes_rows(steps) * (GREEK_TREES if greeks else 1)
+
+
 def tree_nodes(steps: Any) -> float:
     """``sum((N+1)(N+2)/2)`` over an int array (or one N) of CRR steps, as a float."""
     return float(np.sum(tree_nodes_rows(steps)))
@@ -331,7 +337,7 @@ def row_limit_errors(names: np.ndarray, steps: np.ndarray, eps: np.ndarray, meth
     tree = np.flatnonzero(names == "binomial")
     if tree.size:
         factor = GREEK_TREES if method.greeks else 1
-        work = tree_nodes_rows(np.asarray(steps)[tree]) * factor
+        work = tree_work_rows(np.asarray(steps)[tree], method.greeks)
         for i, w in zip(tree[work > lim.max_tree_nodes].tolist(), work[work > lim.max_tree_nodes].tolist()):
             out[i] = (f"steps={int(steps[i])} needs {w:.3g} tree nodes{' (x5 with Greeks)' if factor > 1 else ''}, "
                       f"over the limit of {lim.max_tree_nodes:.3g} per option (max_tree_nodes); use fewer steps")

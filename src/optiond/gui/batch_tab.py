@@ -86,7 +86,6 @@ class BatchTab(QWidget):
             self.carry.addItem(label, mode)
             self.carry.setItemData(self.carry.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
         self.carry.setToolTip("Where each expiry's forward and carry come from")
-        self.carry.currentIndexChanged.connect(self._carry_chosen)
         self.quote_time = QLineEdit()
         self.quote_time.setPlaceholderText("16:00")
         self.quote_time.setMinimumWidth(self.quote_time.fontMetrics().horizontalAdvance("00:00") + 24)
@@ -301,9 +300,6 @@ class BatchTab(QWidget):
         return True
 
     # ------------------------------------------------------------------ model
-
-    def _carry_chosen(self, _index: int = 0) -> None:
-        self._update_buttons()
 
     def _model_chosen(self, _index: int = 0) -> None:
         key = self.model_combo.currentData()

@@ -281,7 +281,7 @@ def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol):
         dt = T[i] / N
         lo_i = max(lo[i], 1.0001 * abs(r[i] - q[i]) * math.sqrt(dt) + 1e-12)
         hi_i = hi[i]
-        if lo_i >= hi_i:
+        if not (np.isfinite(lo_i) and np.isfinite(hi_i) and lo_i < hi_i):  # NaN-safe
             status[i] = IV_INVALID
             continue
         V = np.empty(N + 1)

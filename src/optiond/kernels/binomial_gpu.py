@@ -232,7 +232,7 @@ PIPE_PRUNED = Variant("crr_pipe_grid", "double", 4, 1, K=96, threads=128, prune=
 
 #: the device root find's warp shapes (binomial.cu, crr_iv_warp<G, R>; FP64, N + 1 <= 32 G R),
 #: narrowest first, as WARP_VARIANTS["fp64"]
-IV_WARP_SHAPES = ((8, 1), (8, 2), (8, 4))
+IV_WARP_SHAPES = tuple((v.G, v.R) for v in WARP_VARIANTS["fp64"])
 
 
 def _iv_kernel_name(G: int, R: int) -> str:

@@ -32,12 +32,14 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
                         hi=bc.MAX_IV, xtol=1e-12, precision="fp64",
                         evaluator: Callable[..., np.ndarray] | None = None, max_iter: int = 200):
     """Implied volatilities of a whole chain by Brent's root find on the CRR tree price, the
-    same Brent sequence per option as :func:`optiond.kernels.binomial_cpu.crr_implied_vol`, so
+    same Brent steps per option as :func:`optiond.kernels.binomial_cpu.crr_implied_vol`, so
     the results agree with it.
 
-    FP64 trees that fit a warp (N + 1 <= 1024) run the whole root find on the device in ONE
-    launch (binomial.cu, ``crr_iv_warp``: a warp per option, each trial volatility's tree in
-    its registers). Otherwise the loop runs here, vectorised: every Brent step prices all
+    Trees that fit a warp (N + 1 <= 1024) run the whole root find on the device, in FP64
+    whatever ``precision`` says, one launch per warp shape (binomial.cu, ``crr_iv_warp``: a warp
+    per option, each trial volatility's tree in its registers; its parameters agree with
+    :func:`~optiond.kernels.binomial_gpu._fill_params`' to about an ulp, CUDA's ``exp`` not
+    being the host's, so a root can differ in its last bits). Otherwise the loop runs here, vectorised: every Brent step prices all
     still-unconverged options in one batch launch (:func:`optiond.kernels.rootfind.brent_step_rows`).
 
     Args:
@@ -63,12 +65,13 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
     status[~valid] = IV_INVALID
     dt = T / N
     lo_i = np.maximum(lo, 1.0001 * np.abs(r - q) * np.sqrt(dt) + 1e-12)
-    status[valid & (lo_i >= hi)] = IV_INVALID
-    idx = np.flatnonzero(valid & (lo_i < hi))
+    bracketed = np.isfinite(lo_i) & np.isfinite(hi) & (lo_i < hi)  # NaN-safe
+    status[valid & ~bracketed] = IV_INVALID
+    idx = np.flatnonzero(valid & bracketed)
     if idx.size == 0:
         return vol, status
     G, R = IV_WARP_SHAPES[-1]
-    if evaluator is None and precision == "fp64" and int(N[idx].max()) + 1 <= 32 * G * R:
+    if evaluator is None and int(N[idx].max()) + 1 <= 32 * G * R:  # FP64 on the device, whatever precision
         vol[idx], status[idx] = _gpu_call(_iv_device, p[idx], kind[idx], style[idx], S[idx], K[idx], T[idx], r[idx],
                                           q[idx], N[idx], lo_i[idx], hi[idx], float(xtol), int(max_iter))
         return vol, status
@@ -107,34 +110,43 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
 def _iv_device(p, kind, style, S, K, T, r, q, N, lo, hi, xtol: float, max_iter: int) -> tuple[np.ndarray, np.ndarray]:
     """The root find of :func:`crr_implied_vol_gpu` on the device (binomial.cu, ``crr_iv_warp``)
     for options with a valid bracket ``lo < hi`` (``lo`` already above the p-in-[0, 1] bound):
-    persistent warps, longest trees first. Returns ``(vol, status)`` (status: the IV_* codes
-    IV_OK, IV_BELOW, IV_ABOVE, IV_NOT_CONVERGED)."""
+    persistent warps, longest trees first, one launch per warp shape (the narrowest that holds
+    each option's tree: a few wide trees do not slow the rest), one copy back. Returns
+    ``(vol, status)`` (status: the IV_* codes IV_OK, IV_BELOW, IV_ABOVE, IV_NOT_CONVERGED,
+    which crr_iv_warp writes as 0..3)."""
     cp = _cupy()
     m = int(p.shape[0])
-    G, R = next(sh for sh in IV_WARP_SHAPES if 32 * sh[0] * sh[1] >= int(N.max()) + 1)
-    k = kernel(_iv_kernel_name(G, R))
     opt = np.ascontiguousarray(np.column_stack([S, K, T, r, q, p, lo, hi]), dtype=np.float64)
     flags = (style == 1).astype(np.int32) | ((kind == 1).astype(np.int32) << 1)
-    order = np.argsort(-N, kind="stable").astype(np.int32)
-    ints = np.concatenate([N.astype(np.int32), flags, order, np.zeros(1, np.int32)])  # the queue counter: 0
-    grid = min((m + 3) // 4, resident_blocks(k, 128))
+    widths = [32 * G * R for G, R in IV_WARP_SHAPES]
+    shape = np.searchsorted(widths, N + 1)  # index of the narrowest shape with N + 1 <= its width
+    order = np.lexsort((-N, shape)).astype(np.int32)  # by shape, longest trees first within one
+    starts = np.searchsorted(shape[order], np.arange(len(widths) + 1))
+    counters = np.zeros(len(widths), np.int32)
+    ints = np.concatenate([N.astype(np.int32), flags, order, counters])
     stream = cp.cuda.get_current_stream()
     with stream:
         d_opt = cp.asarray(opt)
         d_int = cp.asarray(ints)
         d_out = cp.empty(m, dtype=cp.float64)
         d_st = cp.empty(m, dtype=cp.int32)
-        k((grid,), (128,), (d_opt, d_int[:m], d_int[m:2 * m], d_int[2 * m:3 * m], np.int32(m), d_int[3 * m:],
-                           np.float64(xtol), np.int32(max_iter), np.int32(1 if pd_fma_mode() else 0), np.int32(REANCHOR),
-                           d_out, d_st))
+        d_steps, d_flags, d_order, d_cnt = d_int[:m], d_int[m:2 * m], d_int[2 * m:3 * m], d_int[3 * m:]
+        for s, (G, R) in enumerate(IV_WARP_SHAPES):
+            a, b = int(starts[s]), int(starts[s + 1])
+            if a == b:
+                continue
+            k = kernel(_iv_kernel_name(G, R))
+            grid = min((b - a + 3) // 4, resident_blocks(k, 128))
+            k((grid,), (128,), (d_opt, d_steps, d_flags, d_order[a:b], np.int32(b - a), d_cnt[s:s + 1],
+                               np.float64(xtol), np.int32(max_iter), np.int32(1 if pd_fma_mode() else 0),
+                               np.int32(REANCHOR), d_out, d_st))
         vol = cp.asnumpy(d_out, stream=stream)
         st = cp.asnumpy(d_st, stream=stream)
         stream.synchronize()
-    return vol, _IV_CODES[st]
+    return vol, st.astype(np.int8)
 
 
-#: crr_iv_warp's status codes 0..3 as the IV_* codes
-_IV_CODES = np.array([IV_OK, IV_BELOW, IV_ABOVE, IV_NOT_CONVERGED], dtype=np.int8)
+assert (IV_OK, IV_BELOW, IV_ABOVE, IV_NOT_CONVERGED) == (0, 1, 2, 3)  # crr_iv_warp writes these codes
 
 
 @nb.njit(cache=True)

@@ -865,7 +865,8 @@ __device__ __forceinline__ bool iv_brent_step(IvBrent& s, double xtol, double ft
     return false;
 }
 
-// binomial_gpu._fill_params, FP64 branch (the layout P_*), in IEEE order with no contraction.
+// binomial_gpu._fill_params, FP64 branch (the layout P_*), in its order with no contraction; CUDA's
+// exp and sqrt may differ from the host's by an ulp, so the parameters agree to about an ulp.
 __device__ __forceinline__ void crr_iv_par(double* __restrict__ out, bool call, double S, double K, double T, double r,
                                            double q, double sigma, int N, bool pd_fma, int anchor) {
     const double dt = T / (double)N;
