@@ -130,6 +130,17 @@ def test_bad_rows_are_marked_not_raised(client):
     assert_same_result(got, engine.price_table(cols, Method(steps=50)))
 
 
+def test_one_option_over_the_per_option_limit_is_a_row_error_as_in_process(client):
+    """One option whose tree is over max_tree_nodes: the daemon marks the row, as the engine does
+    in-process and as it does for the same option in a table (it refused the whole request)."""
+    cols = dict(kind="put", style="american", spot=100.0, strike=100.0, expiry=1.0, rate=0.03, volatility=0.2)
+    m = Method(steps=1_200_000)
+    want = engine.price_table(cols, m)
+    got = client.price_table(cols, m, fallback=False)
+    assert want.status.tolist() == got.status.tolist() == ["error"]
+    assert "max_tree_nodes" in want.error[0] and "max_tree_nodes" in got.error[0]
+
+
 def test_whole_table_errors_raise_invalid_input_error(client):
     cols = table(4)
     del cols["strike"]

@@ -494,15 +494,17 @@ class Client(JobsMixin):
 
     def _call(self, op: str, content: dict, buffers: list, fallback: bool, timeout: float | None,
               job_id: str | None, force: bool, deadline_s: float | None,
-              on_progress: Callable[[Event], None] | None) -> Message | Exception:
+              on_progress: Callable[[Event], None] | None, retries: int | None = None) -> Message | Exception:
         """Send a pricing request and wait for its reply (relaying progress events to
-        ``on_progress``); with ``fallback``, the reason no daemon answered instead of raising it."""
+        ``on_progress``); with ``fallback``, the reason no daemon answered instead of raising it.
+        ``retries``: sends again after a timeout (None: the client's own)."""
         if job_id is None and (on_progress is not None or buffers):  # a name to cancel it by if given up
             job_id = f"progress-{uuid.uuid4().hex}"
         meta = self._options(job_id, force, deadline_s)
         try:
             with self._progress(on_progress, job_id):
-                return self._request(op, content, buffers, timeout=timeout, metadata=meta, abandon=job_id)
+                return self._request(op, content, buffers, timeout=timeout, metadata=meta, abandon=job_id,
+                                     retries=retries)
         except (DaemonUnavailable, _Unsendable) as e:
             if not fallback:
                 raise
@@ -529,9 +531,9 @@ class Client(JobsMixin):
         m = method or Method()
         if (m.name == "binomial" and type(m.steps) is int and "steps" not in columns and "method" not in columns
                 and all(isinstance(v, _SCALARS) for v in columns.values())):  # one option: no table to cost
-            N = m.steps
-            trees = limits.IV_TREES if op == "implied_vol" else (limits.GREEK_TREES if m.greeks else 1)
-            return (N + 1.0) * (N + 2.0) * 0.5 * trees * limits.DEFAULT_NS_PER_NODE * 1e-9
+            return float(limits.costed_tree_work_rows(m.steps, m.greeks, op)) * limits.DEFAULT_NS_PER_NODE * 1e-9
+        if all(isinstance(v, _SCALARS) for v in columns.values()):  # one option of another method: a cell
+            return 0.0
         try:
             n = max((len(v) for v in columns.values() if np.ndim(v) == 1), default=1)
             return limits.estimate(op, columns, m, n).cpu_s
@@ -751,8 +753,9 @@ class Client(JobsMixin):
         t0 = time.perf_counter()
         buffers: list = []
         content = chain_op.encode_request(df, market, buffers)
+        # not sent again on a timeout: the daemon prices a chain request each time it gets one
         msg = self._call("chain", content, buffers, fallback, CHAIN_TIMEOUT_S if timeout is None else timeout, None,
-                         force, deadline_s, None)
+                         force, deadline_s, None, retries=0)
         if isinstance(msg, Exception):  # no daemon: priced here
             from .. import chain
 

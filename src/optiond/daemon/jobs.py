@@ -447,7 +447,12 @@ class JobManager:
 
     def run_local(self, fn: Callable[..., Any], *args: Any, timeout: float = 300.0) -> Any:
         """Run ``fn(*args)`` on rank 0's pricing thread (the one that owns its GPU) and wait."""
-        return self._local.submit(fn, *args).result(timeout=timeout)
+        return self.submit_local(fn, *args).result(timeout=timeout)
+
+    def submit_local(self, fn: Callable[..., Any], *args: Any) -> cf.Future:
+        """Queue ``fn(*args)`` for rank 0's pricing thread; its future (cancel it to drop the
+        work while it still waits)."""
+        return self._local.submit(fn, *args)
 
     def add_finished(self, job: Job) -> None:
         """Keep a job that needed no pricing (a ``submit`` answered from the cache) for ``result``."""

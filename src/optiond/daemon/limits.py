@@ -197,10 +197,19 @@ def tree_nodes_rows(steps: Any) -> np.ndarray:
     return (N + 1.0) * (N + 2.0) * 0.5
 
 
-def tree_work_rows(steps: Any, greeks: bool) -> np.ndarray:
-    """Tree nodes each option prices: :func:`tree_nodes_rows`, times :data:`GREEK_TREES` with
-    the Greeks (the base tree and four bumped ones)."""
-    return tree_nodes_rows(steps) * (GREEK_TREES if greeks else 1)
+def tree_work_rows(steps: Any, greeks: bool, op: str = "price") -> np.ndarray:
+    """Tree nodes each option takes: :func:`tree_nodes_rows`, times :data:`IV_TREES` for an
+    implied volatility (``op="implied_vol"``), times :data:`GREEK_TREES` for a price with the
+    Greeks (the base tree and four bumped ones)."""
+    return tree_nodes_rows(steps) * (IV_TREES if op == "implied_vol" else (GREEK_TREES if greeks else 1))
+
+
+def costed_tree_work_rows(steps: Any, greeks: bool, op: str = "price") -> np.ndarray:
+    """:func:`tree_work_rows` as a request's cost counts it: a priced option over the per-option
+    limit (``DEFAULT_LIMITS.max_tree_nodes``) costs nothing, as it is a row error
+    (:func:`row_limit_errors`) and is never priced."""
+    rows = tree_work_rows(steps, greeks, op)
+    return np.where(rows > DEFAULT_LIMITS.max_tree_nodes, 0.0, rows) if op == "price" else rows
 
 
 def tree_nodes(steps: Any) -> float:
@@ -236,10 +245,8 @@ def _row_steps(columns: Mapping[str, Any], method: Method, n: int) -> np.ndarray
 
 def _binomial(method: Method, columns: Mapping[str, Any], n: int, op: str) -> tuple[float, int]:
     steps = _row_steps(columns, method, n)
-    factor = IV_TREES if op == "implied_vol" else (GREEK_TREES if method.greeks else 1)
-    rows = tree_nodes_rows(steps) * factor
+    rows = costed_tree_work_rows(steps, method.greeks, op)
     if op == "price":  # a row over the limit is a row error (row_limit_errors): it costs nothing
-        rows = np.where(rows > DEFAULT_LIMITS.max_tree_nodes, 0.0, rows)
         steps = np.where(rows > 0, steps, 0)
     if steps.size == 1 and n != 1:
         return float(rows[0]) * n, int(steps[0])
@@ -337,7 +344,7 @@ def row_limit_errors(names: np.ndarray, steps: np.ndarray, eps: np.ndarray, meth
     tree = np.flatnonzero(names == "binomial")
     if tree.size:
         factor = GREEK_TREES if method.greeks else 1
-        work = tree_work_rows(np.asarray(steps)[tree], method.greeks)
+        work = tree_work_rows(np.asarray(steps)[tree], method.greeks)  # not costed_: these are the rows over
         for i, w in zip(tree[work > lim.max_tree_nodes].tolist(), work[work > lim.max_tree_nodes].tolist()):
             out[i] = (f"steps={int(steps[i])} needs {w:.3g} tree nodes{' (x5 with Greeks)' if factor > 1 else ''}, "
                       f"over the limit of {lim.max_tree_nodes:.3g} per option (max_tree_nodes); use fewer steps")
@@ -366,8 +373,7 @@ def row_weights(columns: Mapping[str, Any], method: Method, n: int) -> np.ndarra
     steps = _row_steps(columns, method, n)
     if steps.size != n or n <= 1 or (steps == steps[0]).all():
         return None
-    N = steps.astype(np.float64)
-    return (N + 1.0) * (N + 2.0) * 0.5 + 1.0
+    return tree_nodes_rows(steps) + 1.0
 
 
 #: method name -> (model label, work function(method, columns, n, op) -> (work, max_steps),
@@ -427,5 +433,5 @@ def estimate(op: str, columns: Mapping[str, Any], method: Method, n: int, messag
 
 
 __all__ = ["Cost", "DEFAULT_LIMITS", "Limits", "LimitExceeded", "adi_work", "estimate", "mlmc_path_steps",
-           "row_limit_errors", "row_weights", "tree_nodes", "tree_nodes_rows", "COST_MODELS", "IV_TREES", "GREEK_TREES",
+           "row_limit_errors", "row_weights", "tree_nodes", "tree_nodes_rows", "tree_work_rows", "costed_tree_work_rows", "COST_MODELS", "IV_TREES", "GREEK_TREES",
            "MLMC_STEPS_EPS2"]

@@ -74,23 +74,7 @@ def write_connection_file(path: Path, info: dict[str, Any]) -> None:
     """
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(info, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    _write_atomic(path, json.dumps(info, indent=2) + "\n")
 
 
 def read_connection_file(path: Path) -> dict[str, Any]:
@@ -233,11 +217,25 @@ def _read_pid(path: Path) -> int | None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` with mode 0600 by a temporary file renamed over it (a
+    reader sees the old file or the new one, never half of it); the temporary is removed on
+    failure. Raises OSError."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        os.unlink(tmp)  # a leftover of a crashed writer with this pid
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def pid_running(pid: int) -> bool:

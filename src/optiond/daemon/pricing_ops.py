@@ -35,10 +35,10 @@ from . import limits as limits_mod
 from . import chain_op, pool
 from .cache import Entry, request_key
 from .jobs import FINAL_STATES, Job, Waiter
-from .limits import GREEK_TREES, LimitExceeded
+from .limits import LimitExceeded
 from .protocol import (PROTOCOL_VERSION, Message, ProtocolError, Session, date_in_window, decode_column, encode_array,
                        encode_sparse_rows, encode_sparse_strings, is_array_spec, send_frames)
-from .server_parts import _Counters, _nbytes, _Refused, _Req, _short
+from .server_parts import _Counters, _invalid_details, _nbytes, _Refused, _Req, _short
 
 log = logging.getLogger("optiond.daemon")
 
@@ -229,7 +229,7 @@ class PricingOps:
             row = scalar_row(columns) if not any(isinstance(v, np.ndarray) for v in columns.values()) else None
         if row is not None and prices is None:  # one option: cost it without the general model
             N = method.steps
-            work = (N + 1.0) * (N + 2.0) * 0.5 * (GREEK_TREES if method.greeks else 1)
+            work = float(limits_mod.costed_tree_work_rows(N, method.greeks))  # 0 over the per-row limit
             cost = limits_mod.Cost(1, "binomial", work, work * self.ns_per_node * 1e-9,
                                    limits_mod.BYTES_PER_OPTION + 16 * (N + 1), N)
             n = 1
@@ -334,7 +334,7 @@ class PricingOps:
     def _op_chain(self, msg: Message, t0: float) -> None:
         """A whole option chain (:mod:`optiond.daemon.chain_op`): checked and costed here, then
         priced on rank 0's pricing thread (the GPU's) by a chain runner thread, which sends the
-        reply. A client's retry of it is priced again (it changes nothing)."""
+        reply. A copy resent by a client is priced again (the client sends a chain once)."""
         if self._state == "draining" or self._stop.is_set():
             raise _Refused("DaemonDraining", "the daemon is draining: it finishes the work it has and takes no new "
                                              "work; try again after its restart")
@@ -362,7 +362,12 @@ class PricingOps:
         try:
             try:
                 if self.jobs is not None:
-                    content, buffers = self.jobs.run_local(chain_op.run, df, market, timeout=deadline_s)
+                    fut = self.jobs.submit_local(chain_op.run, df, market)
+                    try:
+                        content, buffers = fut.result(timeout=deadline_s)
+                    except cf.TimeoutError:
+                        fut.cancel()  # one still queued behind other work never runs (a running one ends)
+                        raise
                 else:
                     content, buffers = chain_op.run(df, market)
                 device = str(content.get("device", "-"))
@@ -370,8 +375,7 @@ class PricingOps:
             except InvalidInputError as e:
                 outcome, error = "invalid", str(e)
                 content, buffers = {"status": "error", "ename": "InvalidInputError", "error": _short(str(e)),
-                                    "field": _short(e.field), "row": e.row, "value": _short(str(e.value)),
-                                    "reason": _short(e.reason)}, []
+                                    **_invalid_details(e)}, []
             except (cf.TimeoutError, TimeoutError):
                 outcome, error = "deadline", f"the chain took longer than its deadline of {deadline_s:.3g} s"
                 content, buffers = {"status": "error", "ename": "DeadlineExceeded", "error": error}, []
@@ -710,10 +714,8 @@ class PricingOps:
                            "device": device, "elapsed_s": time.perf_counter() - t, "via": "daemon"}
                 fallback = False
         except InvalidInputError as e:
-            value = e.value if isinstance(e.value, (int, float, bool, type(None))) else _short(e.value)
             self._fail(session, sock, self._shell_counters, msg, req.op, req.op + "_reply", "InvalidInputError",
-                       str(e), "invalid", req.t0, {"field": _short(e.field), "row": e.row, "value": value,
-                                                   "reason": _short(e.reason)}, req.cost.model, req.n)
+                       str(e), "invalid", req.t0, _invalid_details(e), req.cost.model, req.n)
             return
         except Exception as e:
             log.warning("%s failed: %s", msg.msg_type, e, exc_info=log.isEnabledFor(logging.DEBUG))
@@ -787,10 +789,10 @@ class PricingOps:
         row = scalar_row(cols)
         if row is None:
             return False
-        work = (N + 1.0) * (N + 2.0) * 0.5 * (GREEK_TREES if method.greeks else 1)
+        work = float(limits_mod.costed_tree_work_rows(N, method.greeks))
         cpu_s = work * self.ns_per_node * 1e-9
-        if cpu_s > self.inline_max_s or (self._gpu and work >= self._gpu_min_nodes):
-            return False
+        if work == 0 or cpu_s > self.inline_max_s or (self._gpu and work >= self._gpu_min_nodes):
+            return False  # (work 0: over the per-row limit, a row error the general path writes)
         header = msg.header
         rkey = (header["session"], header["msg_id"])
         if rkey in self._replies or rkey in self._inflight_reqs:

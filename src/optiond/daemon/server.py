@@ -82,7 +82,7 @@ from .pricing_ops import CHAIN_RUNNERS, COALESCE_MIN, PricingOps
 from .protocol import (FUTURE_SLACK_S, PROTOCOL_VERSION, REPLAY_WINDOW_S, SIGNATURE_SCHEME, AuthenticationError,
                        Message, ProtocolError, Session, date_in_window, packb, readable, send_frames, spin_seconds,
                        spin_until_readable, unpackb, utcnow)
-from .server_parts import _Counters, _nbytes, _Refused, _Req, _short
+from .server_parts import _Counters, _invalid_details, _nbytes, _Refused, _Req, _short
 # defined here before the pricing pipeline had a module of its own: still importable from here
 from .pricing_ops import (CHAIN_QUEUE, JOB_ID_CHARS, MAX_COLUMNS, METHOD_FIELDS, TIMELINE_CHUNKS,  # noqa: F401
                           VALUE_FIELDS)
@@ -594,7 +594,7 @@ class Server(PricingOps, ControlOps):
             t = time.perf_counter()
             binomial_cpu.crr_batch(*args, greeks=False, parallel=False, check=False)
             best = min(best, time.perf_counter() - t)
-        nodes = n * (N + 1) * (N + 2) / 2
+        nodes = n * float(limits_mod.tree_nodes_rows(N))
         return float(min(max(best / nodes * 1e9, 0.05), 10.0))
 
     def _control_tick_fn(self) -> Callable[[], None]:
@@ -684,7 +684,8 @@ class Server(PricingOps, ControlOps):
             busy = False
             if self._parked:
                 self._expire_parked(session)
-            if self._drain_shutdown and self.jobs is not None and not self.jobs.active():
+            if (self._drain_shutdown and self.jobs is not None and not self.jobs.active()
+                    and self._chain_pending == 0):  # chain requests accepted are work accepted too
                 log.info("drained: shutting down")
                 self._flush_outbox()
                 stop.set()
@@ -814,9 +815,8 @@ class Server(PricingOps, ControlOps):
                 return out
             content, buffers = out
         except InvalidInputError as e:
-            value = e.value if isinstance(e.value, (int, float, bool, type(None))) else _short(e.value)
             self._fail(session, sock, counters, msg, op, reply_type, "InvalidInputError", str(e), "invalid", t0,
-                       {"field": _short(e.field), "row": e.row, "value": value, "reason": _short(e.reason)})
+                       _invalid_details(e))
             return None
         except LimitExceeded as e:
             self._fail(session, sock, counters, msg, op, reply_type, "LimitExceeded", str(e), "refused", t0,

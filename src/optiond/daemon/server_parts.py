@@ -29,6 +29,13 @@ def _short(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
+def _invalid_details(e: Any) -> dict:
+    """The reply fields of an :class:`optiond.models.InvalidInputError`: ``field``, ``row``,
+    ``value`` (a number as it is, anything else as short text) and ``reason``."""
+    value = e.value if isinstance(e.value, (int, float, bool, type(None))) else _short(e.value)
+    return {"field": _short(e.field), "row": e.row, "value": value, "reason": _short(e.reason)}
+
+
 def _nbytes(buffers: list) -> int:
     return sum(len(b) if isinstance(b, bytes) else memoryview(b).nbytes for b in buffers)
 
