@@ -218,15 +218,35 @@ def _two_sided(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return bid, ask, ok
 
 
-def _pairs(rows: np.ndarray, kind: np.ndarray, strike: np.ndarray, bid: np.ndarray, ask: np.ndarray) -> ExpiryPairs:
-    """The call/put pairs at common strikes among ``rows`` (two-sided quotes only)."""
-    calls = {strike[i]: i for i in rows if kind[i] == "call"}
-    puts = {strike[i]: i for i in rows if kind[i] == "put"}
-    ks = sorted(set(calls) & set(puts))
-    c = np.array([calls[k] for k in ks], dtype=np.int64)
-    p = np.array([puts[k] for k in ks], dtype=np.int64)
-    return ExpiryPairs(np.asarray(ks, dtype=np.float64), 0.5 * (bid[c] + ask[c]), 0.5 * (bid[p] + ask[p]),
-                       ask[c] - bid[c], ask[p] - bid[p])
+def _call_put_rows(group: np.ndarray, kind: np.ndarray, strike: np.ndarray,
+                   rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The (expiry group, strike) pairs with both a call and a put among the rows where ``rows``
+    is True, sorted by group then strike: ``(group, strike, call_row, put_row)``, each side's
+    row the last one in the file at that group and strike."""
+    last = []
+    for side in ("call", "put"):
+        r = np.flatnonzero(rows & (kind == side))
+        r = r[np.lexsort((strike[r], group[r]))]  # stable: file order within a (group, strike)
+        end = np.ones(r.size, dtype=bool)
+        end[:-1] = (group[r[1:]] != group[r[:-1]]) | (strike[r[1:]] != strike[r[:-1]])
+        last.append(r[end])
+    c, p = last
+    _, sid = np.unique(strike[np.concatenate([c, p])], return_inverse=True)
+    width = int(sid.max(initial=0)) + 1
+    key = group[np.concatenate([c, p])].astype(np.int64) * width + sid
+    _, ic, ip = np.intersect1d(key[:c.size], key[c.size:], assume_unique=True, return_indices=True)
+    c, p = c[ic], p[ip]
+    return group[c], strike[c], c, p
+
+
+def _expiry_pairs(group: np.ndarray, kind: np.ndarray, strike: np.ndarray, bid: np.ndarray, ask: np.ndarray,
+                  two: np.ndarray, E: int) -> list[ExpiryPairs]:
+    """Per expiry group 0..E-1, its call/put pairs at common strikes (two-sided quotes only)."""
+    g, k, c, p = _call_put_rows(group, kind, strike, two & np.isfinite(strike) & (group >= 0))
+    cut = np.searchsorted(g, np.arange(E + 1))
+    mid_c, mid_p = 0.5 * (bid[c] + ask[c]), 0.5 * (bid[p] + ask[p])
+    spr_c, spr_p = ask[c] - bid[c], ask[p] - bid[p]
+    return [ExpiryPairs(k[a:b], mid_c[a:b], mid_p[a:b], spr_c[a:b], spr_p[a:b]) for a, b in zip(cut[:-1], cut[1:])]
 
 
 def _iv_solver(pricer: Pricer, spot: float, steps: int) -> Callable:
@@ -346,7 +366,7 @@ def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float 
     few = np.zeros(E, dtype=bool)  # too few pairs to solve (else: solved, or the solve failed)
     spot_note = ""
     if carry == "parity" and E:
-        pairs = [_pairs(m[two[m] & np.isfinite(strike[m])], kind, strike, bid, ask) for m in members]
+        pairs = _expiry_pairs(group, kind, strike, bid, ask, two, E)
         american: list[int] = []
         q0 = np.full(E, np.nan)
         for g in range(E):
@@ -503,13 +523,12 @@ def _residuals(market: ChainMarket, kind: np.ndarray, strike: np.ndarray, iv: np
     table = market.table
     res = np.full(len(table), np.nan)
     ok = (status == "ok") & (market.group >= 0) & np.isfinite(iv)
-    rows = pd.DataFrame({"g": market.group[ok], "k": strike[ok], "iv": iv[ok], "call": kind[ok] == "call"})
-    # one call and one put per (expiry, strike): the last row of each side, as a dict would keep
-    sides = [rows[rows.call == c].drop_duplicates(["g", "k"], keep="last") for c in (True, False)]
-    both = sides[0].merge(sides[1], on=["g", "k"], suffixes=("_c", "_p")).sort_values(["g", "k"], kind="stable")
-    for g, grp in both.groupby("g", sort=False):
-        res[g] = 100.0 * call_put_residual(grp.k.to_numpy(), grp.iv_c.to_numpy(), grp.iv_p.to_numpy(),
-                                           table.forward.iat[g], table["T"].iat[g], CARRY_PAIRS)
+    g, k, c, p = _call_put_rows(market.group, kind, strike, ok)
+    cut = np.searchsorted(g, np.arange(len(table) + 1))
+    for e in np.flatnonzero(np.diff(cut)).tolist():
+        a, b = cut[e], cut[e + 1]
+        res[e] = 100.0 * call_put_residual(k[a:b], iv[c[a:b]], iv[p[a:b]], table.forward.iat[e], table["T"].iat[e],
+                                           CARRY_PAIRS)
     table["call_minus_put_iv_pts"] = res
 
 
