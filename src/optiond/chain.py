@@ -512,8 +512,16 @@ def _smile_iv(kind: np.ndarray, strike: np.ndarray, iv: np.ndarray, market: Chai
     """``iv_otm``: per (expiry, strike), the call's IV where K >= F, the put's where K < F."""
     otm_side = np.where(strike >= market.forward, "call", "put")
     own = np.where(kind == otm_side, iv, np.nan)
-    key = pd.DataFrame({"g": market.group, "k": strike, "v": own})
-    return key.groupby(["g", "k"])["v"].transform("max").to_numpy(dtype=np.float64)
+    order = np.lexsort((strike, market.group))  # rows of one (expiry, strike) next to each other
+    g, k = market.group[order], strike[order]
+    start = np.ones(order.size, dtype=bool)
+    start[1:] = (g[1:] != g[:-1]) | ~((k[1:] == k[:-1]) | (np.isnan(k[1:]) & np.isnan(k[:-1])))
+    first = np.flatnonzero(start)
+    with np.errstate(invalid="ignore"):
+        best = np.fmax.reduceat(own[order], first) if order.size else own[:0]  # NaN only where all are
+    out = np.empty_like(own)
+    out[order] = np.repeat(best, np.diff(np.append(first, order.size)))
+    return out
 
 
 def _residuals(market: ChainMarket, kind: np.ndarray, strike: np.ndarray, iv: np.ndarray, status: np.ndarray) -> None:

@@ -123,13 +123,13 @@ def huber_regression(A: np.ndarray, b: np.ndarray, scale: float = 1.0,
     for ``|r| <= scale`` and ``scale (|r| - scale / 2)`` beyond (Huber 1964, the M-estimator of
     location/regression with his "proposal 2" loss).
 
-    Iteratively re-weighted least squares (weights ``min(1, scale / |r_i|)``, an MM algorithm:
-    the loss never rises); after each re-weighted solve, the exact minimiser for its partition
-    into inliers ``|r_i| <= scale`` and outliers, where the gradient
-    ``sum_in r_i a_i + scale sum_out sign(r_i) a_i`` vanishes, is one linear solve, and it is
-    accepted when it keeps that partition and the outliers' signs (the loss is convex, so it is then the global
-    minimum; the finite Newton idea of Madsen & Nielsen, "Finite algorithms for robust linear
-    regression", BIT 30, 1990). Exact data give the exact solution (to rounding).
+    The finite Newton method of Madsen & Nielsen ("Finite algorithms for robust linear
+    regression", BIT 30, 1990): from the least-squares fit, each step solves exactly for the
+    current partition into inliers ``|r_i| <= scale`` and outliers (the point where the gradient
+    ``sum_in r_i a_i + scale sum_out sign(r_i) a_i`` vanishes: one linear solve); a step that
+    keeps the partition and the outliers' signs is the global minimum (the loss is convex), else
+    it is halved until the loss falls (a re-weighted step, weights ``min(1, scale / |r_i|)``,
+    where too few inliers are left to solve). Exact data give the exact solution (to rounding).
 
     Args:
         A: design, shape (m, p), m >= p; b: shape (m,).
@@ -157,28 +157,40 @@ def huber_regression(A: np.ndarray, b: np.ndarray, scale: float = 1.0,
             return None
 
     every = np.ones(b.shape[0], dtype=bool)
+    ones = np.ones(b.shape[0])
     zero = np.zeros(A.shape[1])
-    w = np.ones(b.shape[0])
-    x = zero
+
+    def loss(v: np.ndarray) -> float:
+        z = np.abs(A @ v - b)
+        return float(np.sum(np.where(z <= scale, 0.5 * z * z, scale * (z - 0.5 * scale))))
+
+    x = solve(every, ones, zero)  # least squares: the start
+    if x is None:
+        raise ValueError("the robust fit has fewer independent quotes than unknowns")
     for _ in range(max_iter):
-        x_w = solve(every, w, zero)
-        if x_w is None:
-            raise ValueError("the robust fit has fewer independent quotes than unknowns")
-        x = x_w
         r = A @ x - b
         inl = np.abs(r) <= scale
-        if inl.sum() >= A.shape[1]:
-            # the exact minimiser for this partition: least squares on the inliers with the
-            # outliers' constant pull scale * sign(r) * a moved to the right-hand side
-            out = ~inl
-            sgn = np.sign(r[out])
-            x_e = solve(inl, every.astype(np.float64), scale * (sgn @ A[out]))
-            if x_e is not None:
-                r_e = A @ x_e - b
-                inl_e = np.abs(r_e) <= scale
-                if np.array_equal(inl_e, inl) and np.array_equal(np.sign(r_e[out]), sgn):
-                    return x_e / col, r_e
-        w = np.minimum(1.0, scale / np.maximum(np.abs(r), 1e-300))
+        out = ~inl
+        sgn = np.sign(r[out])
+        # the exact minimiser for this partition: least squares on the inliers with the
+        # outliers' constant pull scale * sign(r) * a moved to the right-hand side
+        x_e = solve(inl, ones, scale * (sgn @ A[out])) if inl.sum() >= A.shape[1] else None
+        if x_e is None:  # too few inliers for that: a re-weighted step instead
+            x_e = solve(every, np.minimum(1.0, scale / np.maximum(np.abs(r), 1e-300)), zero)
+            if x_e is None:
+                raise ValueError("the robust fit has fewer independent quotes than unknowns")
+        r_e = A @ x_e - b
+        inl_e = np.abs(r_e) <= scale
+        if np.array_equal(inl_e, inl) and np.array_equal(np.sign(r_e[out]), sgn):
+            return x_e / col, r_e
+        # a Newton step for the convex loss: halve it until the loss falls
+        f0, step = loss(x), x_e - x
+        t = 1.0
+        while t > 1e-12 and loss(x + t * step) >= f0:
+            t *= 0.5
+        if t <= 1e-12:  # no descent along the step: x is the minimum to rounding
+            return x / col, A @ x - b
+        x = x + t * step
     return x / col, A @ x - b
 
 
