@@ -563,3 +563,67 @@ class Result:
             if into.std_error is None:
                 into.std_error = np.full(len(into), np.nan)
             into.std_error[rows] = self.std_error
+
+
+#: implied-volatility statuses: the root finders' codes in order (``IV_STATUS_NAMES[code]``),
+#: then the engine's own
+IV_STATUS_NAMES = ("ok", "below-intrinsic", "no-solution", "not-converged", "invalid")
+IV_STATUSES = IV_STATUS_NAMES + ("american-not-supported",)
+
+
+@dataclass
+class ImpliedVol:
+    """Implied volatilities of a batch, arrays of shape (n,): the one result of every implied
+    volatility solve (engine, daemon reply, pricer adapters).
+
+    ``vol``: annualised decimal volatilities, NaN where there is none. ``status`` per row, one
+    of :data:`IV_STATUSES` (``ok``; ``below-intrinsic``: the price is under the exercise value;
+    ``no-solution``: above what any volatility in the bracket gives; ``not-converged``;
+    ``invalid``: an input was invalid; ``american-not-supported``: the closed form was asked
+    for an American option). ``error``: the reason for a non-ok row, ``""`` when none is known
+    (for ``invalid``: ``"<field>=<value>: <reason>"``). ``device`` names what solved it
+    (``"cpu"``, ``"gpu:0 ..."``), ``via`` whether it ran ``"in-process"`` or on the ``"daemon"``.
+
+    For callers of the earlier ``(vol, status)`` pair it unpacks as ``vol, status_text`` (see
+    :meth:`status_text`), so ``vol, status = engine.implied_vol_table(...)`` keeps working.
+    """
+
+    vol: np.ndarray
+    status: np.ndarray
+    error: np.ndarray
+    device: str = "cpu"
+    via: str = "in-process"
+    diagnostics: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_codes(cls, vol: np.ndarray, codes: np.ndarray, device: str = "cpu") -> "ImpliedVol":
+        """From a root finder's status codes (indices into :data:`IV_STATUS_NAMES`)."""
+        status = np.asarray(IV_STATUS_NAMES, dtype=object)[np.asarray(codes, dtype=np.int64)]
+        return cls(np.asarray(vol, dtype=np.float64), status, object_full(status.shape[0], ""), device=device)
+
+    @classmethod
+    def empty(cls, n: int, status: str = "invalid", device: str = "cpu") -> "ImpliedVol":
+        return cls(_nan(n), object_full(n, status), object_full(n, ""), device=device)
+
+    def __len__(self) -> int:
+        return int(self.vol.shape[0])
+
+    @property
+    def ok(self) -> np.ndarray:
+        return self.status == "ok"
+
+    def status_text(self) -> np.ndarray:
+        """Status and reason as one string per row, the earlier form: ``"invalid: strike=-1: must
+        be > 0"`` where a reason is known, else the status alone."""
+        out = self.status.copy()
+        for i in np.flatnonzero(self.error != "").tolist():
+            out[i] = f"{self.status[i]}: {self.error[i]}"
+        return out
+
+    def __iter__(self):
+        return iter((self.vol, self.status_text()))
+
+    def scatter(self, into: "ImpliedVol", rows: np.ndarray) -> None:
+        """Write this result's rows into ``into`` at positions ``rows``."""
+        for k in ("vol", "status", "error"):
+            getattr(into, k)[rows] = getattr(self, k)
