@@ -387,11 +387,23 @@ class Batch:
 
 @dataclass(frozen=True)
 class Method:
-    """How to price.
+    """How to price: the method and its settings (each setting is read by its method only).
 
     Attributes:
-        name: ``"binomial"`` (CRR tree, Cox, Ross & Rubinstein 1979) or ``"black-scholes"``
-            (closed form, European only).
+        name: one of :data:`METHODS`:
+
+            * ``"binomial"``: the CRR tree (Cox, Ross & Rubinstein 1979), European or American,
+              price and Greeks, on the CPU or a GPU (``kernels/binomial``);
+            * ``"black-scholes"``: the closed form (Black & Scholes 1973, Merton 1973 with a
+              dividend yield), European only (``kernels/black_scholes.py``);
+            * ``"mlmc"``: adaptive multilevel Monte Carlo (Giles 2008, Milstein scheme),
+              European-style vanilla, digital and Asian payoffs, price and standard error
+              (``kernels/mlmc``);
+            * ``"adi"``: the Heston model by ADI finite differences (in 't Hout & Foulon 2010),
+              European or American, price, delta, gamma and theta (``kernels/adi``); needs the
+              Heston columns of :data:`HESTON_FIELDS`.
+
+            Aliases: ``bs``/``bsm`` for black-scholes; ``crr``/``bopm``/``tree`` for binomial.
         steps: CRR time steps, a scalar or one per option (1 ... 1e7).
         precision: ``"fp64"`` (default) or ``"fp32"`` (GPU only, N <= 1e4).
         device: ``"auto"``, ``"cpu"`` or ``"gpu"``.
