@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from optiond.kernels import adi_cpu as A  # noqa: E402
+from optiond.kernels import adi as A  # noqa: E402
 
 CASE = dict(spot=100.0, strike=100.0, expiry=1.0, rate=0.05, dividend_yield=0.0, v0=0.04, kappa=1.5, theta=0.04, xi=0.3, rho=-0.9)
 
@@ -89,13 +89,15 @@ def bench_cpu(repeat: int, quick: bool) -> dict:
 
 
 def bench_gpu(n3: int, batch: int, quick: bool) -> dict:
-    from optiond.kernels import adi_gpu as G
+    from optiond.kernels import gpu as kernel_gpu
+    from optiond.kernels.adi import _bench
+    from optiond.kernels.adi import gpu as G
 
-    out = {"device": G.device_name()}
+    out = {"device": kernel_gpu.device_label()}
     steps3 = []
     for scheme in ("do", "mcs", "hv"):
         for axis2 in ("tiled", "plain") if scheme == "do" else ("tiled",):
-            r = G.time_step3(n3, scheme=scheme, steps=10 if not quick else 3, axis2=axis2)
+            r = _bench.time_step3(n3, scheme=scheme, steps=10 if not quick else 3, axis2=axis2)
             steps3.append(r)
             print(f"  3-D {n3}^3 {r['scheme']:22s} axis2={axis2:5s} {r['ms_per_step']:.3f} ms/step "
                   f"(explicit {r['ms_explicit']:.3f}, sweeps {', '.join(f'{x:.3f}' for x in r['ms_sweep'])})", flush=True)
@@ -133,9 +135,9 @@ def main(argv=None) -> int:
     if not a.cpu and not a.gpu:
         a.cpu = True
         try:
-            from optiond.kernels import adi_gpu
+            from optiond.kernels import gpu as kernel_gpu
 
-            a.gpu = adi_gpu.available()
+            a.gpu = kernel_gpu.available()
         except Exception:  # noqa: BLE001
             a.gpu = False
     result = {"bench": "adi", "when": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -109,9 +109,9 @@ def one_case(name, eps, device, seed, repeat, gpu_options=None, exact_level0=Tru
 
 def throughput(levels=(0, 2, 4, 6, 7, 8, 10, 12, 14), seconds=0.2, **gpu_options):
     """Single-launch rates of the level kernel: fine path steps per second (CUDA events)."""
-    from optiond.kernels.mlmc_cpu import CALL
-    from optiond.kernels.mlmc_gpu import GPUSampler
-    from optiond.kernels.philox import seed_key
+    from optiond.kernels.mlmc.gpu import GPUSampler
+    from optiond.kernels.mlmc.level0 import CALL
+    from optiond.kernels.mlmc.philox import seed_key
 
     s = GPUSampler(CALL, 100.0, 100.0, 1.0, RATE, 0.0, 0.2, seed_key(1), **gpu_options)
     out = []

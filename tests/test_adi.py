@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from optiond.kernels import adi_cpu as A
+from optiond.kernels import adi as A
 from optiond.kernels.adi.grids import heston_s_grid, heston_v_grid, sinh_grid
 from optiond.kernels.adi.operators import BC, PDE
 from optiond.kernels.adi.solver import make_schedule, point_values, solve

@@ -9,13 +9,14 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 cp = pytest.importorskip("cupy")
-from optiond.kernels import adi_cpu as A  # noqa: E402
-from optiond.kernels import adi_gpu as G  # noqa: E402
+from optiond.kernels import adi as A  # noqa: E402
+from optiond.kernels import gpu as kernel_gpu  # noqa: E402
+from optiond.kernels.adi import gpu as G  # noqa: E402
 from optiond.kernels.adi import heston as H  # noqa: E402
 from optiond.kernels.adi import hhw  # noqa: E402
 from optiond.kernels.adi.solver import solve as cpu_solve  # noqa: E402
 
-if not G.available():
+if not kernel_gpu.available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 TOL = 1e-10

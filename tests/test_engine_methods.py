@@ -90,3 +90,25 @@ def test_price_cli_mixed_methods_keeps_every_row_and_input(tmp_path):
     assert float(out.theta[2]) == 0.04 and "model_theta" in out.columns  # the Heston input is kept, the Greek renamed
     assert float(out.std_error[1]) > 0 and out.std_error[0] == ""
     assert "rho" in out.error[3]
+
+
+@pytest.mark.parametrize("name", ["mlmc", "adi"])
+def test_gpu_failure_prices_on_the_cpu_with_the_same_numbers(name, monkeypatch, caplog):
+    """device="gpu" and the GPU fails: the engine's fallback prices the batch on the CPU, says so
+    in the diagnostics and the log, and the numbers are the CPU's."""
+    from optiond.kernels import gpu
+
+    def no_cupy():
+        raise gpu.GPUError("CuPy not importable: simulated") from ImportError("simulated")
+
+    monkeypatch.setattr(gpu, "cupy", no_cupy)
+    cols = dict(BASE, kind="put", style="european", method=name)
+    if name == "adi":
+        cols.update(v0=0.04, kappa=1.5, theta=0.04, xi=0.3, rho=-0.7)
+    settings = dict(seed=3, eps=0.05, grid=(60, 30), time_steps=20)
+    on_cpu = engine.price_table(cols, Method(device="cpu", **settings))
+    with caplog.at_level("WARNING", logger="optiond.engine"):
+        res = engine.price_table(cols, Method(device="gpu", **settings))
+    assert res.status.tolist() == ["ok"] and res.device == "cpu"
+    assert res.diagnostics["gpu_fallback"] == "ImportError: simulated" and "priced on the CPU" in caplog.text
+    np.testing.assert_array_equal(res.price, on_cpu.price)

@@ -13,7 +13,8 @@ import numba
 import numpy as np
 import pytest
 
-from optiond.kernels import mlmc_cpu
+from optiond.kernels.mlmc import cpu as mlmc_cpu
+from optiond.kernels.mlmc import level0
 from optiond.kernels.black_scholes import bs_price_greeks
 from optiond.kernels.mlmc import (
     MLMCResult,
@@ -22,7 +23,7 @@ from optiond.kernels.mlmc import (
     mlmc_price_batch,
     mlmc_test,
 )
-from optiond.kernels.philox import KAT_VECTORS, philox_block, philox_normals, seed_key
+from optiond.kernels.mlmc.philox import KAT_VECTORS, philox_block, philox_normals, seed_key
 from optiond.models import InvalidInputError
 
 # Giles' GBM test case (Giles 2008 §6; mcqmc06.m)
@@ -208,19 +209,19 @@ def test_level0_exact_call_put_equals_quadrature_of_the_one_step_payoff(case):
     if B * B - 4 * C * D > 0:
         pts += [(-B - math.sqrt(B * B - 4 * C * D)) / (2 * C), (-B + math.sqrt(B * B - 4 * C * D)) / (2 * C)]
     pts = sorted(p for p in pts if -40.0 <= p <= 40.0)
-    for code in (mlmc_cpu.CALL, mlmc_cpu.PUT):
+    for code in (level0.CALL, level0.PUT):
         def f(z, code=code):
-            return float(mlmc_cpu.level0_payoff(code, z, 0.0, *args, 1.0)) * _std_normal_pdf(z)
+            return float(level0.level0_payoff(code, z, 0.0, *args, 1.0)) * _std_normal_pdf(z)
 
         ref = sum(integrate.quad(f, a, b, epsabs=0.0, epsrel=1e-13, limit=500)[0] for a, b in itertools.pairwise(pts))
-        got = mlmc_cpu.level0_mean(code, *args)
+        got = level0.level0_mean(code, *args)
         assert got == pytest.approx(ref, rel=1e-11, abs=1e-13 * S), (code, got, ref)
     # no real roots: the call is the whole quadratic (one-step parity) and the put is 0
     if B * B - 4 * C * D <= 0:
-        assert mlmc_cpu.level0_mean(mlmc_cpu.PUT, *args) == 0.0
+        assert level0.level0_mean(level0.PUT, *args) == 0.0
     # parity of the one-step scheme: call - put = disc (S (1 + mu T) - K)
     parity = math.exp(-r * T_) * (S * (1 + (r - q) * T_) - K_)
-    diff = mlmc_cpu.level0_mean(mlmc_cpu.CALL, *args) - mlmc_cpu.level0_mean(mlmc_cpu.PUT, *args)
+    diff = level0.level0_mean(level0.CALL, *args) - level0.level0_mean(level0.PUT, *args)
     assert diff == pytest.approx(parity, rel=1e-12, abs=1e-12 * S)
 
 
@@ -237,8 +238,8 @@ def test_level0_exact_asian_equals_quadrature(case):
     A, B = 1.0 + (r - q) * T_ - C, sig * math.sqrt(T_)
     s = sig * S * math.sqrt(T_ / 12.0)
     disc = math.exp(-r * T_)
-    for code in (mlmc_cpu.ASIAN_CALL, mlmc_cpu.ASIAN_PUT):
-        sign = 1.0 if code == mlmc_cpu.ASIAN_CALL else -1.0
+    for code in (level0.ASIAN_CALL, level0.ASIAN_PUT):
+        sign = 1.0 if code == level0.ASIAN_CALL else -1.0
 
         def cond(z, sign=sign):
             m = 0.5 * S * (1.0 + A + B * z + C * z * z) - K_
@@ -246,7 +247,7 @@ def test_level0_exact_asian_equals_quadrature(case):
 
         for z in (-2.0, -0.3, 0.0, 1.1):
             def f(zi, code=code, z=z):
-                return float(mlmc_cpu.level0_payoff(code, z, zi, *args, 1.0)) * _std_normal_pdf(zi)
+                return float(level0.level0_payoff(code, z, zi, *args, 1.0)) * _std_normal_pdf(zi)
 
             kink = -(0.5 * S * (1.0 + A + B * z + C * z * z) - K_) / s  # the payoff's kink in Z_I
             inner = integrate.quad(f, -40.0, 40.0, points=[kink] if abs(kink) < 40 else None, epsabs=1e-14 * S,
@@ -260,22 +261,22 @@ def test_level0_exact_asian_equals_quadrature(case):
         pts = sorted(pts)
         ref = sum(integrate.quad(lambda z, c=cond: c(z) * _std_normal_pdf(z), a, b, epsabs=0.0, epsrel=1e-13,
                                  limit=1000)[0] for a, b in itertools.pairwise(pts))
-        got = mlmc_cpu.level0_mean(code, *args)
+        got = level0.level0_mean(code, *args)
         assert got == pytest.approx(ref, rel=1e-12, abs=1e-15 * S), (code, got, ref)
 
 
-@pytest.mark.parametrize("payoff", sorted(mlmc_cpu.PAYOFF_CODES))
+@pytest.mark.parametrize("payoff", sorted(level0.PAYOFF_CODES))
 @pytest.mark.parametrize("case", [LEVEL0_CASES[0], LEVEL0_CASES[1], LEVEL0_CASES[4], LEVEL0_CASES[6]])
 def test_level0_exact_equals_the_sampled_level_0(payoff, case):
     """The exact E[P_0] against 2^21 samples of the level-0 kernel itself (same normals as the
     sampled MLMC): within 4 standard errors; the digital's level 0 is deterministic."""
-    code = mlmc_cpu.PAYOFF_CODES[payoff]
+    code = level0.PAYOFF_CODES[payoff]
     args = _level0_args(*case)
     n = 1 << 21
     sums = mlmc_cpu.run_level(code, 0, 0, n, n, seed_key(314), *args, 1.0).sum(axis=0)
     mean = sums[4] / n
     se = math.sqrt(max(sums[5] / n - mean * mean, 0.0) / n)
-    exact = mlmc_cpu.level0_mean(code, *args, 1.0)
+    exact = level0.level0_mean(code, *args, 1.0)
     assert abs(mean - exact) <= 4 * se + 1e-12 * case[0], (payoff, case, mean, exact, se)
 
 
@@ -291,8 +292,8 @@ class _RecordingSampler(mlmc_cpu.CPUSampler):
 
 def test_exact_level0_driver():
     eps = 0.01
-    exact = mlmc_cpu.level0_mean(mlmc_cpu.CALL, *_level0_args(S0, K, T, R, 0.0, SIG))
-    s = _RecordingSampler(mlmc_cpu.CALL, S0, K, T, R, 0.0, SIG, seed_key(4))
+    exact = level0.level0_mean(level0.CALL, *_level0_args(S0, K, T, R, 0.0, SIG))
+    s = _RecordingSampler(level0.CALL, S0, K, T, R, 0.0, SIG, seed_key(4))
     res = mlmc_price("call", S0, K, T, R, 0.0, SIG, eps, seed=4, sampler=s)
     assert res.exact_level0 and 0 not in s.levels_requested and res.converged
     assert res.n_samples[0] == 0 and res.mean[0] == exact and res.variance[0] == 0.0 and np.all(res.sums[0] == 0)
@@ -327,7 +328,7 @@ def test_exact_level0_driver():
 
 def test_mlmc_test_report_shows_exact_level0():
     rep = mlmc_test("call", S0, K, T, R, 0.0, SIG, n=20_000, levels=4, eps_list=(0.05,), seed=3)
-    assert rep.level0_exact == pytest.approx(mlmc_cpu.level0_mean(mlmc_cpu.CALL, *_level0_args(S0, K, T, R, 0.0, SIG)))
+    assert rep.level0_exact == pytest.approx(level0.level0_mean(level0.CALL, *_level0_args(S0, K, T, R, 0.0, SIG)))
     # the table still samples level 0 (Giles' per-level statistics) and agrees with the exact mean
     assert rep.variance[0] > 0 and abs(rep.mean_fine[0] - rep.level0_exact) < 4 * math.sqrt(rep.var_fine[0] / rep.n)
     assert rep.sweep[0]["n_samples"][0] == 0
@@ -363,8 +364,8 @@ def test_samples_depend_only_on_counters():
     args = (S0, K, T, R, SIG, math.exp(-R * T), 1.0)
     for level in (0, 3, 6):
         u = mlmc_cpu.unit_size(level)
-        whole = mlmc_cpu.run_level(mlmc_cpu.CALL, level, 0, 40 * u, u, key, *args)
-        parts = np.concatenate([mlmc_cpu.run_level(mlmc_cpu.CALL, level, a, 10 * u, u, key, *args) for a in range(0, 40 * u, 10 * u)])
+        whole = mlmc_cpu.run_level(level0.CALL, level, 0, 40 * u, u, key, *args)
+        parts = np.concatenate([mlmc_cpu.run_level(level0.CALL, level, a, 10 * u, u, key, *args) for a in range(0, 40 * u, 10 * u)])
         assert np.array_equal(whole, parts)
 
 
@@ -419,11 +420,10 @@ def test_mlmc_test_command_prints_giles_report():
 
 
 def _gpu():
-    try:
-        from optiond.kernels import mlmc_gpu
-    except ImportError:
-        return None
-    return mlmc_gpu if mlmc_gpu.gpu_available() else None
+    from optiond.kernels import gpu as kernel_gpu
+    from optiond.kernels.mlmc import gpu as mlmc_gpu
+
+    return mlmc_gpu if kernel_gpu.available() else None
 
 
 gpu = pytest.mark.skipif(_gpu() is None, reason="needs CuPy and an NVIDIA GPU")
@@ -451,13 +451,13 @@ def test_gpu_philox_known_answers():
 
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("payoff", sorted(mlmc_cpu.PAYOFF_CODES))
+@pytest.mark.parametrize("payoff", sorted(level0.PAYOFF_CODES))
 def test_gpu_level_sums_equal_cpu_to_rounding(payoff):
     """Same seed and counters: sample-parallel levels (0-7) do the same operations in the same
     order as the CPU (fmad off), team levels (8-12) the same factors in another association
     order; differences are last-bit (libm vs CUDA math, summation trees)."""
     m = _gpu()
-    code = mlmc_cpu.PAYOFF_CODES[payoff]
+    code = level0.PAYOFF_CODES[payoff]
     key = seed_key(77)
     args = (S0, K, T, R - 0.01, SIG, math.exp(-R * T), 1.0)
     s = m.GPUSampler(code, S0, K, T, R, 0.01, SIG, key)
@@ -505,7 +505,7 @@ def test_bias_test_does_not_stop_early_when_the_weak_error_changes_sign():
 
 def test_controlled_run_reports_progress_and_gives_the_same_bits(monkeypatch):
     from optiond import runctl
-    from optiond.kernels import mlmc_cpu as mc
+    from optiond.kernels.mlmc import cpu as mc
 
     args = ("call", 100.0, 100.0, 1.0, 0.05, 0.0, 0.2, 0.005)
     plain = mlmc_price(*args, seed=11)
@@ -522,7 +522,7 @@ def test_controlled_run_reports_progress_and_gives_the_same_bits(monkeypatch):
 
 def test_cancelled_run_stops_inside_an_iteration(monkeypatch):
     from optiond import runctl
-    from optiond.kernels import mlmc_cpu as mc
+    from optiond.kernels.mlmc import cpu as mc
 
     monkeypatch.setattr(mc, "PIECE_PATH_STEPS", 1 << 12)
     checks = {"n": 0}

@@ -98,10 +98,10 @@ def test_two_ranks_equal_one_rank_cpu(tmp_path):
 
 def _gpu_ok():
     try:
-        from optiond.kernels.mlmc_gpu import gpu_available
+        from optiond.kernels.gpu import available
     except ImportError:
         return False
-    return gpu_available()
+    return available()
 
 
 @pytest.mark.gpu

@@ -15,15 +15,17 @@ the same whoever asks. The CPU kernels are the reference; the GPU backend plugs 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from . import runctl
 from .daemon import limits
 from .kernels import binomial_cpu, black_scholes
+from .kernels import gpu as kernel_gpu
+from .kernels.gpu import GPUError
 from .kernels.rootfind import IV_STATUS_NAMES
 from .models import (AMERICAN, GREEK_FIELDS, Batch, InvalidInputError, Method, Result, RowError, object_full,
                      pd_numeric, scalar_row, validate_columns, validate_steps)
@@ -108,81 +110,35 @@ def _price_black_scholes(batch: Batch, method: Method, res: Result) -> None:
         getattr(res, name)[good] = out[name] if (method.greeks or name == "price") else np.nan
 
 
-def _gpu_available() -> bool:
+def _gpu_or_cpu(run: Callable[[str], Result], device: str, what: str) -> Result:
+    """``run(device)``; when ``device`` is ``"gpu"`` and that fails (:class:`GPUError`), log a
+    warning, ``run("cpu")`` and record ``diagnostics["gpu_fallback"]`` (the failure's cause:
+    the CUDA or CuPy error itself)."""
+    if device != "gpu":
+        return run("cpu")
     try:
-        from .kernels import binomial_gpu
-
-        return bool(binomial_gpu.available())
-    except Exception:  # noqa: BLE001 (no CuPy, no driver: the CPU it is)
-        return False
-
-
-def _mlmc_payoff(kind: int, payoff: str) -> str:
-    side = "call" if kind == 1 else "put"
-    return side if payoff == "vanilla" else f"{payoff}_{side}"
+        return run("gpu")
+    except GPUError as e:
+        cause = e.__cause__ if e.__cause__ is not None else e
+        why = f"{type(cause).__name__}: {cause}"
+        logging.getLogger(__name__).warning("GPU %s failed (%s); priced on the CPU instead", what, why)
+        res = run("cpu")
+        res.diagnostics["gpu_fallback"] = why
+        return res
 
 
-def _price_mlmc(batch: Batch, method: Method, res: Result) -> None:
-    """Adaptive MLMC (Giles 2008), one run per option; price and its standard error."""
-    from .kernels import mlmc
-
-    n = len(batch)
-    res.std_error = np.full(n, np.nan)
-    am = np.flatnonzero(batch.style == AMERICAN)
-    if am.size:
-        res.mark_error(am, "mlmc prices European-style payoffs (vanilla, digital, asian); use method=binomial for american")
-    eps = np.broadcast_to(np.asarray(method.eps, dtype=np.float64), (n,))
-    device = "gpu" if method.device == "gpu" or (method.device == "auto" and _gpu_available()) else "cpu"
-    levels, warnings = np.zeros(n, dtype=np.int64), {}
-    todo = np.flatnonzero(res.ok).tolist()
-    hooks: dict = {}
-    for k, i in enumerate(todo):
-        args = (_mlmc_payoff(int(batch.kind[i]), method.payoff), batch.spot[i], batch.strike[i], batch.expiry[i],
-                batch.rate[i], batch.dividend_yield[i], batch.volatility[i], float(eps[i]))
-        if runctl.active():  # a daemon job: progress per adaptive iteration, cancellation between them
-            hooks = {"progress": lambda *_: runctl.check(),
-                     "on_fraction": lambda f, k=k: runctl.report((k + f) / len(todo))}
-        try:
-            try:
-                r = mlmc.mlmc_price(*args, seed=int(method.seed), device=device, **hooks)
-            except (ImportError, RuntimeError) as e:  # GPU unusable: the CPU gives the same estimate
-                if device != "gpu":
-                    raise
-                logging.getLogger(__name__).warning("GPU MLMC failed (%s); priced on the CPU instead", e)
-                res.diagnostics["gpu_fallback"] = f"{type(e).__name__}: {e}"
-                device = "cpu"
-                r = mlmc.mlmc_price(*args, seed=int(method.seed), device=device, **hooks)
-        except InvalidInputError as e:
-            res.mark_error([i], str(e))
-            continue
-        res.price[i], res.std_error[i], levels[i] = r.price, r.std_error, r.levels
-        if r.warnings:
-            warnings[i] = "; ".join(r.warnings)
-    res.device = "cpu" if device == "cpu" else (res.device if res.device.startswith("gpu") else "gpu")
-    res.diagnostics.update(mlmc_levels=levels.tolist(), mlmc_warnings=warnings)
+#: the methods priced through their kernel front door (:mod:`optiond.kernels.mlmc`,
+#: :mod:`optiond.kernels.adi`), imported on first use
+_FRONT_DOORS = {"mlmc": "optiond.kernels.mlmc", "adi": "optiond.kernels.adi"}
 
 
-def _price_adi(batch: Batch, method: Method, res: Result) -> None:
-    """Heston by ADI finite differences (in 't Hout & Foulon 2010), European or American
-    (Ikonen–Toivanen); price, delta, gamma and theta at the spot, dV/dv0 in diagnostics."""
-    from .kernels import adi_cpu
-
-    if batch.v0 is None:
-        res.mark_error(np.arange(len(batch)), "method=adi needs the Heston columns v0, kappa, theta, xi, rho")
-        return
-    device = method.device if method.device != "auto" or _gpu_available() else "cpu"
-    out = adi_cpu.heston_price_batch(batch.kind, batch.style, batch.spot, batch.strike, batch.expiry, batch.rate,
-                                     batch.dividend_yield, batch.v0, batch.kappa, batch.theta, batch.xi, batch.rho,
-                                     scheme=method.scheme, grid=method.grid, time_steps=method.time_steps,
-                                     rannacher=method.rannacher, device=device)
-    for name in ("price", "delta", "gamma", "theta"):
-        getattr(res, name)[:] = out[name]
-    bad = np.flatnonzero(np.asarray(out["status"]) != "ok")
-    if bad.size:
-        res.mark_error(bad, [str(out["error"][i]) for i in bad])
-    res.device = "cpu" if str(out.get("device", "cpu")).startswith("cpu") else str(out["device"])
-    res.diagnostics.update(adi_dv0=np.asarray(out["dv0"]).tolist(), adi_scheme=method.scheme, adi_grid=list(method.grid),
-                           adi_time_steps=method.time_steps)
+def _price_front_door(batch: Batch, method: Method) -> Result:
+    """The method's front door on the GPU when ``method.device`` asks for it (``"auto"``: a GPU
+    is there and the method wants it for this batch), else on the CPU."""
+    door = importlib.import_module(_FRONT_DOORS[method.name])
+    device = "gpu" if door.GPU and (method.device == "gpu" or (
+        method.device == "auto" and kernel_gpu.available() and door.wants_gpu(batch, method))) else "cpu"
+    return _gpu_or_cpu(lambda d: door.price(batch, method, d), device, method.name.upper())
 
 
 def price(batch: Batch, method: Method | None = None) -> Result:
@@ -204,13 +160,11 @@ def price(batch: Batch, method: Method | None = None) -> Result:
     n = len(batch)
     device = select_device(batch, method)
     res = Result.empty(n, device=device)
-    if n:
+    if n and method.name in _FRONT_DOORS:
+        res = _price_front_door(batch, method)
+    elif n:
         if method.name == "binomial":
             _price_binomial(batch, method, method.steps_for(n), res)
-        elif method.name == "mlmc":
-            _price_mlmc(batch, method, res)
-        elif method.name == "adi":
-            _price_adi(batch, method, res)
         else:
             _price_black_scholes(batch, method, res)
     res.elapsed_s = time.perf_counter() - t0

@@ -753,8 +753,8 @@ def step3(U, lam, phi, Wa, Ma, Wb, Mb, G, fac, dt, th, scheme, american, project
           dir_idx, gnew, src_idx, src_dir, sold, snew, work):
     """One ADI step of a 3-D problem (see :func:`step2`); ``fac[d] = (LO, INV, CP, FE)`` of
     ``I - th*dt*A_d(tau_n)``; ``work`` a dict of preallocated arrays. Driven from Python: each
-    call below is one parallel numba kernel, so the interpreter overhead is a few tens of
-    microseconds per step, small against a 3-D step."""
+    call below is one parallel numba kernel, so the interpreter overhead per step is small
+    against a 3-D step."""
     Y0, Y, A0, A, B0, B = work["Y0"], work["Y"], work["A0"], work["A"], work["B0"], work["B"]
     explicit3(U, Wa, Ma, G[0], G[1], G[2], A0, A[0], A[1], A[2])
     _add_src3(A, src_idx, src_dir, sold, 1.0)

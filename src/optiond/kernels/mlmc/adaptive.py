@@ -27,7 +27,7 @@ Exact level 0 (default; ``exact_level0=True`` in :func:`mlmc_price`, ``level0_me
 :func:`mlmc_adaptive`): the coarsest level is one Milstein step of length T, a function of one
 standard normal (two for the Asian), and its expectation ``E[P_0]`` has a closed form (call,
 put; the digital's level 0 is deterministic anyway) or a 1-D integral of a closed form computed
-to ~1e-13 (Asian): :func:`optiond.kernels.mlmc_cpu.level0_mean` gives the derivation. It is
+to ~1e-13 (Asian): :func:`optiond.kernels.mlmc.level0.level0_mean` gives the derivation. It is
 computed once on the host in FP64 (with ``comm``: on rank 0, then broadcast) and enters the
 estimate as level 0's mean with variance 0 and cost 0, so
 
@@ -68,7 +68,7 @@ timing noise. Measured wall time per level is reported beside it.
 Determinism and MPI: each iteration's new samples of a level, indices ``N_l .. N_l + dN_l - 1``,
 are cut into at most ``MAX_CHUNKS`` chunks whose boundaries depend only on ``(N_l, dN_l)``;
 each chunk's sums are computed deterministically by whichever process owns it (see
-:mod:`optiond.kernels.mlmc_cpu`); with ``comm`` (an mpi4py communicator of R ranks) rank r owns
+:mod:`optiond.kernels.mlmc.cpu`); with ``comm`` (an mpi4py communicator of R ranks) rank r owns
 the contiguous chunks ``[n*r/R, n*(r+1)/R)`` of every level, writes their sums into one zeroed
 buffer holding the chunks of all levels, and ONE ``Allreduce(SUM)`` per iteration combines
 them: each entry has a single non-zero contribution, so the sum is exact. Every rank then adds
@@ -91,15 +91,9 @@ from typing import Any, Sequence
 import numba as nb
 import numpy as np
 
-from ..models import InvalidInputError
-from .mlmc_cpu import (
-    NSTAT,
-    PAYOFF_CODES,
-    PAYOFF_NAMES,
-    CPUSampler,
-    level0_mean,
-    unit_size,
-)
+from ...models import InvalidInputError
+from .cpu import NSTAT, CPUSampler, unit_size
+from .level0 import PAYOFF_CODES, PAYOFF_NAMES, level0_mean
 from .philox import seed_key
 
 MAX_CHUNKS = 128
@@ -273,8 +267,8 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
 
     Args:
         sampler: object with ``run(requests) -> ndarray (chunks, NSTAT)`` where requests are
-            ``[(level, start, count, chunk_size)]`` (:class:`mlmc_cpu.CPUSampler`,
-            :class:`mlmc_gpu.GPUSampler`: one call per iteration, one host sync on the GPU).
+            ``[(level, start, count, chunk_size)]`` (:class:`.cpu.CPUSampler`,
+            :class:`.gpu.GPUSampler`: one call per iteration, one host sync on the GPU).
         eps: target root-mean-square error (currency units), > 0.
         n0: initial samples per level (>= 2); l_min, l_max: first and last allowed finest
             level (0 <= l_min <= l_max <= 40); theta: share of eps^2 for the squared bias.
@@ -481,7 +475,7 @@ def _validate(payoff, spot, strike, expiry, rate, dividend_yield, volatility, ep
 
 def exact_level0_mean(payoff, spot, strike, expiry, rate, dividend_yield, volatility, payout=1.0) -> float:
     """The exact ``E[P_0]`` (discounted, one Milstein step of length ``expiry``) for these inputs:
-    :func:`optiond.kernels.mlmc_cpu.level0_mean` (host FP64; the same value for every device)."""
+    :func:`optiond.kernels.mlmc.level0.level0_mean` (host FP64; the same value for every device)."""
     code = _validate(payoff, spot, strike, expiry, rate, dividend_yield, volatility, 1.0, payout)
     return level0_mean(code, float(spot), float(strike), float(expiry), float(rate) - float(dividend_yield),
                        float(volatility), math.exp(-float(rate) * float(expiry)), float(payout))
@@ -496,11 +490,11 @@ def make_sampler(payoff, spot, strike, expiry, rate, dividend_yield, volatility,
     if device == "cpu":
         return CPUSampler(code, spot, strike, expiry, rate, dividend_yield, volatility, key, payout)
     if device == "gpu":
-        from .mlmc_gpu import GPUSampler  # CuPy imported lazily
+        from .gpu import GPUSampler  # CuPy imported lazily
 
         dev = None
         if comm is not None:
-            from .mlmc_gpu import device_count
+            from ..gpu import device_count
 
             n = device_count()
             dev = comm.Get_rank() % n if n else None
@@ -517,7 +511,7 @@ def mlmc_price(payoff, spot, strike, expiry, rate, dividend_yield, volatility, e
     Args:
         payoff: ``"call"``, ``"put"``, ``"digital_call"``, ``"digital_put"`` (cash-or-nothing
             paying ``payout``), ``"asian_call"``, ``"asian_put"`` (arithmetic average over
-            [0, T], continuous monitoring limit), or the integer codes of :mod:`mlmc_cpu`.
+            [0, T], continuous monitoring limit), or the integer codes of :mod:`.level0`.
         spot, strike: > 0, currency units. expiry: years, > 0. rate, dividend_yield:
             continuously compounded annual decimals. volatility: annual decimal in (0, 5].
         eps: target RMS error in currency units (> 0): the run stops when the estimated
@@ -533,8 +527,8 @@ def mlmc_price(payoff, spot, strike, expiry, rate, dividend_yield, volatility, e
         on_fraction: callable(fraction of the run's cost done) after each iteration (see
             :func:`mlmc_adaptive`).
         sampler: a ready sampler for these inputs; overrides ``device`` (not closed here).
-        gpu_options: extra :class:`mlmc_gpu.GPUSampler` arguments (``fast``, ``team_levels``).
-        exact_level0: use the exact ``E[P_0]`` (:func:`mlmc_cpu.level0_mean`, module docstring
+        gpu_options: extra :class:`.gpu.GPUSampler` arguments (``fast``, ``team_levels``).
+        exact_level0: use the exact ``E[P_0]`` (:func:`.level0.level0_mean`, module docstring
             "Exact level 0") instead of sampling level 0 (default); levels >= 1 are sampled
             from ``max(l_min, 1)``. False: sample level 0 as well (the seed's algorithm). With
             ``l_max = 0`` level 0 is always sampled.
@@ -544,7 +538,8 @@ def mlmc_price(payoff, spot, strike, expiry, rate, dividend_yield, volatility, e
 
     Raises:
         InvalidInputError: an input is out of range or the payoff/device is unknown.
-        ImportError/RuntimeError: ``device="gpu"`` without CuPy or a GPU.
+        RuntimeError: ``device="gpu"`` without CuPy or a GPU (:class:`optiond.kernels.gpu.GPUError`), or a
+            CUDA failure.
     """
     code = _validate(payoff, spot, strike, expiry, rate, dividend_yield, volatility, eps, payout)
     level0 = None

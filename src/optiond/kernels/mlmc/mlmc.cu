@@ -1,12 +1,12 @@
 // Multilevel Monte Carlo level sampler for GBM (Milstein) on NVIDIA GPUs.
 //
-// The GPU twin of optiond/kernels/mlmc_cpu.py (read its docstring for the scheme, the payoff
+// The GPU twin of optiond/kernels/mlmc/cpu.py (read its docstring for the scheme, the payoff
 // couplings and the random-number layout): the same Philox4x32-10 counters, the same
 // Box-Muller transform and, on the sample-parallel path, the same sequence of floating-point
 // operations (compiled with --fmad=false so no multiply-add is contracted), so a sample's
 // payoffs match the CPU's up to the last-bit differences of log/sincos/erfc between the CUDA
 // math library and the host libm. Compiled by NVRTC through CuPy's RawModule
-// (optiond/kernels/mlmc_gpu.py), one module per payoff (template parameter P).
+// (optiond/kernels/mlmc/gpu.py), one module per payoff (template parameter P).
 //
 // One launch of mlmc_tiles<P> samples every level of an MLMC iteration. Its work table holds one
 // row per level request: the samples [start, start+count) are cut into the driver's chunks of
@@ -31,7 +31,7 @@
 #define NSTAT 8
 #define BLOCK 256
 #ifndef MLMC_MINB
-#define MLMC_MINB 3  // __launch_bounds__ min blocks per SM (register budget; measured best on H200)
+#define MLMC_MINB 3  // __launch_bounds__ min blocks per SM (register budget; see BENCHMARKS.md)
 #endif
 #define TWO_M32 2.3283064365386962890625e-10
 #define TWO_PI 6.283185307179586
@@ -129,7 +129,7 @@ __device__ __forceinline__ void add_stats(double acc[NSTAT], double d, double f)
 }
 
 // ------------------------------------------------ one pair of fine steps + one coarse step
-// The loop body of mlmc_cpu.mlmc_sample, shared by the sequential and the team paths.
+// The loop body of mlmc.cpu.mlmc_sample, shared by the sequential and the team paths.
 template <int P>
 __device__ __forceinline__ void pair_step(int pidx, u32 slo, u32 shi, u32 lev, const Prm &p, u32 x[4],
                                           double sqhf, double hf, double hc, double af_, double ac_, double sdi,
@@ -198,9 +198,9 @@ __device__ __forceinline__ void payoffs(const Prm &p, double hf, double hc, doub
 
 // ------------------------------------------------------------------------------- level 0
 // Sampled only when asked for (exact_level0=False, or mlmc_test's per-level table): by default
-// the driver uses the exact E[P_0] computed on the host (mlmc_cpu.level0_mean) and never
+// the driver uses the exact E[P_0] computed on the host (mlmc.level0.level0_mean) and never
 // requests level 0.
-// One Milstein step of length T from the sample's normals (mlmc_cpu.level0_payoff).
+// One Milstein step of length T from the sample's normals (mlmc.level0.level0_payoff).
 template <int P>
 __device__ __forceinline__ double level0_payoff(double z, double zi, const Prm &p) {
     const double h = p.T, sqh = sqrt(h);
@@ -230,7 +230,7 @@ __device__ __forceinline__ double level0_payoff(double z, double zi, const Prm &
 
 // Level-0 samples [a, z) of a tile: one Philox block and two Box-Muller pairs serve 4 samples
 // (2 for the Asian: z from words (0,1), z_I from (2,3); cos for the even, sin for the odd
-// sample), exactly as mlmc_cpu.level0_normals; thread t takes the groups t, t + BLOCK, ...
+// sample), exactly as mlmc.level0.level0_normals; thread t takes the groups t, t + BLOCK, ...
 template <int P>
 __device__ __forceinline__ void level0_tile(i64 a, i64 z, const Prm &p, double acc[NSTAT]) {
     const bool asian = (P == ASIAN_CALL || P == ASIAN_PUT);

@@ -1,4 +1,4 @@
-// ADI finite differences on the GPU (FP64): the device side of optiond.kernels.adi_gpu.
+// ADI finite differences on the GPU (FP64): the device side of optiond.kernels.adi.gpu.
 //
 // The arithmetic follows the CPU reference (optiond/kernels/adi/_kernels.py) step for step:
 // the Douglas / Craig-Sneyd / Modified Craig-Sneyd / Hundsdorfer-Verwer schemes of

@@ -1,0 +1,54 @@
+"""Old import paths of moved modules keep working for one release: importing one warns
+(DeprecationWarning naming the new path) and yields the new module object itself."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+
+# --------------------------------------------------------------------------- the MLMC and ADI methods' rooms
+
+MLMC_ADI_MOVES = [
+    ("optiond.kernels.mlmc_cpu", "optiond.kernels.mlmc.cpu"),
+    ("optiond.kernels.mlmc_gpu", "optiond.kernels.mlmc.gpu"),
+    ("optiond.kernels.philox", "optiond.kernels.mlmc.philox"),
+    ("optiond.kernels.adi_cpu", "optiond.kernels.adi"),  # the earlier front door: the front door
+    ("optiond.kernels.adi_gpu", "optiond.kernels.adi.gpu"),
+]
+
+
+@pytest.mark.parametrize("old, new", MLMC_ADI_MOVES)
+def test_mlmc_adi_old_path_warns_and_is_the_new_module(old, new, monkeypatch):
+    monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning, match=new.replace(".", r"\.")):
+        mod = importlib.import_module(old)
+    assert mod is importlib.import_module(new)
+
+
+def test_mlmc_adi_old_names_still_resolve(monkeypatch):
+    """What callers read from the old modules is still there (same objects as the new homes)."""
+    for old in ("optiond.kernels.mlmc_cpu", "optiond.kernels.mlmc_gpu", "optiond.kernels.adi_cpu"):
+        monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning):
+        adi_cpu, mlmc_cpu, mlmc_gpu = (importlib.import_module(f"optiond.kernels.{m}") for m in ("adi_cpu", "mlmc_cpu", "mlmc_gpu"))
+    from optiond.kernels import gpu
+    from optiond.kernels.adi import cpu
+    from optiond.kernels.mlmc import level0
+
+    assert mlmc_cpu.level0_mean is level0.level0_mean and mlmc_cpu.PAYOFF_CODES is level0.PAYOFF_CODES
+    assert mlmc_gpu.gpu_available is gpu.available and mlmc_gpu.device_count is gpu.device_count
+    assert adi_cpu.hhw_price is cpu.hhw_price and adi_cpu.GPU_MIN_BATCH == 8 and callable(adi_cpu.heston_price_batch)
+
+
+def test_optiond_kernels_mlmc_keeps_its_names():
+    """``optiond.kernels.mlmc`` became a package: what was imported from the module is still there."""
+    from optiond.kernels import mlmc
+
+    for name in ("MLMCResult", "MLMCTestReport", "chunk_layout", "make_sampler", "mlmc_adaptive", "mlmc_price",
+                 "mlmc_price_batch", "mlmc_test", "exact_level0_mean", "level_cost", "regression_exponent",
+                 "MAX_CHUNKS", "DEFAULT_N0", "DEFAULT_L_MIN", "DEFAULT_L_MAX", "DEFAULT_THETA", "ALPHA_MAX",
+                 "NSTAT", "PAYOFF_CODES", "PAYOFF_NAMES", "CPUSampler", "level0_mean", "unit_size", "seed_key"):
+        assert hasattr(mlmc, name), name
