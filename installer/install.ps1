@@ -120,7 +120,7 @@ if ($excelBits) {
   & (Join-Path $Venv "Scripts\xlwings.exe") addin install
   Set-XlwingsSetting "INTERPRETER_WIN" (Join-Path $Venv "Scripts\pythonw.exe"); Record "xlsetting" "INTERPRETER_WIN"
   Set-XlwingsSetting "UDF MODULES" "optiond.addin.functions"; Record "xlsetting" "UDF MODULES"
-  $vbaDir = & $Py -c "import optiond.addin.table as t; print(t.VBA_DIR)"
+  $vbaDir = & $Py -c "import optiond.addin.generate as g; print(g.VBA_DIR)"
   try {
     $excel = New-Object -ComObject Excel.Application
     $excel.DisplayAlerts = $false

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from optiond.addin import functions as F
+from optiond.addin import generate
 from optiond.addin import pricing
 from optiond.addin import table
 
@@ -421,7 +422,7 @@ def test_table_drives_the_functions():
     assert table.BY_NAME["BOPM_PUT"].signature() == "BOPM_PUT(S, K, T, r, sigma, N, [q], [american])"
     assert table.BY_NAME["BOPM_IV"].signature() == "BOPM_IV(price, S, K, T, r, [q], [kind], [N], [american])"
     assert table.BY_NAME["BOPM_GREEKS"].signature() == "BOPM_GREEKS(S, K, T, r, sigma, N, [q], [kind], [american])"
-    assert "## `BS_CALL(S, K, T, r, sigma, [q])`" in table.reference()
+    assert "## `BS_CALL(S, K, T, r, sigma, [q])`" in generate.reference()
 
 
 def test_decorate_rejects_a_signature_that_disagrees_with_the_table():
@@ -437,9 +438,9 @@ def test_decorate_rejects_a_signature_that_disagrees_with_the_table():
 
 def test_xlwings_metadata_from_the_table():
     """xlwings' own decorators (as on Windows) carry the table's category and wizard texts."""
-    with table._xlwings_udfs() as udfs:
+    with generate._xlwings_udfs() as udfs:
         for spec in table.FUNCTIONS:
-            f = table._copy_function(F.WORKSHEET_FUNCTIONS[spec.name])
+            f = generate._copy_function(F.WORKSHEET_FUNCTIONS[spec.name])
             f = table.decorate(spec, f, func=udfs.xlfunc, arg=udfs.xlarg)
             xf = f.__xlfunc__
             assert xf["category"] == "optiond" and xf["ret"]["doc"] == spec.description
@@ -452,10 +453,10 @@ def test_xlwings_metadata_from_the_table():
 
 
 def test_vba_golden_files_are_current():
-    assert table.VBA_UDF_FILE.read_text(encoding="utf-8") == table.vba_udf_module(), \
-        "regenerate: python -m optiond.addin.table --write-vba"
-    assert table.VBA_REGISTER_FILE.read_text(encoding="utf-8") == table.vba_register_module()
-    vba = table.vba_udf_module()
+    assert generate.VBA_UDF_FILE.read_text(encoding="utf-8") == generate.vba_udf_module(), \
+        "regenerate: python -m optiond.addin.generate --write-vba"
+    assert generate.VBA_REGISTER_FILE.read_text(encoding="utf-8") == generate.vba_register_module()
+    vba = generate.vba_udf_module()
     for spec in table.FUNCTIONS:
         assert f"Function {spec.name}(" in vba
         assert f'XLPy.CallUDF("{table.UDF_MODULE}", "{spec.name}"' in vba
@@ -597,6 +598,30 @@ def test_parity_forward_in_the_table_and_reference():
     spec = table.BY_NAME["PARITY_FORWARD"]
     assert spec.signature() == "PARITY_FORWARD(strikes, call_mids, put_mids, T, [rate])"
     assert spec.op == "forward" and spec.args[-1].optional and spec.args[-1].default is None
-    ref = table.reference()
+    ref = generate.reference()
     assert "## `PARITY_FORWARD(strikes, call_mids, put_mids, T, [rate])`" in ref
     assert "| `rate` | none |" in ref
+
+
+def test_the_addin_modules_import_without_a_cycle():
+    """Each add-in module imports only the ones below it: table <- cells <- checks <- pricing
+    <- functions <- generate (VBA and reference generation left the table to break the cycle)."""
+    import ast
+    from pathlib import Path
+
+    import optiond.addin as pkg
+
+    folder = Path(pkg.__file__).parent
+    deps = {}
+    for p in folder.glob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names |= {node.module} if node.module else {a.name for a in node.names}
+        deps[p.stem] = {n.split(".")[0] for n in names} & {q.stem for q in folder.glob("*.py")}
+
+    def reaches(a, b, seen=()):
+        return any(d == b or (d not in seen and reaches(d, b, seen + (d,))) for d in deps.get(a, ()))
+
+    assert not [m for m in deps if reaches(m, m)]
+    assert not deps["table"] & {"functions", "generate", "pricing", "checks", "cells"}

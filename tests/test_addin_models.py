@@ -17,6 +17,7 @@ import pytest
 
 from optiond import engine
 from optiond.addin import functions as F
+from optiond.addin import generate
 from optiond.addin import pricing
 from optiond.addin import table
 
@@ -351,7 +352,7 @@ def test_table_entries_and_limits():
     for spec in table.FUNCTIONS:
         assert len(spec.description) <= LIMIT and all(len(a.doc) <= LIMIT for a in spec.args)
         assert spec.name in F.formulas_functions()
-    ref = table.reference()
+    ref = generate.reference()
     for const in ("BOPM_MAX_TREE_NODES", "MLMC_MIN_EPS_REL", "MLMC_MAX_PATH_STEPS", "HESTON_MAX_GRID_WORK"):
         assert f"`{const}`" in ref
     assert "## `HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, [american], [scheme])`" in ref

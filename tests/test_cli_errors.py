@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optiond import engine
+from optiond import costs, engine
 from optiond.cli import EXIT_DAEMON, EXIT_INPUT
 from optiond.cli import main as cli_main
 from optiond.daemon import limits
@@ -151,7 +151,7 @@ def test_adi_grid_over_the_limit_marks_adi_rows_only(tmp_path, capsys):
     assert row == 0 and "max_adi_cells" in reason  # 1e11 cell updates: under the node limit, over the work one
     # the daemon's estimate leaves out rows it will not price: a request of such rows costs nothing
     cost = limits.estimate("price", {"eps": np.array([1e-9, 0.01])}, Method(name="mlmc"), 2)
-    assert cost.work == pytest.approx(limits.MLMC_STEPS_EPS2 / 0.01**2)
+    assert cost.work == pytest.approx(costs.MLMC_STEPS_EPS2 / 0.01**2)
 
 
 def test_daemon_only_without_a_daemon_says_what_to_do(tmp_path, capsys, monkeypatch):

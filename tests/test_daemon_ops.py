@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import zmq
 
-from optiond import engine
+from optiond import costs, engine
 from optiond.daemon import cache, jobs, limits, paths, protocol
 from optiond.daemon.client import (Client, DaemonError, DaemonUnavailable, DeadlineExceeded, JobCancelled, JobPending,
                                    RequestRefused)
@@ -312,17 +312,17 @@ def test_limits_refuse_before_any_work(served, client):
 
 def test_cost_model_and_hooks():
     one = limits.estimate("price", table(1), Method(steps=100, greeks=False), 1)
-    assert one.work == limits.tree_nodes(100) == 101 * 102 / 2 and one.model == "binomial"
+    assert one.work == costs.tree_nodes(100) == 101 * 102 / 2 and one.model == "binomial"
     assert limits.estimate("price", table(1), Method(steps=100), 1).work == 5 * one.work
-    assert limits.estimate("implied_vol", table(1), Method(steps=100), 1).work == limits.IV_TREES * one.work
+    assert limits.estimate("implied_vol", table(1), Method(steps=100), 1).work == costs.IV_TREES * one.work
     per_row = limits.estimate("price", table(3, steps=np.array([10, 20, 30])), Method(greeks=False), 3)
-    assert per_row.work == limits.tree_nodes([10, 20, 30]) and per_row.max_steps == 30
+    assert per_row.work == costs.tree_nodes([10, 20, 30]) and per_row.max_steps == 30
     bad_rows = limits.estimate("price", table(2, steps=np.array([10, 10**9])), Method(greeks=False), 2)
-    assert bad_rows.work == limits.tree_nodes([10, 0])  # an invalid N is a row error, priced by nobody
+    assert bad_rows.work == costs.tree_nodes([10, 0])  # an invalid N is a row error, priced by nobody
     mlmc = limits.estimate("price", table(4), Method(name="mlmc", eps=0.01), 4)
-    assert mlmc.model == "mlmc" and mlmc.work == pytest.approx(4 * limits.MLMC_STEPS_EPS2 / 0.01**2)
+    assert mlmc.model == "mlmc" and mlmc.work == pytest.approx(4 * costs.MLMC_STEPS_EPS2 / 0.01**2)
     per_eps = limits.estimate("price", table(2, eps=np.array([0.01, 0.1])), Method(name="mlmc"), 2)
-    assert per_eps.work == pytest.approx(limits.MLMC_STEPS_EPS2 * (1e4 + 1e2))
+    assert per_eps.work == pytest.approx(costs.MLMC_STEPS_EPS2 * (1e4 + 1e2))
     adi = limits.estimate("price", table(2), Method(name="adi", grid=(100, 50), time_steps=20), 2)
     assert adi.model == "adi" and adi.work == 2 * 100 * 50 * 20
     lim = limits.Limits(max_mlmc_cost=1e6, max_adi_cells=1e5)

@@ -207,19 +207,19 @@ def test_windows_registered_module_exposes_exactly_the_function_table():
     import importlib
     import re
 
-    from optiond.addin import table
+    from optiond.addin import generate, table
 
     ps1 = (ROOT / "installer" / "install.ps1").read_text()
     # the installer registers this module and imports these VBA files
     assert f'"UDF MODULES" "{table.UDF_MODULE}"' in ps1
-    assert table.VBA_UDF_FILE.name in ps1 and table.VBA_REGISTER_FILE.name in ps1
+    assert generate.VBA_UDF_FILE.name in ps1 and generate.VBA_REGISTER_FILE.name in ps1
     mod = importlib.import_module(table.UDF_MODULE)  # imports cleanly
     documented = {f.name for f in table.FUNCTIONS}
     exposed = {n for n in dir(mod) if n.isupper() and callable(getattr(mod, n)) and not n.startswith("_")}
     assert exposed == documented
-    vba = table.VBA_UDF_FILE.read_text()
+    vba = generate.VBA_UDF_FILE.read_text()
     assert set(re.findall(r"^Function (\w+)\(", vba, re.M)) == documented
-    register = table.VBA_REGISTER_FILE.read_text()
+    register = generate.VBA_REGISTER_FILE.read_text()
     for f in table.FUNCTIONS:
         fn = getattr(mod, f.name)
         assert fn.__doc__ == f.description

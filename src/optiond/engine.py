@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from . import costs
 from .daemon import limits
 from .kernels import binomial_cpu, black_scholes
 from .kernels import gpu as kernel_gpu
@@ -221,7 +222,7 @@ def price_one_values(row: tuple, method: Method) -> tuple | None:
         return None
     if method.name == "binomial":
         N = method.steps
-        if not isinstance(N, int) or float(limits.tree_work_rows(N, method.greeks)) > \
+        if not isinstance(N, int) or float(costs.tree_work_rows(N, method.greeks)) > \
                 limits.DEFAULT_LIMITS.max_tree_nodes:  # over the limit: the general path marks the row
             return None
         p = binomial_cpu.crr_probability(T, r, q, sigma, N)

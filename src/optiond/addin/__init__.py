@@ -1,8 +1,9 @@
 """optiond in Excel: the worksheet functions (xlwings user-defined functions).
 
 * :mod:`optiond.addin.table`: the one table of functions, arguments, descriptions and
-  defaults, which builds the xlwings decorators, the documentation and the VBA modules
-  (``python -m optiond.addin.table --write-vba`` regenerates ``addin/vba/``);
+  defaults, which builds the xlwings decorators;
+* :mod:`optiond.addin.generate`: the VBA modules and the documentation, generated from the
+  table (``python -m optiond.addin.generate --write-vba`` regenerates ``addin/vba/``);
 * :mod:`optiond.addin.functions`: the functions themselves (``BOPM_PUT``, ``BOPM_CALL``,
   ``BS_PUT``, ``BS_CALL``, ``BOPM_IV``, ``BOPM_GREEKS``, ``MLMC_CALL``, ``MLMC_PUT``,
   ``MLMC_ASIAN_CALL``, ``MLMC_DIGITAL_CALL``, ``MLMC_STDERR``, ``HESTON_CALL``,

@@ -6,8 +6,10 @@
 * **Reading Excel values**: one parser per kind of argument (number, kind, exercise style,
   MLMC payoff, ADI scheme), each giving the value, "empty", or an error text; an argument as a
   0-D or 2-D array; the arguments of one call parsed and broadcast into columns with the first
-  error of each cell (:func:`_read_cells` for single cells, :func:`_read_ranges` for ranges);
-  ``PARITY_FORWARD``'s strips and single numbers.
+  error of each cell (:func:`_parse_cells` and :func:`_read_cells` for single cells,
+  :func:`_read_ranges` for ranges);
+  ``PARITY_FORWARD``'s strips and single numbers;
+* **The result**: the priced cells laid out in the broadcast shape (:func:`_shape_result`).
 
 A problem of the whole call (not of one cell) raises :class:`_Problem`, whose text becomes the
 result. The worksheet functions themselves are in :mod:`optiond.addin.functions`.
@@ -284,9 +286,11 @@ def _scalar(arg: table.Arg, value: Any) -> float | None:
     return x
 
 
-def _read_cells(spec: Function, values: Sequence[Any]) -> tuple[tuple, dict[str, np.ndarray], np.ndarray]:
-    """Single-cell arguments: the fast path of :func:`_read_ranges` (shape ``()``)."""
-    cols: dict[str, np.ndarray] = {}
+def _parse_cells(spec: Function, values: Sequence[Any]) -> tuple[dict[str, Any], str | None]:
+    """Single-cell arguments, each parsed once: ``(values by field, error)``, the values Python
+    scalars (NaN or "" where a cell is bad) and the error the first cell text in argument
+    order, or None."""
+    cells: dict[str, Any] = {}
     err = None
     for a, v in zip(spec.args, values):
         parse = _PARSERS[a.parse]
@@ -296,10 +300,23 @@ def _read_cells(spec: Function, values: Sequence[Any]) -> tuple[tuple, dict[str,
         if isinstance(x, str) and x.startswith(ERROR_PREFIX):
             err = err or x
             x = math.nan if a.parse == "number" else ""
-        cols[a.field] = np.array([x], dtype=np.float64 if a.parse == "number" else object)
+        cells[a.field] = x
+    return cells, err
+
+
+def _cell_columns(spec: Function, cells: Mapping[str, Any],
+                  err: str | None) -> tuple[tuple, dict[str, np.ndarray], np.ndarray]:
+    """What :func:`_read_ranges` gives (shape ``()``), from :func:`_parse_cells`' result."""
+    cols = {a.field: np.array([cells[a.field]], dtype=np.float64 if a.parse == "number" else object)
+            for a in spec.args}
     cell_err = np.empty(1, dtype=object)
     cell_err[0] = err
     return (), cols, cell_err
+
+
+def _read_cells(spec: Function, values: Sequence[Any]) -> tuple[tuple, dict[str, np.ndarray], np.ndarray]:
+    """Single-cell arguments: the fast path of :func:`_read_ranges` (shape ``()``)."""
+    return _cell_columns(spec, *_parse_cells(spec, values))
 
 
 def _read_ranges(spec: Function, values: Sequence[Any]) -> tuple[tuple, dict[str, np.ndarray], np.ndarray]:
@@ -324,3 +341,19 @@ def _read_ranges(spec: Function, values: Sequence[Any]) -> tuple[tuple, dict[str
             fill = e.astype(bool) & ~cell_err.astype(bool)
             cell_err[fill] = e[fill]
     return shape, cols, cell_err
+
+
+# ---- laying out the result ----------------------------------------------------------------
+
+def _as_cell(x: Any) -> Any:
+    return float(x) if isinstance(x, (float, np.floating)) else x
+
+
+def _shape_result(spec: Function, out: np.ndarray, shape: tuple[int, ...]) -> Any:
+    """The cells' values (n, k) laid out as the call's result: a value for one cell, else a
+    list of rows of the broadcast shape (one row of k per option for ``BOPM_GREEKS``)."""
+    if spec.op == "greeks":
+        return [[_as_cell(x) for x in row] for row in out.tolist()]
+    if shape == ():
+        return _as_cell(out[0, 0])
+    return [[_as_cell(x) for x in row] for row in out[:, 0].reshape(shape).tolist()]

@@ -1,7 +1,8 @@
 """The rows a worksheet function does not send: per-row checks the engine does not make
 before it works (implied-volatility prices and N; MLMC sigma, eps and seed) and the per-call
-work limits (tree nodes, MLMC path steps, ADI grid-cell updates; the constants and estimates are
-in :mod:`optiond.addin.table`). :func:`_pre_checks` gives each refused row its cell text."""
+work limits (tree nodes, MLMC path steps, ADI grid-cell updates; the constants are in
+:mod:`optiond.addin.table`, the estimates are the work model's, :mod:`optiond.costs`).
+:func:`_pre_checks` gives each refused row its cell text."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
+from .. import costs
 from ..models import MAX_STEPS, validate_steps
 from . import table
 from .cells import _row_text, _show, error_text
@@ -79,7 +81,7 @@ def _work(spec: Function, cols: Mapping[str, np.ndarray], n: int) -> tuple[np.nd
         S, T, r, q, sig, eps = (cols[f] for f in ("spot", "expiry", "rate", "dividend_yield", "volatility", "eps"))
         with np.errstate(invalid="ignore"):
             ok = np.isfinite(S + T + r + q + sig) & (S > 0) & (T > 0) & (sig > 0) & np.isfinite(eps) & (eps > 0)
-            w = table.mlmc_path_steps(_payoffs(spec, cols, n), S, T, r, q, sig, np.where(ok, eps, 1.0))
+            w = costs.mlmc_path_steps_bound(_payoffs(spec, cols, n), S, T, r, q, sig, np.where(ok, eps, 1.0))
         return np.where(ok, w, 0.0), table.MLMC_MAX_PATH_STEPS, "path steps"
     if spec.method == "adi":
         return np.full(n, table.heston_grid_work(1)), table.HESTON_MAX_GRID_WORK, "grid-cell updates"

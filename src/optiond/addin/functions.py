@@ -65,11 +65,12 @@ recalculates ``.xlsx`` workbooks without Excel.
 
 Where the code is: this module holds the worksheet functions, :func:`evaluate` (the body of
 every one), ``PARITY_FORWARD``'s fit and the ``formulas`` registration;
-:mod:`optiond.addin.cells` reads the cells and words the messages; :mod:`optiond.addin.checks`
-makes the per-row checks and the work limits; :mod:`optiond.addin.pricing` builds the requests
-and prices them in this process or through the daemon; :mod:`optiond.addin.cache` is the
-cache. :func:`error_text`, :func:`clear_cache`, :func:`cache_info`, :data:`LOCAL_MAX_NODES`
-and the limits' constants are importable from here too.
+:mod:`optiond.addin.cells` reads the cells (each cell of a call parsed once), words the
+messages and lays out the result; :mod:`optiond.addin.checks` makes the per-row checks and the
+work limits; :mod:`optiond.addin.pricing` builds the requests and prices them in this process
+or through the daemon; :mod:`optiond.addin.cache` is the cache. :func:`error_text`,
+:func:`clear_cache`, :func:`cache_info`, :data:`LOCAL_MAX_NODES` and the limits' constants are
+importable from here too.
 """
 
 from __future__ import annotations
@@ -81,17 +82,15 @@ import numpy as np
 import xlwings as xw
 
 from ..market.forwards import ExpiryPairs, parity_fit
-from ..models import MAX_STEPS
 from . import table
 from .cache import _cache, _env_on
-from .cells import (ERROR_PREFIX, _EMPTY, _PARSERS, _Problem, _read_cells, _read_ranges, _scalar, _show, _strip,
-                    error_text)
-from .pricing import _NO_STDERR, _QUICK_METHODS, _ask, _failure_text, _method, _request
-from .table import GREEK_COLUMNS, Function
+from .cells import _cell_columns, _parse_cells, _Problem, _read_ranges, _scalar, _show, _strip, error_text
+from .pricing import _NO_STDERR, _QUICK_METHODS, _compute, _one_price_cell
+from .table import Function
 
 # importable from here too (the add-in's users and its tests read them from this module)
 from .cache import CACHE_MAX_ENTRIES, CACHE_MAX_ROWS, _Cache, cache_info, clear_cache  # noqa: F401
-from .cells import EXCEL_ERRORS, MAX_CELLS  # noqa: F401
+from .cells import EXCEL_ERRORS, MAX_CELLS, _read_cells  # noqa: F401
 from .pricing import LOCAL_MAX_NODES  # noqa: F401
 
 
@@ -168,13 +167,15 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
                 hit = _cache.get(key)
                 if hit is not None:
                     return hit[0]
-            quick = _one_price_cell(spec, values) if spec.op == "price" and spec.method in _QUICK_METHODS else None
-            if quick is not None:
-                result, complete = quick
-                if key is not None and complete:
-                    _cache.put(key, (result,), 1)
-                return result
-            shape, cols, cell_err = _read_cells(spec, values)
+            cells, err = _parse_cells(spec, values)  # each cell parsed once, for either path
+            if err is None and spec.op == "price" and spec.method in _QUICK_METHODS:
+                quick = _one_price_cell(spec, cells)
+                if quick is not None:
+                    result, complete = quick
+                    if key is not None and complete:
+                        _cache.put(key, (result,), 1)
+                    return result
+            shape, cols, cell_err = _cell_columns(spec, cells, err)
         else:
             shape, cols, cell_err = _read_ranges(spec, values)
         result, complete = _compute(spec, shape, cols, cell_err)
@@ -188,81 +189,6 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
 
 
 _CELL_TYPES = frozenset({float, int, str, bool, type(None)})
-
-
-def _one_price_cell(spec: Function, values: Sequence[Any]) -> tuple[Any, bool] | None:
-    """One cell of a CRR or Black–Scholes price function (``BOPM_PUT``, ``BS_CALL``, ...) whose
-    arguments all read cleanly: ``(cell value, complete)`` as :func:`_compute` would give it,
-    by the same request (:func:`_request`) without the range machinery; None for anything
-    else (a bad argument, N outside the schema or the work limit): the general path then
-    answers, with its messages."""
-    cols: dict[str, Any] = {}
-    for a, v in zip(spec.args, values):
-        x = _PARSERS[a.parse](v, a.name)
-        if x is _EMPTY:
-            if not a.optional:
-                return None
-            x = _PARSERS[a.parse](a.default, a.name)
-        if type(x) is str and x.startswith(ERROR_PREFIX):
-            return None
-        cols[a.field] = x
-    method = _method(spec.method, False)
-    N = cols.pop("steps", None)
-    if N is not None:
-        if not (math.isfinite(N) and N == math.floor(N) and 1 <= N <= MAX_STEPS
-                and float(table.bopm_tree_nodes(N, spec.op)) <= table.BOPM_MAX_TREE_NODES):
-            return None
-        method = _method(spec.method, False, int(N))
-    cols.update(spec.fixed)
-    try:
-        vals, errs = _request(spec, cols, method, None, 1)
-    except Exception as e:
-        return _failure_text(e), False
-    if errs[0] is not None:
-        return errs[0], True
-    x = float(vals[0, 0])
-    return (x if math.isfinite(x) else None), True
-
-
-def _compute(spec: Function, shape: tuple, cols: dict[str, np.ndarray], cell_err: np.ndarray) -> tuple[Any, bool]:
-    """Price the cells without an error and lay the answer out: ``(result, complete)``,
-    complete False when the request itself failed (then nothing is cached)."""
-    n = cell_err.shape[0]
-    k = len(GREEK_COLUMNS) if spec.op == "greeks" else 1
-    out = np.full((n, k), None, dtype=object)
-    complete = True
-    has_err = cell_err.astype(bool)
-    ok = np.flatnonzero(~has_err)
-    if ok.size:
-        sub = cols if ok.size == n else {f: v[ok] for f, v in cols.items()}
-        try:
-            vals, errs = _ask(spec, sub, ok.size)
-        except Exception as e:
-            out[ok, :] = _failure_text(e)
-            complete = False
-        else:
-            cells = vals.astype(object)
-            cells[~np.isfinite(vals)] = None  # an empty cell where the pricer gives no value
-            for i, e in enumerate(errs):
-                if e is not None:
-                    cells[i, :] = e
-            out[ok] = cells
-    bad = np.flatnonzero(has_err)
-    if bad.size:
-        out[bad, :] = cell_err[bad, None]
-    return _shape_result(spec, out, shape), complete
-
-
-def _as_cell(x: Any) -> Any:
-    return float(x) if isinstance(x, (float, np.floating)) else x
-
-
-def _shape_result(spec: Function, out: np.ndarray, shape: tuple[int, ...]) -> Any:
-    if spec.op == "greeks":
-        return [[_as_cell(x) for x in row] for row in out.tolist()]
-    if shape == ():
-        return _as_cell(out[0, 0])
-    return [[_as_cell(x) for x in row] for row in out[:, 0].reshape(shape).tolist()]
 
 
 # ---- the worksheet functions ---------------------------------------------------------------

@@ -9,7 +9,9 @@ priced.
   (:mod:`optiond.addin.cache`) when it can; a CRR or Black–Scholes request of at most
   ``OPTIOND_LOCAL_NODES`` tree nodes (default :data:`LOCAL_MAX_NODES`) is priced here by the
   engine, the rest by the daemon client (:func:`_client`, which prices in-process itself when
-  no daemon answers unless ``OPTIOND_FALLBACK=0``); a failed request as cell text."""
+  no daemon answers unless ``OPTIOND_FALLBACK=0``); a failed request as cell text.
+* **One call's cells** (:func:`_compute`): the parsed cells priced and laid out, and the
+  short path of one clean CRR or Black–Scholes price cell (:func:`_one_price_cell`)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from ..daemon.client import DaemonUnavailable, get_client
 from ..models import MAX_STEPS, Method
 from . import table
 from .cache import _cache, _env_on, _request_key
-from .cells import _row_text, error_text
+from .cells import _row_text, _shape_result, error_text
 from .checks import _pre_checks
 from .table import GREEK_COLUMNS, Function
 
@@ -295,3 +297,59 @@ def _ask(spec: Function, cols: dict[str, np.ndarray], m: int) -> tuple[np.ndarra
     for j, i in enumerate(rows.tolist()):
         errors[i] = got_err[j]
     return values, errors
+
+
+# ---- one call's cells -------------------------------------------------------------------
+
+def _one_price_cell(spec: Function, cells: Mapping[str, Any]) -> tuple[Any, bool] | None:
+    """One cell of a CRR or Black–Scholes price function (``BOPM_PUT``, ``BS_CALL``, ...) whose
+    arguments all read cleanly (``cells`` from :func:`optiond.addin.cells._parse_cells`, without
+    an error): ``(cell value, complete)`` as :func:`_compute` would give it, by the same
+    request (:func:`_request`) without the range machinery; None for anything else (N outside
+    the schema or the work limit): the general path then answers, with its messages."""
+    cols = dict(cells)
+    method = _method(spec.method, False)
+    N = cols.pop("steps", None)
+    if N is not None:
+        if not (math.isfinite(N) and N == math.floor(N) and 1 <= N <= MAX_STEPS
+                and float(table.bopm_tree_nodes(N, spec.op)) <= table.BOPM_MAX_TREE_NODES):
+            return None
+        method = _method(spec.method, False, int(N))
+    cols.update(spec.fixed)
+    try:
+        vals, errs = _request(spec, cols, method, None, 1)
+    except Exception as e:
+        return _failure_text(e), False
+    if errs[0] is not None:
+        return errs[0], True
+    x = float(vals[0, 0])
+    return (x if math.isfinite(x) else None), True
+
+
+def _compute(spec: Function, shape: tuple, cols: dict[str, np.ndarray], cell_err: np.ndarray) -> tuple[Any, bool]:
+    """Price the cells without an error and lay the answer out: ``(result, complete)``,
+    complete False when the request itself failed (then nothing is cached)."""
+    n = cell_err.shape[0]
+    k = len(GREEK_COLUMNS) if spec.op == "greeks" else 1
+    out = np.full((n, k), None, dtype=object)
+    complete = True
+    has_err = cell_err.astype(bool)
+    ok = np.flatnonzero(~has_err)
+    if ok.size:
+        sub = cols if ok.size == n else {f: v[ok] for f, v in cols.items()}
+        try:
+            vals, errs = _ask(spec, sub, ok.size)
+        except Exception as e:
+            out[ok, :] = _failure_text(e)
+            complete = False
+        else:
+            cells = vals.astype(object)
+            cells[~np.isfinite(vals)] = None  # an empty cell where the pricer gives no value
+            for i, e in enumerate(errs):
+                if e is not None:
+                    cells[i, :] = e
+            out[ok] = cells
+    bad = np.flatnonzero(has_err)
+    if bad.size:
+        out[bad, :] = cell_err[bad, None]
+    return _shape_result(spec, out, shape), complete

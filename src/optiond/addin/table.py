@@ -6,15 +6,13 @@ column it fills and its default. From this table:
 
 * :func:`decorate` applies the xlwings decorators (``@xw.func``, ``@xw.arg``) to the Python
   implementations in :mod:`optiond.addin.functions`;
-* :func:`vba_udf_module` writes the VBA module that xlwings' "Import Functions" installs, and
-  :func:`vba_register_module` a macro that sets the wizard texts with
-  ``Application.MacroOptions`` (the golden files in ``addin/vba/``);
-* :func:`reference` renders the user documentation, and the installer checks a workbook
-  against :data:`FUNCTIONS`.
+* :mod:`optiond.addin.generate` writes the VBA modules (the golden files in ``addin/vba/``)
+  and renders the user documentation, and the installer checks a workbook against
+  :data:`FUNCTIONS`.
 
 Regenerate the golden files after editing the table::
 
-    python -m optiond.addin.table --write-vba
+    python -m optiond.addin.generate --write-vba
 
 Limits that Excel imposes and :func:`check` enforces: descriptions and argument texts of at
 most 255 characters, no argument named ``caller`` (xlwings injects the calling range under
@@ -24,25 +22,21 @@ Work limits. A worksheet function runs while Excel waits, so one call (a cell, o
 broadcast into one request) may ask for a bounded amount of work; over it, the cells get a
 short text pointing to the panel and ``optiond price`` instead of a price. The limits are
 the constants below (:data:`BOPM_MAX_TREE_NODES`, :data:`MLMC_MIN_EPS_REL`,
-:data:`MLMC_MAX_PATH_STEPS`, :data:`HESTON_MAX_GRID_WORK`) and the estimates behind them
-are :func:`bopm_tree_nodes`, :func:`mlmc_path_steps` and :func:`heston_grid_work`. A row
+:data:`MLMC_MAX_PATH_STEPS`, :data:`HESTON_MAX_GRID_WORK`) and the estimates behind them are
+the work model's (:mod:`optiond.costs`), read through :func:`bopm_tree_nodes`,
+:func:`mlmc_path_steps` and :func:`heston_grid_work`. A row
 whose own work is over the limit gets the text in its own cell; a call whose rows together
 are over it gets the text in every cell it was to price.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
-import sys
-import types
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .. import costs
 from ..models import ADI_SCHEMES, GREEK_FIELDS, MAX_STEPS, MAX_VOLATILITY, PAYOFFS
 
 #: the Excel function-wizard category of every optiond function
@@ -63,9 +57,9 @@ DEFAULT_STEPS = 1000
 #: About 6 s on one CPU core (0.3 ns a node); N = 200,000 alone is the whole budget.
 BOPM_MAX_TREE_NODES = 2e10
 #: trees per option for BOPM_GREEKS (the price; a bumped pair each for vega and rho)
-BOPM_GREEK_TREES = 5
+BOPM_GREEK_TREES = costs.GREEK_TREES
 #: trees per option for BOPM_IV (root-finder steps, as the daemon counts them)
-BOPM_IV_TREES = 50
+BOPM_IV_TREES = costs.IV_TREES
 #: MLMC_*: the smallest target error a cell may ask for, relative to the payoff's scale: S for
 #: the vanilla and Asian payoffs, the cash amount 1 for the digital (eps >= 1e-4 x S: one
 #: cent on a spot of 100). MLMC work grows as 1/eps^2.
@@ -76,12 +70,10 @@ MLMC_MAX_VOLATILITY = 5.0
 #: its options: at most about 15 s on two CPU cores (1e8 path steps/s measured there; the
 #: estimate is an upper bound), well under a second on a GPU.
 MLMC_MAX_PATH_STEPS = 2e9
-#: MLMC estimate: path steps per unit of payoff variance over eps^2 (fitted on the CPU kernel
-#: for the four payoffs over sigma*sqrt(T) up to 2, strikes 0.6 to 1.6 x S, r - q of either
-#: sign: the measured work was 0.004 to 0.7 times the estimate)
-MLMC_WORK_FACTOR = 5.0
-#: MLMC estimate: the least work of one option (the initial samples on the first levels)
-MLMC_MIN_PATH_STEPS = 1e4
+#: MLMC estimate (:func:`optiond.costs.mlmc_path_steps_bound`): path steps per unit of payoff
+#: variance over eps^2, and the least work of one option
+MLMC_WORK_FACTOR = costs.MLMC_WORK_FACTOR
+MLMC_MIN_PATH_STEPS = costs.MLMC_MIN_PATH_STEPS
 #: HESTON_*: the ADI grid, (spot nodes, variance nodes), and time steps of every worksheet
 #: Heston price (finer grids: the panel or ``optiond price --method adi``)
 HESTON_GRID = (200, 100)
@@ -92,11 +84,6 @@ HESTON_TIME_STEPS = 100
 HESTON_MAX_GRID_WORK = 1e9
 #: where to go for work over these limits (the end of every over-the-limit message)
 OVER_LIMIT_ADVICE = "use the optiond panel or optiond price"
-
-VBA_DIR = Path(__file__).with_name("vba")
-VBA_UDF_FILE = VBA_DIR / "xlwings_udfs.bas"
-VBA_REGISTER_FILE = VBA_DIR / "optiond_register.bas"
-
 
 class _Required:
     def __repr__(self) -> str:
@@ -404,60 +391,20 @@ check()
 # ---- work estimates behind the limits --------------------------------------------------------
 
 def bopm_tree_nodes(steps: Any, op: str = "price") -> np.ndarray:
-    """Tree nodes per option of a BOPM_ call: ``(N+1)(N+2)/2`` per tree, times
-    :data:`BOPM_GREEK_TREES` (``op="greeks"``) or :data:`BOPM_IV_TREES` (``op="iv"``)."""
-    N = np.asarray(steps, dtype=np.float64)
-    trees = BOPM_GREEK_TREES if op == "greeks" else BOPM_IV_TREES if op == "iv" else 1
-    return (N + 1.0) * (N + 2.0) * 0.5 * trees
+    """Tree nodes per option of a BOPM_ call (:func:`optiond.costs.tree_work_rows`):
+    ``(N+1)(N+2)/2`` per tree, times :data:`BOPM_GREEK_TREES` (``op="greeks"``) or
+    :data:`BOPM_IV_TREES` (``op="iv"``)."""
+    return costs.tree_work_rows(steps, op == "greeks", "implied_vol" if op == "iv" else "price")
 
 
-def mlmc_path_steps(payoff: Any, spot: Any, expiry: Any, rate: Any, dividend_yield: Any, volatility: Any,
-                    eps: Any) -> np.ndarray:
-    """Estimated path steps of an adaptive MLMC price (Milstein, so O(eps^-2) work):
-    ``max(MLMC_MIN_PATH_STEPS, MLMC_WORK_FACTOR * V * (1 + s2)^2 / eps^2)`` with
-    ``s2 = sigma^2 T`` and ``V`` a bound on the payoff's variance: ``S^2 e^(2|r-q|T) (e^s2 - 1)``
-    (the variance of S(T)) for the vanilla and Asian payoffs, ``(1 + s2) / 4`` for the digital
-    paying 1. Arrays broadcast; ``payoff`` is "vanilla", "digital" or "asian"."""
-    S, T, r, q, sig, eps = (np.asarray(x, dtype=np.float64) for x in (spot, expiry, rate, dividend_yield,
-                                                                        volatility, eps))
-    s2 = sig * sig * T
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        vanilla = S * S * np.exp(2.0 * np.abs(r - q) * T) * np.expm1(s2)
-        var = np.where(np.asarray(payoff, dtype=object) == "digital", 0.25 * (1.0 + s2), vanilla)
-        work = MLMC_WORK_FACTOR * var * (1.0 + s2) ** 2 / (eps * eps)
-    return np.maximum(work, MLMC_MIN_PATH_STEPS)
+#: estimated path steps of an adaptive MLMC price (an upper bound; arrays broadcast)
+mlmc_path_steps = costs.mlmc_path_steps_bound
 
 
 def heston_grid_work(options: int, grid: tuple[int, int] = HESTON_GRID, time_steps: int = HESTON_TIME_STEPS) -> float:
     """Grid-cell updates of ``options`` Heston prices: options x spot nodes x variance nodes x
-    time steps."""
-    return float(options) * grid[0] * grid[1] * time_steps
-
-
-def limits_text() -> str:
-    """The work limits in words (for the reference)."""
-    nodes_per_n1000 = float(bopm_tree_nodes(DEFAULT_STEPS)[()])
-    rows = [
-        ("A worksheet function runs while Excel waits, so one call (a cell, or a range priced as one request) "
-         "may ask for a bounded amount of work. Over a limit, the cells show `#optiond: ...` with the reason "
-         f"and the way on ({OVER_LIMIT_ADVICE}). A row over a limit on its own gets the text in its own cell; "
-         "rows that are over only together get it in every cell of the call."),
-        "",
-        "| functions | limit per call | constant |",
-        "|---|---|---|",
-        (f"| `BOPM_PUT`, `BOPM_CALL`, `BOPM_GREEKS`, `BOPM_IV` | {BOPM_MAX_TREE_NODES:.3g} tree nodes summed over the "
-         f"options: (N+1)(N+2)/2 a tree, x{BOPM_GREEK_TREES} for `BOPM_GREEKS`, x{BOPM_IV_TREES} for `BOPM_IV` "
-         f"({BOPM_MAX_TREE_NODES / nodes_per_n1000:,.0f} prices at N = {DEFAULT_STEPS}) | `BOPM_MAX_TREE_NODES` |"),
-        (f"| `MLMC_*` | per cell: eps >= {MLMC_MIN_EPS_REL:g} x S (>= {MLMC_MIN_EPS_REL:g} for the digital, which "
-         "pays 1) | `MLMC_MIN_EPS_REL` |"),
-        (f"| `MLMC_*` | {MLMC_MAX_PATH_STEPS:.3g} estimated path steps summed over the options: "
-         f"max({MLMC_MIN_PATH_STEPS:g}, {MLMC_WORK_FACTOR:g} V (1 + sigma^2 T)^2 / eps^2), V = S^2 e^(2 abs(r-q) T) "
-         "(e^(sigma^2 T) - 1), or (1 + sigma^2 T) / 4 for the digital | `MLMC_MAX_PATH_STEPS` |"),
-        (f"| `HESTON_*` | {HESTON_MAX_GRID_WORK:.3g} grid-cell updates: options x {HESTON_GRID[0]} x {HESTON_GRID[1]} "
-         f"x {HESTON_TIME_STEPS} ({HESTON_MAX_GRID_WORK / heston_grid_work(1):,.0f} options) "
-         "| `HESTON_MAX_GRID_WORK` |"),
-    ]
-    return "\n".join(rows)
+    time steps (:func:`optiond.costs.adi_grid_work`)."""
+    return float(options) * costs.adi_grid_work(grid, time_steps)[1]
 
 
 def decorate(spec: Function, impl: Callable, *, func: Callable, arg: Callable) -> Callable:
@@ -495,139 +442,10 @@ def decorate(spec: Function, impl: Callable, *, func: Callable, arg: Callable) -
     return func(category=spec.category)(impl)
 
 
-# ---- documentation -------------------------------------------------------------------------
+if __name__ == "__main__":  # the generator's old command (now optiond.addin.generate), kept for one release
+    import runpy
+    import warnings
 
-def reference(functions: tuple[Function, ...] = FUNCTIONS) -> str:
-    """The functions' reference in Markdown, from the table."""
-    out = ["# optiond worksheet functions", ""]
-    for f in functions:
-        out += [f"## `{f.signature()}`", "", f.description, "", f"Returns {f.returns}.", "",
-                "| argument | default | description |", "|---|---|---|"]
-        for a in f.args:
-            d = ("required" if not a.optional else "none" if a.default is None
-                 else ("TRUE" if a.default else "FALSE") if isinstance(a.default, bool)
-                 else f'"{a.default}"' if isinstance(a.default, str) else f"{a.default:g}")
-            out.append(f"| `{a.name}` | {d} | {a.doc} |")
-        out.append("")
-    out += ["## Work limits", "", limits_text(), ""]
-    return "\n".join(out)
-
-
-# ---- VBA -----------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def _xlwings_udfs() -> Iterator[types.ModuleType]:
-    """xlwings' own ``udfs`` module (decorators and VBA writer), importable off Windows.
-
-    ``xlwings.udfs`` imports the Windows COM modules at the top; the parts used here (the
-    decorators and ``generate_vba_wrapper``) never call them, so empty stand-ins are put in
-    ``sys.modules`` for the import and everything is removed again afterwards.
-    """
-    names = ("pythoncom", "pywintypes", "win32com", "win32com.client", "xlwings.udfs")
-    saved = {n: sys.modules.get(n) for n in names}
-    native = saved["xlwings.udfs"] is not None
-    try:
-        if not native:
-            for n in names[:-1]:
-                if saved[n] is None:
-                    sys.modules[n] = types.ModuleType(n)
-            sys.modules["pythoncom"].__dict__.setdefault("CoInitialize", lambda: None)
-            sys.modules["win32com.client"].__dict__.setdefault("Dispatch", None)
-        import importlib
-
-        yield importlib.import_module("xlwings.udfs")
-    finally:
-        if not native:
-            import xlwings
-
-            for n, m in saved.items():
-                if m is None:
-                    sys.modules.pop(n, None)
-                else:
-                    sys.modules[n] = m
-            if getattr(xlwings, "udfs", None) is not None and saved["xlwings.udfs"] is None:
-                del xlwings.udfs
-
-
-def _copy_function(f: Callable) -> Callable:
-    g = types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
-    g.__doc__, g.__annotations__ = f.__doc__, dict(getattr(f, "__annotations__", {}))
-    return g
-
-
-def vba_udf_module(functions: tuple[Function, ...] = FUNCTIONS) -> str:
-    """The VBA module ``xlwings_udfs`` that xlwings' "Import Functions" would install.
-
-    Written by xlwings' own code (``xlwings.udfs.generate_vba_wrapper``) from copies of the
-    functions decorated from this table, for an add-in workbook (:data:`ADDIN_WORKBOOK`); the
-    header lines are those of ``xlwings.udfs.import_udfs``. Lines end in LF.
-    """
-    from . import functions as impl_module
-
-    with _xlwings_udfs() as udfs:
-        ns = types.SimpleNamespace()
-        for f in functions:
-            g = _copy_function(getattr(impl_module, f.name))
-            g.__dict__.pop("__xlfunc__", None)
-            setattr(ns, f.name, decorate(f, g, func=udfs.xlfunc, arg=udfs.xlarg))
-        buf = io.StringIO()
-        w = udfs.VBAWriter(buf)
-        w.writeln('Attribute VB_Name = "xlwings_udfs"')
-        w.writeln("'Autogenerated code by xlwings - changes will be lost with next import!")
-        w.writeln("""#Const App = "Microsoft Excel" 'Adjust when using outside of Excel""")
-        udfs.generate_vba_wrapper(UDF_MODULE, ns, buf, types.SimpleNamespace(Name=ADDIN_WORKBOOK))
-    return buf.getvalue()
-
-
-def _vba_string(s: str) -> str:
-    return '"' + s.replace('"', '""') + '"'
-
-
-def vba_register_module(functions: tuple[Function, ...] = FUNCTIONS) -> str:
-    """A VBA module whose macro ``OptiondRegisterFunctions`` gives Excel's function wizard the
-    table's category, descriptions and argument texts (``Application.MacroOptions``), as
-    xlwings' "Import Functions" does over COM. Run it from the add-in's ``Workbook_Open``."""
-    lines = ['Attribute VB_Name = "optiond_register"',
-             "' Generated from optiond.addin.table - do not edit; regenerate with",
-             "'     python -m optiond.addin.table --write-vba",
-             "Option Explicit", "",
-             "Public Sub OptiondRegisterFunctions()",
-             "    On Error Resume Next"]
-    for f in functions:
-        lines.append(f"    Application.MacroOptions Macro:=\"'\" & ThisWorkbook.Name & \"'!{f.name}\", _")
-        lines.append(f"        Description:={_vba_string(f.description)}, _")
-        lines.append(f"        Category:={_vba_string(f.category)}, _")
-        docs = [_vba_string(a.doc) for a in f.args]
-        lines.append("        ArgumentDescriptions:=Array( _")
-        for i, d in enumerate(docs):
-            lines.append(f"            {d}{', _' if i < len(docs) - 1 else ')'}")
-    lines += ["End Sub", ""]
-    return "\n".join(lines)
-
-
-def write_vba(directory: Path = VBA_DIR) -> list[Path]:
-    """Write the two golden VBA modules into ``directory``; return their paths."""
-    directory.mkdir(parents=True, exist_ok=True)
-    out = []
-    for name, text in ((VBA_UDF_FILE.name, vba_udf_module()), (VBA_REGISTER_FILE.name, vba_register_module())):
-        p = directory / name
-        p.write_text(text, encoding="utf-8", newline="\n")
-        out.append(p)
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m optiond.addin.table", description=__doc__.split("\n")[0])
-    ap.add_argument("--write-vba", action="store_true", help=f"write the golden VBA modules into {VBA_DIR}")
-    ap.add_argument("--reference", action="store_true", help="print the functions' reference (Markdown)")
-    a = ap.parse_args(argv)
-    if a.write_vba:
-        for p in write_vba():
-            print(p)
-    if a.reference or not a.write_vba:
-        print(reference())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    warnings.warn("python -m optiond.addin.table moved to python -m optiond.addin.generate; the old command goes "
+                  "in the next release", DeprecationWarning)
+    runpy.run_module("optiond.addin.generate", run_name="__main__", alter_sys=True)

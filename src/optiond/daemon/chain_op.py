@@ -31,7 +31,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from .. import chain
+from .. import chain, costs
 from ..market.curve import DAYS_PER_YEAR
 from ..models import GREEK_FIELDS, MAX_STEPS, InvalidInputError, Method
 from . import limits as limits_mod
@@ -151,7 +151,7 @@ def decode_request(content: Any, buffers: list, max_rows: int) -> tuple[pd.DataF
     return pd.DataFrame(cols), kw
 
 
-def cost(df: pd.DataFrame, kw: Mapping[str, Any], message_bytes: int, ns_per_node: float) -> limits_mod.Cost:
+def cost(df: pd.DataFrame, kw: Mapping[str, Any], message_bytes: int, ns_per_node: float) -> costs.Cost:
     """What a chain request costs: :data:`CHAIN_SOLVES` tree implied-volatility solves per
     American contract (the daemon's cost model, :func:`optiond.daemon.limits.estimate`)."""
     n = len(df)

@@ -91,6 +91,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import zmq
 
+from .. import costs
 from ..models import InvalidInputError, Method, Result
 from . import limits, paths
 # the other two modules of the client; their public names are re-exported from here
@@ -531,7 +532,7 @@ class Client(JobsMixin):
         m = method or Method()
         if (m.name == "binomial" and type(m.steps) is int and "steps" not in columns and "method" not in columns
                 and all(isinstance(v, _SCALARS) for v in columns.values())):  # one option: no table to cost
-            return float(limits.costed_tree_work_rows(m.steps, m.greeks, op)) * limits.DEFAULT_NS_PER_NODE * 1e-9
+            return costs.one_tree_cost(m.steps, m.greeks, op, caps=limits.DEFAULT_LIMITS).cpu_s
         if all(isinstance(v, _SCALARS) for v in columns.values()):  # one option of another method: a cell
             return 0.0
         try:

@@ -48,9 +48,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import runctl
+from ..costs import Cost
 from ..models import GREEK_FIELDS, InvalidInputError, Method
 from . import pool
-from .limits import Cost
 
 log = logging.getLogger("optiond.daemon.jobs")
 

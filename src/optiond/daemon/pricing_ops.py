@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from .. import engine
+from .. import costs, engine
 from ..models import GREEK_FIELDS, Batch, InvalidInputError, Method, scalar_row
 from . import limits as limits_mod
 from . import chain_op, pool
@@ -228,10 +228,8 @@ class PricingOps:
                 and "steps" not in columns and "method" not in columns):
             row = scalar_row(columns) if not any(isinstance(v, np.ndarray) for v in columns.values()) else None
         if row is not None and prices is None:  # one option: cost it without the general model
-            N = method.steps
-            work = float(limits_mod.costed_tree_work_rows(N, method.greeks))  # 0 over the per-row limit
-            cost = limits_mod.Cost(1, "binomial", work, work * self.ns_per_node * 1e-9,
-                                   limits_mod.BYTES_PER_OPTION + 16 * (N + 1), N)
+            cost = costs.one_tree_cost(method.steps, method.greeks, "price", self.ns_per_node,
+                                       limits_mod.DEFAULT_LIMITS)  # work 0 over the per-row limit
             n = 1
         else:
             n = 1
@@ -483,7 +481,7 @@ class PricingOps:
     def _start_job(self, req: _Req, kind: str, lease_s: float | None = None) -> Job:
         msg = req.msg
         jid = req.job_id or self.jobs.new_id()
-        weights = limits_mod.row_weights(req.columns, req.method, req.n) if req.n > 1 else None
+        weights = costs.row_weights(req.columns, req.method, req.n) if req.n > 1 else None
         job = Job(jid, req.op, kind, req.columns, req.method, req.cost, req.deadline, req.prices,
                   client=msg.header["session"], msg_id=msg.header["msg_id"], cache_key=req.key, weights=weights)
         if lease_s is not None:
@@ -789,8 +787,8 @@ class PricingOps:
         row = scalar_row(cols)
         if row is None:
             return False
-        work = float(limits_mod.costed_tree_work_rows(N, method.greeks))
-        cpu_s = work * self.ns_per_node * 1e-9
+        cost = costs.one_tree_cost(N, method.greeks, "price", self.ns_per_node, limits_mod.DEFAULT_LIMITS)
+        work, cpu_s = cost.work, cost.cpu_s
         if work == 0 or cpu_s > self.inline_max_s or (self._gpu and work >= self._gpu_min_nodes):
             return False  # (work 0: over the per-row limit, a row error the general path writes)
         header = msg.header
@@ -798,8 +796,7 @@ class PricingOps:
         if rkey in self._replies or rkey in self._inflight_reqs:
             return False  # a client's retry: the general path replays the first answer
         try:
-            self.limits.check(limits_mod.Cost(1, "binomial", work, cpu_s, limits_mod.BYTES_PER_OPTION + 16 * (N + 1),
-                                              N), None, self.jobs.slots if self.jobs else 1)
+            self.limits.check(cost, None, self.jobs.slots if self.jobs else 1)
         except LimitExceeded:
             return False
         key = None

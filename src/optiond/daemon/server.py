@@ -69,9 +69,8 @@ from typing import Any, Callable
 import numpy as np
 import zmq
 
-from .. import __version__, engine
+from .. import __version__, costs, engine
 from ..models import InvalidInputError, Method
-from . import limits as limits_mod
 from . import connections, paths, pool, sdnotify
 from .cache import ReplyCache
 from .control_ops import ControlOps, devices
@@ -188,7 +187,7 @@ class Server(PricingOps, ControlOps):
         #: after answering, the shell thread polls for the next request this long before it
         #: sleeps (``OPTIOND_SPIN_US``; :func:`optiond.daemon.protocol.spin_seconds`)
         self.spin_s = spin_seconds()
-        self.ns_per_node = limits_mod.DEFAULT_NS_PER_NODE
+        self.ns_per_node = costs.DEFAULT_NS_PER_NODE
         self._metrics_port = metrics_port
         self._log_dir = log_dir
         self._json_log_on = json_log
@@ -594,7 +593,7 @@ class Server(PricingOps, ControlOps):
             t = time.perf_counter()
             binomial_cpu.crr_batch(*args, greeks=False, parallel=False, check=False)
             best = min(best, time.perf_counter() - t)
-        nodes = n * float(limits_mod.tree_nodes_rows(N))
+        nodes = n * float(costs.tree_nodes_rows(N))
         return float(min(max(best / nodes * 1e9, 0.05), 10.0))
 
     def _control_tick_fn(self) -> Callable[[], None]:

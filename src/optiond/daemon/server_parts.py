@@ -15,8 +15,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from ..costs import Cost
 from ..models import Method
-from . import limits as limits_mod
 from .protocol import Message
 
 log = logging.getLogger("optiond.daemon")
@@ -85,7 +85,7 @@ class _Req:
     columns: dict
     method: Method
     n: int
-    cost: limits_mod.Cost
+    cost: Cost
     deadline: float
     prices: Any = None
     key: bytes | None = None

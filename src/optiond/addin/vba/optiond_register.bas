@@ -1,6 +1,6 @@
 Attribute VB_Name = "optiond_register"
 ' Generated from optiond.addin.table - do not edit; regenerate with
-'     python -m optiond.addin.table --write-vba
+'     python -m optiond.addin.generate --write-vba
 Option Explicit
 
 Public Sub OptiondRegisterFunctions()

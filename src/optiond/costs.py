@@ -1,0 +1,343 @@
+"""What a pricing request costs: the one work model, for the daemon's limits, the client's
+choice of a job, the engine's per-row checks and the Excel functions' budgets.
+
+Work is counted in each method's own unit:
+
+* CRR binomial: tree nodes, ``(N+1)(N+2)/2`` a tree (:func:`tree_nodes_rows`), times
+  :data:`GREEK_TREES` with Greeks (the price, and a bumped pair of trees each for vega and rho)
+  and times :data:`IV_TREES` for an implied volatility (one tree per root-finder step)
+  (:func:`tree_work_rows`);
+* MLMC: path steps, about ``MLMC_STEPS_EPS2 / eps**2`` an option (:func:`mlmc_path_steps`;
+  Giles' MLMC with a Milstein scheme costs O(eps^-2)), or the payoff-aware upper bound the
+  worksheet functions use (:func:`mlmc_path_steps_bound`);
+* ADI: grid-cell updates, ``n_spot * n_variance * time_steps`` an option, and grid nodes
+  ``n_spot * n_variance`` (the memory of one solve) (:func:`adi_work`);
+* a closed form: :data:`CLOSED_FORM_WORK` units a price.
+
+:func:`estimate` costs a whole request (a :class:`Cost`: work, single-core seconds, memory);
+new pricing methods add their work function to :data:`COST_MODELS`. The limits themselves
+(how much work a request or a row may ask for) are :mod:`optiond.daemon.limits`; the
+functions here take them as ``caps`` where a row over a per-option limit, which is a row
+error and never priced, costs nothing.
+
+Units: work in tree nodes (or the method's own unit), time in seconds, memory in bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol
+
+import numpy as np
+
+from .models import MAX_STEPS, Method, validate_steps
+
+#: tree evaluations per implied volatility (Brent's method to 1e-12 takes 30 to 60)
+IV_TREES = 50
+#: trees per option with Greeks (price; vega and rho each from a bumped pair)
+GREEK_TREES = 5
+#: memory per option row while a request is handled: the columns as received, decoded and
+#: coerced (3 x 9 x 8 B), the result block, its copy in the reply and the row status (~200 B)
+BYTES_PER_OPTION = 450
+#: default single-core CRR speed (ns per tree node) until the daemon measures its own
+DEFAULT_NS_PER_NODE = 0.3
+#: work units of one closed-form price (compared with tree nodes)
+CLOSED_FORM_WORK = 200.0
+#: MLMC path steps per option are about this over eps squared (measured: a vanilla put at
+#: S = K = 100, sigma = 0.2, T = 1 took 1.9e6 path steps for eps = 0.01)
+MLMC_STEPS_EPS2 = 200.0
+#: :func:`mlmc_path_steps_bound`: path steps per unit of payoff variance over eps^2 (fitted on
+#: the CPU kernel for the four payoffs over sigma*sqrt(T) up to 2, strikes 0.6 to 1.6 x S,
+#: r - q of either sign: the measured work was 0.004 to 0.7 times the bound)
+MLMC_WORK_FACTOR = 5.0
+#: :func:`mlmc_path_steps_bound`: the least work of one option (the initial samples on the
+#: first levels)
+MLMC_MIN_PATH_STEPS = 1e4
+
+
+class Caps(Protocol):
+    """The per-option work limits a row must be within to be priced (an
+    :class:`optiond.daemon.limits.Limits`, e.g. ``DEFAULT_LIMITS``, the engine's)."""
+
+    max_tree_nodes: float
+    max_mlmc_cost: float
+    max_adi_cells: float
+    max_adi_nodes: float
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a request will cost.
+
+    Attributes:
+        n: option rows.
+        model: the method name (``binomial``, ``black-scholes``, ``mixed`` ...).
+        work: tree nodes (binomial) or the method's work units.
+        cpu_s: estimated seconds on one CPU core.
+        bytes: estimated peak memory while handled.
+        max_steps: the largest CRR N in the request (0 without trees).
+    """
+
+    n: int
+    model: str
+    work: float
+    cpu_s: float
+    bytes: int
+    max_steps: int = 0
+
+
+# ---------------------------------------------------------------------------- CRR trees
+
+
+def tree_nodes_rows(steps: Any) -> np.ndarray:
+    """``(N+1)(N+2)/2`` tree nodes of each option, float64, from an int array (or one N) of CRR steps."""
+    N = np.asarray(steps, dtype=np.float64)
+    return (N + 1.0) * (N + 2.0) * 0.5
+
+
+def tree_nodes(steps: Any) -> float:
+    """``sum((N+1)(N+2)/2)`` over an int array (or one N) of CRR steps, as a float."""
+    return float(np.sum(tree_nodes_rows(steps)))
+
+
+def trees(greeks: bool, op: str = "price") -> int:
+    """Trees one option takes: :data:`IV_TREES` for an implied volatility
+    (``op="implied_vol"``), :data:`GREEK_TREES` for a price with the Greeks, else 1."""
+    return IV_TREES if op == "implied_vol" else (GREEK_TREES if greeks else 1)
+
+
+def tree_work_rows(steps: Any, greeks: bool, op: str = "price") -> np.ndarray:
+    """Tree nodes each option takes: :func:`tree_nodes_rows` times :func:`trees` (times
+    :data:`IV_TREES` for an implied volatility, :data:`GREEK_TREES` for a price with the
+    Greeks: the base tree and four bumped ones)."""
+    return tree_nodes_rows(steps) * trees(greeks, op)
+
+
+def costed_tree_work_rows(steps: Any, greeks: bool, op: str = "price", caps: Caps | None = None) -> np.ndarray:
+    """:func:`tree_work_rows` as a request's cost counts it: a priced option over the
+    per-option limit (``caps.max_tree_nodes``; None: no limit) costs nothing, as it is a row
+    error (:func:`optiond.daemon.limits.row_limit_errors`) and is never priced."""
+    rows = tree_work_rows(steps, greeks, op)
+    if caps is None or op != "price":
+        return rows
+    return np.where(rows > caps.max_tree_nodes, 0.0, rows)
+
+
+def one_tree_cost(steps: int, greeks: bool, op: str = "price", ns_per_node: float = DEFAULT_NS_PER_NODE,
+                  caps: Caps | None = None) -> Cost:
+    """The :class:`Cost` of ONE CRR option with ``steps`` steps, for the one-option short paths
+    (quicker than :func:`estimate`, and the same without a message or extra threads):
+    :func:`costed_tree_work_rows` tree nodes, their single-core time at ``ns_per_node``, and
+    :data:`BYTES_PER_OPTION` plus two tree rows of N+1 doubles. A price over
+    ``caps.max_tree_nodes`` costs no work or time; unlike in :func:`estimate`, its N still
+    counts in ``max_steps`` and the memory."""
+    work = float(costed_tree_work_rows(steps, greeks, op, caps))
+    return Cost(1, "binomial", work, work * ns_per_node * 1e-9, BYTES_PER_OPTION + 16 * (steps + 1), steps)
+
+
+def row_steps(columns: Mapping[str, Any], method: Method, n: int) -> np.ndarray:
+    """Per-row CRR steps that will actually be priced (rows with an invalid N cost nothing);
+    one value when one N holds for every row; ``method.steps`` of the wrong length raises as
+    the engine would."""
+    raw = columns.get("steps")
+    if raw is None or np.ndim(raw) == 0:
+        if raw is None or (isinstance(raw, float) and math.isnan(raw)):
+            raw = method.steps
+    else:
+        arr = np.asarray(raw)
+        if arr.dtype.kind == "O":  # blank cells take the method's default, as in the engine
+            arr = np.array([method.steps if v is None or v == "" or (isinstance(v, float) and math.isnan(v)) else v
+                            for v in arr.tolist()], dtype=object)
+        raw = arr
+    if np.ndim(raw) == 0:
+        try:
+            N = int(raw)
+        except (TypeError, ValueError):
+            return np.zeros(0)
+        return np.full(1, N if 1 <= N <= MAX_STEPS else 0, dtype=np.int64)  # one value, counted n times
+    steps, errors = validate_steps(raw, n)
+    if errors:
+        steps = steps.copy()
+        steps[[e.row for e in errors]] = 0
+    return steps
+
+
+def row_weights(columns: Mapping[str, Any], method: Method, n: int) -> np.ndarray | None:
+    """Relative work of each row (tree nodes of its N) for splitting a batch into chunks of
+    equal work; None when every row costs the same (one N for all, or no trees)."""
+    if method.name != "binomial" and columns.get("method") is None:
+        return None
+    steps = row_steps(columns, method, n)
+    if steps.size != n or n <= 1 or (steps == steps[0]).all():
+        return None
+    return tree_nodes_rows(steps) + 1.0
+
+
+# ---------------------------------------------------------------------------- MLMC
+
+
+def mlmc_path_steps(eps: Any) -> np.ndarray:
+    """Estimated MLMC path steps of each option, ``MLMC_STEPS_EPS2 / eps**2`` (float64; 0 where
+    ``eps``, the target RMS error in currency units, is not a finite number > 0)."""
+    eps = np.asarray(eps, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.where(np.isfinite(eps) & (eps > 0), MLMC_STEPS_EPS2 / eps**2, 0.0)
+
+
+def mlmc_path_steps_bound(payoff: Any, spot: Any, expiry: Any, rate: Any, dividend_yield: Any, volatility: Any,
+                          eps: Any) -> np.ndarray:
+    """An upper bound on the path steps of an adaptive MLMC price (Milstein, so O(eps^-2) work):
+    ``max(MLMC_MIN_PATH_STEPS, MLMC_WORK_FACTOR * V * (1 + s2)^2 / eps^2)`` with
+    ``s2 = sigma^2 T`` and ``V`` a bound on the payoff's variance: ``S^2 e^(2|r-q|T) (e^s2 - 1)``
+    (the variance of S(T)) for the vanilla and Asian payoffs, ``(1 + s2) / 4`` for the digital
+    paying 1. Arrays broadcast; ``payoff`` is "vanilla", "digital" or "asian"."""
+    S, T, r, q, sig, eps = (np.asarray(x, dtype=np.float64) for x in (spot, expiry, rate, dividend_yield,
+                                                                        volatility, eps))
+    s2 = sig * sig * T
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        vanilla = S * S * np.exp(2.0 * np.abs(r - q) * T) * np.expm1(s2)
+        var = np.where(np.asarray(payoff, dtype=object) == "digital", 0.25 * (1.0 + s2), vanilla)
+        work = MLMC_WORK_FACTOR * var * (1.0 + s2) ** 2 / (eps * eps)
+    return np.maximum(work, MLMC_MIN_PATH_STEPS)
+
+
+# ---------------------------------------------------------------------------- ADI
+
+
+def adi_grid_work(grid: Any, time_steps: Any = 1) -> tuple[float, float]:
+    """``(grid nodes, grid-cell updates)`` of one ADI option on ``grid`` (spot nodes, variance
+    nodes): their product, and that times ``time_steps``.
+
+    Raises:
+        TypeError, ValueError: a grid or time-step count that is not numbers.
+    """
+    nodes = float(np.prod([float(g) for g in grid]))
+    return nodes, nodes * float(time_steps)
+
+
+def adi_work(method: Method) -> tuple[float, float]:
+    """``(grid nodes, grid-cell updates)`` of one ADI option: ``n_spot * n_variance`` and that
+    times ``time_steps`` (``method.grid``, ``method.time_steps``).
+
+    Raises:
+        TypeError, ValueError: a grid or time-step count that is not numbers.
+    """
+    return adi_grid_work(getattr(method, "grid", ()), getattr(method, "time_steps", 1))
+
+
+# ---------------------------------------------------------------------------- a request
+
+
+def _binomial(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: Caps | None) -> tuple[float, int]:
+    steps = row_steps(columns, method, n)
+    rows = costed_tree_work_rows(steps, method.greeks, op, caps)
+    if op == "price" and caps is not None:  # a row over the limit is a row error: it costs nothing
+        steps = np.where(rows > 0, steps, 0)
+    if steps.size == 1 and n != 1:
+        return float(rows[0]) * n, int(steps[0])
+    return float(rows.sum()), int(steps.max(initial=0))
+
+
+def _mlmc(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: Caps | None) -> tuple[float, int]:
+    """MLMC path steps: ``sum over options of MLMC_STEPS_EPS2 / eps**2``, ``eps`` (the target
+    RMS error, currency units) from the per-row ``eps`` column, else the method's (a scalar or
+    one per option). Rows with an unusable eps cost nothing (they are row errors)."""
+    raw = columns.get("eps")
+    if raw is None or np.ndim(raw) == 0 and raw in ("", None):
+        raw = getattr(method, "eps", None)
+    try:
+        eps = np.broadcast_to(np.asarray(raw, dtype=np.float64), (n,)) if np.ndim(raw) <= 1 else None
+    except (TypeError, ValueError):
+        try:
+            eps = np.array([float(v) if v not in (None, "") else float(method.eps) for v in np.ravel(raw)])
+        except (TypeError, ValueError):
+            return 0.0, 0
+    if eps is None or eps.shape != (n,):
+        return 0.0, 0
+    steps = mlmc_path_steps(eps)
+    if op == "price" and caps is not None:  # a row over the limit is a row error: it costs nothing
+        steps = np.where(steps > caps.max_mlmc_cost, 0.0, steps)
+    return float(steps.sum()), 0
+
+
+def _adi(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: Caps | None) -> tuple[float, int]:
+    """ADI grid-cell updates: ``n * n_spot * n_variance * time_steps`` (``method.grid``,
+    ``method.time_steps``)."""
+    try:
+        nodes, cells = adi_work(method)
+    except (TypeError, ValueError):
+        return 0.0, 0
+    if op == "price" and caps is not None and (nodes > caps.max_adi_nodes or cells > caps.max_adi_cells):
+        return 0.0, 0  # row errors: they cost nothing
+    return n * cells, 0
+
+
+def _closed_form(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: Caps | None) -> tuple[float, int]:
+    return n * CLOSED_FORM_WORK, 0
+
+
+#: method name -> (model label, work function(method, columns, n, op, caps) -> (work, max_steps),
+#: ns per work unit relative to a tree node). New pricing methods register here.
+COST_MODELS: dict[str, tuple[str, Callable[..., tuple[float, int]], float]] = {
+    "binomial": ("binomial", _binomial, 1.0),
+    "black-scholes": ("black-scholes", _closed_form, 1.0),
+    # measured on the 2-core machine: ~17 ns a path step, ~12 ns a grid-cell update (0.3 ns a node)
+    "mlmc": ("mlmc", _mlmc, 60.0),
+    "adi": ("adi", _adi, 40.0),
+}
+
+
+def estimate(op: str, columns: Mapping[str, Any], method: Method, n: int, message_bytes: int = 0,
+             ns_per_node: float = DEFAULT_NS_PER_NODE, threads: int = 1, caps: Caps | None = None) -> Cost:
+    """Cost a decoded pricing request.
+
+    Args:
+        op: ``"price"`` or ``"implied_vol"``.
+        columns: the request's columns (scalars or 1-D arrays of length ``n``), with optional
+            per-row ``method`` and ``steps``.
+        method: the default method.
+        n: rows.
+        message_bytes: size of the request message (it is held while the request is priced).
+        ns_per_node: measured single-core speed of the CRR kernel.
+        threads: pricing threads (each holds two tree rows).
+        caps: the per-option work limits (:data:`optiond.daemon.limits.DEFAULT_LIMITS`, as
+            :func:`optiond.daemon.limits.estimate` passes): a priced row over one is a row
+            error and costs nothing. None: every row counts.
+
+    Returns:
+        :class:`Cost`. A per-row ``method`` column other than a single name is costed as if
+        every row used the dearest of the methods named.
+
+    Raises:
+        InvalidInputError: ``method.steps`` has the wrong length (as the engine would).
+    """
+    names = {method.name}
+    per_row = columns.get("method")
+    if per_row is not None:
+        vals = [per_row] if np.ndim(per_row) == 0 else np.asarray(per_row, dtype=object).tolist()
+        for v in set(str(x).strip().lower() for x in vals if x is not None and str(x).strip() not in ("", "nan")):
+            try:
+                names.add(Method(name=v, steps=1).name)
+            except Exception:  # an invalid name is a row error, priced by nobody
+                pass
+    work, max_steps, model, rel = 0.0, 0, method.name, 1.0
+    for name in names:
+        label, fn, r = COST_MODELS.get(name, (name, _closed_form, 1.0))
+        m = method if name == method.name else dataclasses.replace(method, name=name)
+        w, s = fn(m, columns, n, op, caps)
+        if w * r >= work * rel:
+            work, rel, model = w, r, label
+        max_steps = max(max_steps, s)
+    if len(names) > 1:
+        model = "mixed" if model == "binomial" else model
+    mem = n * BYTES_PER_OPTION + 3 * message_bytes + 16 * (max_steps + 1) * max(threads, 1)
+    return Cost(n=n, model=model, work=work, cpu_s=work * rel * ns_per_node * 1e-9, bytes=int(mem),
+                max_steps=max_steps)
+
+
+__all__ = ["BYTES_PER_OPTION", "CLOSED_FORM_WORK", "COST_MODELS", "Caps", "Cost", "DEFAULT_NS_PER_NODE",
+           "GREEK_TREES", "IV_TREES", "MLMC_MIN_PATH_STEPS", "MLMC_STEPS_EPS2", "MLMC_WORK_FACTOR", "adi_grid_work",
+           "adi_work", "costed_tree_work_rows", "estimate", "mlmc_path_steps", "mlmc_path_steps_bound", "one_tree_cost",
+           "row_steps", "row_weights", "tree_nodes", "tree_nodes_rows", "tree_work_rows", "trees"]

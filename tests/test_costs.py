@@ -1,0 +1,45 @@
+"""The work model (optiond.costs) is the one the daemon, the client and the add-in count with."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optiond import costs
+from optiond.addin import table
+from optiond.daemon import limits
+from optiond.models import Method
+
+CELL = {"kind": "put", "style": "american", "spot": 100.0, "strike": 100.0, "expiry": 1.0, "rate": 0.03,
+        "volatility": 0.2}
+
+
+@pytest.mark.parametrize("greeks", [False, True])
+@pytest.mark.parametrize("op", ["price", "implied_vol"])
+@pytest.mark.parametrize("N", [1, 100, 1000, 1_000_000])
+def test_one_tree_cost_is_the_estimate_of_one_option(N, greeks, op):
+    got = costs.one_tree_cost(N, greeks, op, 0.7, limits.DEFAULT_LIMITS)
+    want = limits.estimate(op, CELL, Method(steps=N, greeks=greeks), 1, ns_per_node=0.7)
+    assert want == costs.estimate(op, CELL, Method(steps=N, greeks=greeks), 1, ns_per_node=0.7,
+                                  caps=limits.DEFAULT_LIMITS)
+    over = op == "price" and costs.tree_work_rows(N, greeks) > limits.DEFAULT_LIMITS.max_tree_nodes
+    if over:  # a row error: no work, no time (the short path still holds its N in the memory)
+        assert got.work == want.work == 0 and got.cpu_s == want.cpu_s == 0 and got.max_steps == N
+    else:
+        assert got == want
+
+
+def test_the_caps_leave_out_rows_over_a_per_option_limit():
+    cols = dict(CELL, steps=np.array([100, 2_000_000]))  # 2e6 steps: 1e12 nodes, over max_tree_nodes
+    capped = costs.estimate("price", cols, Method(greeks=False), 2, caps=limits.DEFAULT_LIMITS)
+    assert capped.work == costs.tree_nodes(100) and capped.max_steps == 100
+    assert costs.estimate("price", cols, Method(greeks=False), 2).work == costs.tree_nodes([100, 2_000_000])
+
+
+def test_the_addin_counts_trees_as_the_daemon_does():
+    steps = np.array([1.0, 10.0, 1000.0])
+    np.testing.assert_array_equal(table.bopm_tree_nodes(steps), costs.tree_work_rows(steps, False))
+    np.testing.assert_array_equal(table.bopm_tree_nodes(steps, "greeks"), costs.tree_work_rows(steps, True))
+    np.testing.assert_array_equal(table.bopm_tree_nodes(steps, "iv"), costs.tree_work_rows(steps, False, "implied_vol"))
+    assert (table.BOPM_GREEK_TREES, table.BOPM_IV_TREES) == (costs.GREEK_TREES, costs.IV_TREES) == (5, 50)
+    assert table.heston_grid_work(3) == 3 * costs.adi_grid_work(table.HESTON_GRID, table.HESTON_TIME_STEPS)[1]
