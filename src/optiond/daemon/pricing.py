@@ -4,10 +4,11 @@ that answers ``price``, ``implied_vol``, ``submit``, ``result`` and ``chain``.
 A pricing request is decoded (columns, method), costed and checked here; it is then answered
 from the reply cache, priced by the shell thread at once (one-option requests read together
 coalesced into one batch, the one-option CPU ones by a short path), or handed to the pricing
-thread(s) as a job whose reply is built here when it ends. The socket loops, the dispatch of
-each message to its operation, the threads and the life cycle are in
-:mod:`optiond.daemon.server`; the control operations, status and health in
-:mod:`optiond.daemon.control_ops`.
+thread(s) as a job whose reply is built here when it ends. Every result reply's body is
+:mod:`optiond.daemon.wire`'s. The warm-up at start (and the timing of the CPU kernel, the
+cost model's unit) is here too. The socket loops, the dispatch of each message to its
+operation, the threads and the life cycle are in :mod:`optiond.daemon.server`; the control
+operations, status and health in :mod:`optiond.daemon.control_ops`.
 
 Pricing requests (``price``, ``implied_vol``, ``submit``) take, beside ``columns`` and
 ``method``: ``force`` (skip the reply cache), ``deadline_s`` (seconds the client allows) and
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import struct
 import time
 from concurrent import futures as cf
 from typing import Any
@@ -30,19 +30,19 @@ import numpy as np
 import zmq
 
 from .. import engine
-from ..models import GREEK_FIELDS, Batch, InvalidInputError, Method, scalar_row
+from ..models import Batch, InvalidInputError, Method, scalar_row
 from . import limits as limits_mod
-from . import chain_op, pool
+from . import chain_op, pool, wire
 from .cache import Entry, request_key
+from .control_ops import devices
 from .jobs import FINAL_STATES, Job, Waiter
 from .limits import LimitExceeded
-from .protocol import (PROTOCOL_VERSION, Message, ProtocolError, Session, date_in_window, decode_column, encode_array,
-                       encode_sparse_rows, encode_sparse_strings, is_array_spec, send_frames)
+from .protocol import (PROTOCOL_VERSION, Message, ProtocolError, Session, date_in_window, decode_column,
+                       is_array_spec, send_frames)
 from .server_parts import _Counters, _invalid_details, _nbytes, _Refused, _Req, _short
 
 log = logging.getLogger("optiond.daemon")
 
-VALUE_FIELDS = ("price",) + GREEK_FIELDS
 METHOD_FIELDS = frozenset(f.name for f in dataclasses.fields(Method))
 _METHOD_STRINGS = ("name", "precision", "device")
 MAX_COLUMNS = 64
@@ -61,26 +61,10 @@ _REQUIRED = ("kind", "spot", "strike", "expiry", "rate")
 _MAIN_COLUMNS = ("kind", "style", "spot", "strike", "expiry", "rate", "dividend_yield", "volatility")
 #: per-row settings the engine reads by row index (their length is checked here)
 _ROW_COLUMNS = ("method", "eps", "payoff")
-_OK_STRINGS = {"default": "ok", "rows": [], "values": []}
-_NO_ERRORS = {"default": "", "rows": [], "values": []}
 _MAIN_SET = frozenset(_MAIN_COLUMNS)
 _FAST_CONTENT = frozenset({"columns", "method"})
-#: one option's price and Greeks as the reply's value block (6 x 1 float64, little-endian)
-_ONE_VALUES = {"__nd__": ["<f8", [len(VALUE_FIELDS), 1], 0]}
-_pack_values = struct.Struct(f"<{len(VALUE_FIELDS)}d").pack
-
-
-def _plain(obj: Any, depth: int = 0) -> bool:
-    """Whether msgpack can carry ``obj`` as is (diagnostics are forwarded only then)."""
-    if depth > 8:
-        return False
-    if obj is None or isinstance(obj, (str, int, float, bool, bytes, np.generic)):
-        return True
-    if isinstance(obj, (list, tuple)):
-        return all(_plain(v, depth + 1) for v in obj)
-    if isinstance(obj, dict):
-        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in obj.items())
-    return False
+#: bytes of one option's value block
+_ONE_BYTES = len(wire.VALUE_FIELDS) * 8
 
 
 def _serial_nodes() -> float:
@@ -88,11 +72,6 @@ def _serial_nodes() -> float:
     from ..kernels import binomial_cpu
 
     return float(getattr(binomial_cpu, "PARALLEL_MIN_NODES", 200_000)) - 1.0
-
-
-def _value_block(values: np.ndarray, method: Method, columns: dict) -> np.ndarray:
-    """A job's ``(6, n)`` values, or their price row alone when :func:`pool.prices_only`."""
-    return values[:1] if pool.prices_only(method, columns) else values
 
 
 def _device_label(device: str) -> str:
@@ -105,7 +84,7 @@ def _device_label(device: str) -> str:
 class PricingOps:
     """The pricing operations of :class:`optiond.daemon.server.Server` (a mixin: it is no server
     on its own). They use the server's state (``limits``, ``cache``, ``jobs``, ``metrics``, the
-    sockets and counters) and its replies (``_fail``, ``_access``, ``_remember``, ``_publish``,
+    sockets and counters) and its replies (``_fail``, ``_access``, ``_replies``, ``_publish``,
     ``_thread_socket``), all set up by :class:`~optiond.daemon.server.Server`."""
 
     # ------------------------------------------------------------------ decoding requests
@@ -313,6 +292,48 @@ class PricingOps:
         will reject as a whole is handed to it whole, so the error is the engine's own."""
         small = req.cost.cpu_s <= self.inline_max_s and not self._on_gpu(req, self._gpu)
         return small or not self._whole_table_ok(req)
+
+    # ------------------------------------------------------------------ warm-up and the cost model's unit
+
+    def _warm_up(self) -> None:
+        t0 = time.perf_counter()
+        cols = {"kind": ["put", "call"], "style": ["american", "european"], "spot": 100.0, "strike": 100.0,
+                "expiry": 0.5, "rate": 0.03, "dividend_yield": 0.01, "volatility": 0.2}
+        try:
+            for name in ("binomial", "black-scholes"):
+                m = Method(name=name, steps=16)
+                res = engine.price_table(cols, m)
+                engine.implied_vol_table(np.nan_to_num(res.price, nan=5.0), cols, m)
+            engine.price_table({**cols, "kind": "put", "style": "american"}, Method(steps=16))  # one-option path
+            self.ns_per_node = self._time_cpu_kernel()
+            if self._gpu and self.jobs is not None:  # load the GPU kernels where they will run
+                self.jobs.run_local(pool.run_chunk, {"op": "price", "columns": cols,
+                                                     "method": Method(steps=16, device="gpu")})
+            if len(self.ranks) == 1 and self.jobs is not None:  # what the pricing thread uses
+                self.ranks[0].update({k: v for k, v in self.jobs.run_local(pool.rank_info).items()
+                                      if k in ("device", "threads")})
+        except Exception:
+            log.warning("warm-up failed (requests will still be served)", exc_info=True)
+        log.info("warm-up done in %.2f s; devices %s; CRR %.3g ns/node on one core", time.perf_counter() - t0,
+                 ", ".join(devices()), self.ns_per_node)
+
+    @staticmethod
+    def _time_cpu_kernel() -> float:
+        """Single-core CRR speed, ns per tree node (the cost model's unit): the best of 7 runs of
+        about 0.7 ms (runs of 0.2 ms, best of 3, measured 0.26-0.47 ns/node over 25 starts of
+        one idle machine, and a high figure makes the limits refuse requests they should take)."""
+        from ..kernels import binomial_cpu
+
+        n, N = 8, 800
+        args = (np.zeros(n, np.int8), np.ones(n, np.int8), np.full(n, 100.0), np.full(n, 100.0), np.full(n, 1.0),
+                np.full(n, 0.03), np.zeros(n), np.full(n, 0.2), np.full(n, N, np.int64))
+        best = float("inf")
+        for _ in range(7):
+            t = time.perf_counter()
+            binomial_cpu.crr_batch(*args, greeks=False, parallel=False, check=False)
+            best = min(best, time.perf_counter() - t)
+        nodes = n * float(limits_mod.tree_nodes_rows(N))
+        return float(min(max(best / nodes * 1e9, 0.05), 10.0))
 
     # ------------------------------------------------------------------ operations
 
@@ -539,22 +560,18 @@ class PricingOps:
         out: list = []
         device = ", ".join(sorted(job.devices)) or "cpu"
         merged = {**job.merged_diagnostics(), **job.diagnostics}
-        diagnostics = {k: v for k, v in merged.items() if not k.startswith("_") and _plain(v)}
+        diagnostics = {k: v for k, v in merged.items() if not k.startswith("_") and wire.plain(v)}
         diagnostics.update(chunks=len(job.chunks), workers=len(job.pids))
         if len(job.timeline) <= TIMELINE_CHUNKS:
             diagnostics["timeline"] = self._timeline(job)
         elapsed = (job.finished or time.monotonic()) - (job.started or job.submitted)
+        status, error = r["status"].rows_values(), r["error"].rows_values()
         if job.op == "price":
-            content = {"n": job.n, "values": encode_array(_value_block(r["values"], job.method, job.columns), out),
-                       "row_status": encode_sparse_rows(*r["status"].rows_values(), "ok", out),
-                       "row_error": encode_sparse_rows(*r["error"].rows_values(), "", out), "device": device,
-                       "elapsed_s": elapsed, "via": "daemon", "diagnostics": diagnostics}
-            if "std_error" in r:
-                content["std_error"] = encode_array(r["std_error"], out)
+            values = r["values"][:1] if wire.prices_only(job.method, job.columns) else r["values"]
+            content = wire.price_body(job.n, values, status, error, device, elapsed, out, std_error=r.get("std_error"),
+                                      diagnostics=diagnostics)
         else:
-            content = {"n": job.n, "vol": encode_array(r["vol"], out),
-                       "iv_status": encode_sparse_rows(*r["status"].rows_values(), "ok", out), "device": device,
-                       "elapsed_s": elapsed, "via": "daemon"}
+            content = wire.iv_body(job.n, r["vol"], status, error, device, elapsed, out)
         content["job_id"] = job.id
         content["status"] = "ok"
         job.reply = (content, out)
@@ -595,7 +612,7 @@ class PricingOps:
             except zmq.ZMQError:
                 log.debug("could not queue a job reply", exc_info=True)
             if job.state == "done" and w.reply_type != "result_reply":
-                self._remember((w.session, w.msg_id), [*frames], _nbytes(buffers))
+                self._replies.keep((w.session, w.msg_id), [*frames], _nbytes(buffers))
             counters.outcomes[outcome] += 1
             if job.state != "done":
                 counters.errors += 1
@@ -656,63 +673,34 @@ class PricingOps:
             cols[name] = np.ascontiguousarray(rows[:, j])
         res = engine.price(Batch._from_valid(cols), method)
         k = len(group)
-        rows_t = np.empty((k, len(VALUE_FIELDS)))  # row i: that option's price and Greeks, contiguous
-        for j, name in enumerate(VALUE_FIELDS):
+        rows_t = np.empty((k, len(wire.VALUE_FIELDS)))  # row i: that option's price and Greeks, contiguous
+        for j, name in enumerate(wire.VALUE_FIELDS):
             rows_t[:, j] = getattr(res, name)
         self._shell_counters.coalesced += k
         self.metrics.coalesced.inc(k)
-        diag = dict(res.diagnostics) if res.diagnostics and _plain(res.diagnostics) else {}
+        diag = dict(res.diagnostics) if res.diagnostics and wire.plain(res.diagnostics) else {}
         diag["coalesced"] = k
         fallback = "gpu_fallback" in diag
-        spec = {"__nd__": ["<f8", [len(VALUE_FIELDS), 1], 0]}
         status, error = res.status, res.error
         for i, req in enumerate(group):
-            st, er = status[i], error[i]
-            content = {"n": 1, "values": spec,
-                       "row_status": _OK_STRINGS if st == "ok" else {"default": "ok", "rows": [0], "values": [str(st)]},
-                       "row_error": _NO_ERRORS if not er else {"default": "", "rows": [0], "values": [str(er)]},
-                       "device": res.device, "elapsed_s": res.elapsed_s, "via": "daemon", "diagnostics": diag}
+            content = wire.one_option_body(res.device, res.elapsed_s, status[i], error[i], diag)
             self._send_priced(session, sock, req, content, [memoryview(rows_t[i]).cast("B")], res.device, fallback)
 
     def _price_one(self, session: Session, sock: zmq.Socket, req: _Req) -> None:
         msg = req.msg
         try:
+            out: list = []
             if req.op == "price":
                 res = engine.price_table(req.columns, req.method)
-                n = len(res)
-                out: list = []
-                if n == 1:
-                    values = np.array([[res.price[0]], [res.delta[0]], [res.gamma[0]], [res.theta[0]], [res.vega[0]],
-                                       [res.rho[0]]])
-                    st, er = res.status[0], res.error[0]
-                    row_status = _OK_STRINGS if st == "ok" else {"default": "ok", "rows": [0], "values": [str(st)]}
-                    row_error = _NO_ERRORS if not er else {"default": "", "rows": [0], "values": [str(er)]}
-                else:
-                    if pool.prices_only(req.method, req.columns):
-                        values = res.price.reshape(1, n)
-                    else:
-                        values = np.empty((len(VALUE_FIELDS), n))
-                        for i, name in enumerate(VALUE_FIELDS):
-                            values[i] = getattr(res, name)
-                    row_status = encode_sparse_strings(res.status, "ok", out)
-                    row_error = encode_sparse_strings(res.error, "", out)
-                content = {"n": n, "values": encode_array(values, out), "row_status": row_status,
-                           "row_error": row_error, "device": res.device, "elapsed_s": res.elapsed_s, "via": "daemon"}
-                if getattr(res, "std_error", None) is not None:
-                    content["std_error"] = encode_array(np.asarray(res.std_error, dtype=np.float64), out)
-                if res.diagnostics and _plain(res.diagnostics):
-                    content["diagnostics"] = res.diagnostics
+                content = wire.result_body(res, out, wire.prices_only(req.method, req.columns))
                 fallback = "gpu_fallback" in res.diagnostics
                 device = res.device
             else:
                 t = time.perf_counter()
-                vol, status = engine.implied_vol_table(req.prices, req.columns, req.method)
-                out = []
-                device = engine.select_device(None, req.method)
-                content = {"n": int(vol.shape[0]), "vol": encode_array(np.asarray(vol, dtype=np.float64), out),
-                           "iv_status": encode_sparse_strings(np.asarray(status, dtype=object), "ok", out),
-                           "device": device, "elapsed_s": time.perf_counter() - t, "via": "daemon"}
-                fallback = False
+                iv = pool.implied_vol(req.prices, req.columns, req.method)
+                content = wire.implied_vol_body(iv, time.perf_counter() - t, out)
+                device = iv.device
+                fallback = "gpu_fallback" in iv.diagnostics
         except InvalidInputError as e:
             self._fail(session, sock, self._shell_counters, msg, req.op, req.op + "_reply", "InvalidInputError",
                        str(e), "invalid", req.t0, _invalid_details(e), req.cost.model, req.n)
@@ -743,7 +731,7 @@ class PricingOps:
             c.gpu_fallbacks += 1
             self.metrics.gpu_fallbacks.inc()
         size = _nbytes(buffers) if buffers else 0
-        self._remember((msg.header["session"], msg.header["msg_id"]), frames, size)
+        self._replies.keep((msg.header["session"], msg.header["msg_id"]), frames, size)
         if req.key is not None:
             cached = content if not req.job_id else {k: v for k, v in content.items() if k != "job_id"}
             self.cache.put(req.key, Entry(cached, buffers, req.cost.model, device, size + 512))
@@ -814,15 +802,15 @@ class PricingOps:
         if vals is None:
             return False
         counters.by_op["price"] += 1
-        buffers = [_pack_values(*vals)]
-        out = {"n": 1, "values": _ONE_VALUES, "row_status": _OK_STRINGS, "row_error": _NO_ERRORS, "device": "cpu",
-               "elapsed_s": time.perf_counter() - t0, "via": "daemon", "status": "ok"}
+        buffers = [wire.pack_one(*vals)]
+        out = wire.one_option_body("cpu", time.perf_counter() - t0)
+        out["status"] = "ok"
         frames = session.serialize(session.header("price_reply"), out, msg.raw_header, None, buffers)
         send_frames(sock, [*msg.identities, *frames])
         counters.outcomes["ok"] += 1
-        self._remember(rkey, frames, len(VALUE_FIELDS) * 8)
+        self._replies.keep(rkey, frames, _ONE_BYTES)
         if key is not None:
-            self.cache.put(key, Entry(out, buffers, "binomial", "cpu", len(VALUE_FIELDS) * 8 + 512))
+            self.cache.put(key, Entry(out, buffers, "binomial", "cpu", _ONE_BYTES + 512))
         dt = time.perf_counter() - t0
         self.metrics.observe("price", "binomial", "cpu", "ok", dt)
         self._access(header, "price", "binomial", "cpu", 1, dt, "ok")
