@@ -52,3 +52,16 @@ def test_optiond_kernels_mlmc_keeps_its_names():
                  "MAX_CHUNKS", "DEFAULT_N0", "DEFAULT_L_MIN", "DEFAULT_L_MAX", "DEFAULT_THETA", "ALPHA_MAX",
                  "NSTAT", "PAYOFF_CODES", "PAYOFF_NAMES", "CPUSampler", "level0_mean", "unit_size", "seed_key"):
         assert hasattr(mlmc, name), name
+
+
+# --------------------------------------------------------------------------- the daemon's rooms
+
+DAEMON_MOVES = [("optiond.daemon.pricing_ops", "optiond.daemon.pricing")]
+
+
+@pytest.mark.parametrize("old, new", DAEMON_MOVES)
+def test_daemon_old_path_warns_and_is_the_new_module(old, new, monkeypatch):
+    monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning, match=new.replace(".", r"\.")):
+        mod = importlib.import_module(old)
+    assert mod is importlib.import_module(new)
