@@ -212,3 +212,32 @@ def test_gpu_failure_falls_back_to_the_cpu_and_says_so(tmp_path, monkeypatch):
     np.testing.assert_array_equal(res.price, want.price)
     np.testing.assert_array_equal(res.vega, want.vega)
     assert "GPU binomial pricing failed" in (tmp_path / "logs" / "daemon.jsonl").read_text()  # and the log says so
+
+
+@pytest.mark.parametrize("as_job", [False, True])
+def test_implied_vol_reply_names_the_device_that_solved_it(tmp_path, monkeypatch, as_job):
+    """The reply says what solved the implied volatilities (it said ``cpu`` whatever the
+    engine used: the daemon named the device it guessed for a request without its table)."""
+    from optiond.models import ImpliedVol, object_full
+
+    def solved_on_a_gpu(prices, columns, method=None):
+        n = len(np.atleast_1d(prices))
+        status = object_full(n, "ok")
+        error = object_full(n, "")
+        status[0], error[0] = "invalid", "strike=-1: must be > 0"
+        return ImpliedVol(np.full(n, 0.25), status, error, device="gpu:0 Fake")
+
+    monkeypatch.setattr(engine, "implied_vol_table", solved_on_a_gpu)
+    cols = table(30, seed=9)
+    prices = np.full(30, 5.0)
+    with in_process_daemon(tmp_path) as server:
+        c = Client(server.connection_file, timeout=60)
+        try:
+            iv = c.implied_vol(prices, cols, Method(steps=100), fallback=False, as_job=as_job)
+        finally:
+            c.close()
+    assert iv.via == "daemon" and iv.device == "gpu:0 Fake"
+    assert iv.status[0] == "invalid" and iv.error[0] == "strike=-1: must be > 0" and (iv.status[1:] == "ok").all()
+    vol, status = iv  # the earlier pair
+    assert status[0] == "invalid: strike=-1: must be > 0"
+    np.testing.assert_array_equal(vol, np.full(30, 0.25))

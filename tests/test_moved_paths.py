@@ -104,3 +104,16 @@ def test_addin_table_generator_command_still_runs_and_warns():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("# optiond worksheet functions")
     assert "DeprecationWarning" in proc.stderr and "optiond.addin.generate" in proc.stderr
+
+
+# --------------------------------------------------------------------------- the daemon's rooms
+
+DAEMON_MOVES = [("optiond.daemon.pricing_ops", "optiond.daemon.pricing")]
+
+
+@pytest.mark.parametrize("old, new", DAEMON_MOVES)
+def test_daemon_old_path_warns_and_is_the_new_module(old, new, monkeypatch):
+    monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning, match=new.replace(".", r"\.")):
+        mod = importlib.import_module(old)
+    assert mod is importlib.import_module(new)

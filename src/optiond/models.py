@@ -635,6 +635,10 @@ class ImpliedVol:
     def __iter__(self):
         return iter((self.vol, self.status_text()))
 
+    def __getitem__(self, i: int) -> np.ndarray:
+        """``iv[0]`` the volatilities, ``iv[1]`` the status text: the earlier pair, indexed."""
+        return (self.vol, self.status_text())[i]
+
     def scatter(self, into: "ImpliedVol", rows: np.ndarray) -> None:
         """Write this result's rows into ``into`` at positions ``rows``."""
         for k in ("vol", "status", "error"):

@@ -92,12 +92,12 @@ import numpy as np
 import zmq
 
 from .. import costs
-from ..models import InvalidInputError, Method, Result
+from ..models import ImpliedVol, InvalidInputError, Method, Result
 from . import limits, paths
 # the other two modules of the client; their public names are re-exported from here
 from .client_jobs import JOB_LEASE_S, JOB_POLL_S, JOB_STALL_S, RESULT_POLL_S, Event, JobsMixin, Subscription
 from .client_replies import (DaemonError, DaemonUnavailable, DeadlineExceeded, JobCancelled, JobPending, RequestRefused,
-                             _DaemonDied, _raise_reply_error, _Unsendable, decode_iv, decode_result)
+                             _DaemonDied, _raise_reply_error, _Unsendable, decode_iv, decode_job_result, decode_result)
 from .protocol import (Message, ProtocolError, Session, encode_column, new_id, send_frames, spin_seconds,
                        spin_until_readable)
 
@@ -477,6 +477,7 @@ class Client(JobsMixin):
 
     _decode_result = staticmethod(decode_result)
     _decode_iv = staticmethod(decode_iv)
+    _decode_job_result = staticmethod(decode_job_result)
 
     def _content(self, columns: Mapping[str, Any], method: Method | None, buffers: list, *, prices: Any = _NO_PRICES,
                  op: str | None = None) -> dict:
@@ -695,7 +696,7 @@ class Client(JobsMixin):
                     fallback: bool = True, timeout: float | None = None, job_id: str | None = None,
                     force: bool = False, deadline_s: float | None = None,
                     on_progress: Callable[[Event], None] | None = None, as_job: bool | None = None,
-                    stall_s: float = JOB_STALL_S) -> tuple[np.ndarray, np.ndarray]:
+                    stall_s: float = JOB_STALL_S) -> ImpliedVol:
         """Implied volatilities on the daemon, as :func:`optiond.engine.implied_vol_table`.
 
         Args:
@@ -706,9 +707,12 @@ class Client(JobsMixin):
                 :meth:`price_table`.
 
         Returns:
-            ``(vol, status)``: float64 (n,) annualised volatility (NaN where none) and object
-            (n,) status strings (``ok``, ``below-intrinsic``, ``no-solution``,
-            ``not-converged``, ``american-not-supported``, ``invalid: <reason>``).
+            :class:`optiond.models.ImpliedVol`: ``vol`` float64 (n,) annualised volatility (NaN
+            where none), ``status`` per row (``ok``, ``below-intrinsic``, ``no-solution``,
+            ``not-converged``, ``american-not-supported``, ``invalid``), ``error`` the reason
+            where one is known, ``device`` what solved it, ``via`` ``"daemon"`` or
+            ``"in-process"``. It unpacks as the earlier ``(vol, status)`` pair, the status
+            then ``"invalid: <reason>"`` where a reason is known.
 
         Raises:
             InvalidInputError, DaemonUnavailable, DaemonError (and its subclasses): as
@@ -723,9 +727,12 @@ class Client(JobsMixin):
             msg = self._call("implied_vol", content, buffers, fallback, timeout, job_id, force, deadline_s,
                              on_progress)
         if isinstance(msg, Exception):  # no daemon: solved here
-            from .. import engine
+            from .pool import implied_vol
 
-            return engine.implied_vol_table(prices, columns, method)
+            iv = implied_vol(prices, columns, method or Method())
+            iv.via = "in-process"
+            iv.diagnostics["fallback_reason"] = str(msg)
+            return iv
         return self._decode_iv(msg)
 
     def price_chain(self, df: Any, *, fallback: bool = True, timeout: float | None = None, force: bool = False,

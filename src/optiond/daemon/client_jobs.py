@@ -5,10 +5,11 @@ so import them from there). :class:`JobsMixin` holds the methods of
 :class:`optiond.daemon.client.Client` that deal with jobs: ``submit_table``,
 ``submit_implied_vol``, ``result``, ``cancel``, ``jobs``, ``subscribe``, and the following of a
 pricing request run as a job (``_run_job``, ``_follow``: asked for every :data:`JOB_POLL_S`,
-given up after :data:`JOB_STALL_S` without progress, a lease of :data:`JOB_LEASE_S`).
+given up after :data:`JOB_STALL_S` without progress, a lease of :data:`JOB_LEASE_S`; each ask
+one :meth:`JobsMixin._ask_result`, as :meth:`JobsMixin.result`'s).
 ``Client`` inherits it; its methods use the request machinery of ``Client``
-(``_request``, ``_connection``, ``_content``, ``_options``, ``_abandon``, ``_decode_result``,
-``_decode_iv``, ``_ctx``, ``timeout``), so the mixin is no client by itself.
+(``_request``, ``_connection``, ``_content``, ``_options``, ``_abandon``,
+``_decode_job_result``, ``_ctx``, ``timeout``), so the mixin is no client by itself.
 
 :class:`Event` is one event of the daemon's PUB socket and :class:`Subscription` the thread
 that receives them (:meth:`JobsMixin.subscribe`). This module does not import
@@ -25,10 +26,9 @@ import time
 import uuid
 from typing import Any, Callable, Mapping
 
-import numpy as np
 import zmq
 
-from ..models import Method, Result
+from ..models import ImpliedVol, Method, Result
 from .client_replies import DaemonError, DaemonUnavailable, JobPending, _Unsendable
 from .protocol import Message, ProtocolError
 
@@ -132,24 +132,39 @@ class JobsMixin:
         try:
             while True:
                 try:
-                    msg = self._request("result", {"job_id": job_id, "wait_s": JOB_POLL_S},
-                                        timeout=JOB_POLL_S + self.timeout, use_down_cache=False)
+                    got = self._ask_result(job_id, JOB_POLL_S)
+                except DaemonError:
+                    done = True  # the job ended (failed, cancelled, deadline): nothing to cancel
+                    raise
+                if isinstance(got, Message):
                     done = True
-                    return msg
-                except DaemonError as e:
-                    if e.ename != "JobPending":
-                        done = True  # the job ended (failed, cancelled, deadline): nothing to cancel
-                        raise
-                    now = time.monotonic()
-                    fraction = float(e.details.get("fraction") or 0.0)
-                    if fraction > best or e.details.get("state") == "queued":
-                        best, moved = max(best, fraction), now
-                    elif now - moved > stall_s:
-                        raise DaemonUnavailable(f"job {job_id} made no progress for {stall_s:g} s (at {best:.0%}); "
-                                                f"cancelled it") from None
+                    return got
+                now = time.monotonic()
+                fraction = float(got.get("fraction") or 0.0)
+                if fraction > best or got.get("state") == "queued":
+                    best, moved = max(best, fraction), now
+                elif now - moved > stall_s:
+                    raise DaemonUnavailable(f"job {job_id} made no progress for {stall_s:g} s (at {best:.0%}); "
+                                            f"cancelled it")
         finally:
             if not done:
                 self._abandon(job_id)
+
+    def _ask_result(self, job_id: str, wait: float) -> Message | dict:
+        """One ``result`` request waiting up to ``wait`` s on the daemon: the job's reply, or,
+        while it runs, where it stands (the JobPending error's ``state``, ``fraction``, ``eta_s``).
+
+        Raises:
+            DaemonError (and the errors it maps to): the job ended without a result, or no such job.
+            DaemonUnavailable: no daemon answered, or it died.
+        """
+        try:
+            return self._request("result", {"job_id": job_id, "wait_s": wait}, timeout=wait + self.timeout,
+                                 use_down_cache=False)
+        except DaemonError as e:
+            if e.ename != "JobPending":
+                raise
+            return e.details
 
     # ------------------------------------------------------------------ jobs
 
@@ -183,7 +198,7 @@ class JobsMixin:
         meta = self._options(job_id, force, deadline_s)
         return str(self._request("submit", content, buffers, timeout=timeout, metadata=meta).content["job_id"])
 
-    def result(self, job_id: str, timeout: float | None = None) -> Result | tuple[np.ndarray, np.ndarray]:
+    def result(self, job_id: str, timeout: float | None = None) -> Result | ImpliedVol:
         """Wait for a submitted job and return its whole result.
 
         Args:
@@ -191,7 +206,8 @@ class JobsMixin:
             timeout: seconds to wait (None: until it ends). A dead daemon is noticed within 2 s.
 
         Returns:
-            A :class:`optiond.models.Result` (price jobs) or ``(vol, status)`` (implied-vol jobs).
+            A :class:`optiond.models.Result` (price jobs) or an :class:`optiond.models.ImpliedVol`
+            (implied-vol jobs; it unpacks as the earlier ``(vol, status)`` pair).
 
         Raises:
             JobPending: still running after ``timeout`` (call again later; it goes on).
@@ -203,20 +219,14 @@ class JobsMixin:
         end = None if timeout is None else time.monotonic() + float(timeout)
         while True:
             wait = RESULT_POLL_S if end is None else max(0.0, min(RESULT_POLL_S, end - time.monotonic()))
-            try:
-                msg = self._request("result", {"job_id": job_id, "wait_s": wait}, timeout=wait + self.timeout,
-                                    use_down_cache=False)
-            except DaemonError as e:
-                if e.ename != "JobPending":
-                    raise
-                d = e.details
-                if end is not None and time.monotonic() >= end:
-                    raise JobPending(f"job {job_id} is still {d.get('state', 'running')} "
-                                     f"({100 * float(d.get('fraction') or 0):.0f}% done)", job_id,
-                                     str(d.get("state", "running")), float(d.get("fraction") or 0.0),
-                                     d.get("eta_s")) from None
-                continue
-            return self._decode_iv(msg) if "vol" in msg.content else self._decode_result(msg)
+            got = self._ask_result(job_id, wait)
+            if isinstance(got, Message):
+                return self._decode_job_result(got)
+            if end is not None and time.monotonic() >= end:
+                raise JobPending(f"job {job_id} is still {got.get('state', 'running')} "
+                                 f"({100 * float(got.get('fraction') or 0):.0f}% done)", job_id,
+                                 str(got.get("state", "running")), float(got.get("fraction") or 0.0),
+                                 got.get("eta_s"))
 
     def cancel(self, job_id: str, timeout: float | None = None) -> dict:
         """Cancel the work named ``job_id`` (on the control channel, so it is heard even while

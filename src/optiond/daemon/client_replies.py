@@ -4,20 +4,20 @@ Part of the client of :mod:`optiond.daemon.client` (which re-exports every publi
 so import them from there): the errors a :class:`optiond.daemon.client.Client` call raises
 (:class:`DaemonUnavailable`; :class:`DaemonError` with its subclasses :class:`RequestRefused`,
 :class:`JobCancelled` and :class:`DeadlineExceeded`; :class:`JobPending`), the translation of an
-error reply into them (:func:`_raise_reply_error`), and the decoding of a pricing reply into an
-:class:`optiond.models.Result` (:func:`decode_result`) or ``(vol, status)`` (:func:`decode_iv`).
-Nothing here sends or receives; this module imports no other part of the client.
+error reply into them (:func:`_raise_reply_error`), and the decoding of a pricing reply
+(by :mod:`optiond.daemon.wire`, the owner of the reply format) into an
+:class:`optiond.models.Result` (:func:`decode_result`) or :class:`optiond.models.ImpliedVol`
+(:func:`decode_iv`), a malformed one raising :class:`DaemonError`. Nothing here sends or
+receives; this module imports no other part of the client.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-from ..models import GREEK_FIELDS, InvalidInputError, Result
-from .protocol import Message, ProtocolError, decode_array, decode_sparse_strings
-
-_ALL_OK = {"default": "ok", "rows": [], "values": []}
-_NO_ERROR = {"default": "", "rows": [], "values": []}
+from ..models import ImpliedVol, InvalidInputError, Result
+from . import wire
+from .protocol import Message, ProtocolError
 
 
 class DaemonUnavailable(RuntimeError):
@@ -86,48 +86,23 @@ class _DaemonDied(Exception):
 
 
 def decode_result(msg: Message) -> Result:
-    """A price reply as an :class:`optiond.models.Result` (``via="daemon"``)."""
-    c, b = msg.content, msg.buffers
-    try:
-        n = c["n"]
-        if type(n) is not int or n < 0:
-            raise ProtocolError("bad row count")
-        values = decode_array(c["values"], b)
-        if values.dtype != np.float64 or values.shape not in ((1 + len(GREEK_FIELDS), n), (1, n)):
-            raise ProtocolError("bad value block")
-        if values.shape[0] == 1:  # prices only (no Greeks were asked for): the Greeks are NaN,
-            nan = np.broadcast_to(np.nan, (n,))  # one read-only column for all (no 5 n doubles to fill)
-            values = [values[0]] + [nan] * len(GREEK_FIELDS)
-        if n == 1 and c["row_status"] == _ALL_OK and c["row_error"] == _NO_ERROR:  # one option, priced
-            status, error = np.array(["ok"], dtype=object), np.array([""], dtype=object)
-        else:
-            status = decode_sparse_strings(c["row_status"], n, b)
-            error = decode_sparse_strings(c["row_error"], n, b)
-        std_error = None
-        if "std_error" in c:  # MLMC prices
-            std_error = decode_array(c["std_error"], b)
-            if std_error.shape != (n,) or std_error.dtype != np.float64:
-                raise ProtocolError("bad std_error")
-    except (KeyError, ProtocolError) as e:
-        raise DaemonError(f"malformed reply from the daemon: {e}", "ProtocolError") from None
-    diagnostics = c.get("diagnostics")
-    diagnostics = dict(diagnostics) if isinstance(diagnostics, dict) else {}
-    for k in ("job_id", "cached"):
-        if k in c:
-            diagnostics[k] = c[k]
-    return Result(*values, status=status, error=error, device=str(c.get("device", "unknown")), via="daemon",
-                  elapsed_s=float(c.get("elapsed_s") or 0.0), diagnostics=diagnostics, std_error=std_error)
+    """A price reply as an :class:`optiond.models.Result` (``via="daemon"``; :func:`optiond.daemon.wire.decode_price`)."""
+    return _decoded(wire.decode_price, msg)
 
 
-def decode_iv(msg: Message) -> tuple[np.ndarray, np.ndarray]:
-    """An implied-volatility reply as ``(vol, status)``."""
-    c, b = msg.content, msg.buffers
+def decode_iv(msg: Message) -> ImpliedVol:
+    """An implied-volatility reply as :class:`optiond.models.ImpliedVol` (``via="daemon"``; it
+    unpacks as the earlier ``(vol, status)`` pair; :func:`optiond.daemon.wire.decode_implied_vol`)."""
+    return _decoded(wire.decode_implied_vol, msg)
+
+
+def decode_job_result(msg: Message) -> Result | ImpliedVol:
+    """A ``result_reply``: :func:`decode_iv` or :func:`decode_result` by its body."""
+    return _decoded(wire.decode, msg)
+
+
+def _decoded(decode: Any, msg: Message) -> Any:
     try:
-        n = c["n"]
-        vol = decode_array(c["vol"], b)
-        status = decode_sparse_strings(c["iv_status"], n, b)
-        if vol.shape != (n,):
-            raise ProtocolError("bad vol shape")
-    except (KeyError, TypeError, ProtocolError) as e:
+        return decode(msg.content, msg.buffers)
+    except ProtocolError as e:
         raise DaemonError(f"malformed reply from the daemon: {e}", "ProtocolError") from None
-    return vol, status

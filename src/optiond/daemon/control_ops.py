@@ -5,7 +5,7 @@ state and ``/healthz``/``/readyz`` (:mod:`optiond.daemon.metrics`).
 
 The socket loops, the dispatch of each message to its operation, the threads and the life
 cycle are in :mod:`optiond.daemon.server`; the pricing operations in
-:mod:`optiond.daemon.pricing_ops`.
+:mod:`optiond.daemon.pricing`.
 """
 
 from __future__ import annotations

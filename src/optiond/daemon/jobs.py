@@ -49,8 +49,8 @@ import numpy as np
 
 from .. import runctl
 from ..costs import Cost
-from ..models import GREEK_FIELDS, InvalidInputError, Method
-from . import pool
+from ..models import InvalidInputError, Method
+from . import pool, wire
 
 log = logging.getLogger("optiond.daemon.jobs")
 
@@ -306,7 +306,7 @@ def split_works(n: int, total_work: float, weights: np.ndarray | None, works: li
 
 class SparseColumn:
     """A job's per-row string column (status, error) gathered from its chunks' sparse parts
-    (:func:`optiond.daemon.pool.sparse_column`): only the rows that differ from the default."""
+    (:func:`optiond.daemon.wire.sparse`): only the rows that differ from the default."""
 
     def __init__(self) -> None:
         self._parts: list[tuple[int, np.ndarray, list]] = []
@@ -732,15 +732,14 @@ class JobManager:
             n = job.n
             if job.op == "price":
                 # prices only: the (1, n) row the reply carries, not 6 rows of which 5 stay NaN
-                rows = 1 if pool.prices_only(job.method, job.columns) else 1 + len(GREEK_FIELDS)
+                rows = 1 if wire.prices_only(job.method, job.columns) else len(wire.VALUE_FIELDS)
                 r = job.result = {"values": np.full((rows, n), np.nan), "status": SparseColumn(),
                                   "error": SparseColumn()}
             else:
-                r = job.result = {"vol": np.full(n, np.nan), "status": SparseColumn()}
+                r = job.result = {"vol": np.full(n, np.nan), "status": SparseColumn(), "error": SparseColumn()}
         if job.op == "price":
             v = part["values"]
             r["values"][:v.shape[0], a:b] = v  # (1, m): the prices alone; the Greeks stay NaN
-            r["error"].add(a, *part["error"])
             if part.get("std_error") is not None:
                 if "std_error" not in r:
                     r["std_error"] = np.full(job.n, np.nan)
@@ -748,6 +747,7 @@ class JobManager:
         else:
             r["vol"][a:b] = part["vol"]
         r["status"].add(a, *part["status"])
+        r["error"].add(a, *part["error"])
         dev = part.get("device", "cpu")
         job.devices[dev] = job.devices.get(dev, 0) + (b - a)
         if part.get("diagnostics"):

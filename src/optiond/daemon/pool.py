@@ -46,6 +46,9 @@ from typing import Any
 
 import numpy as np
 
+from ..models import ImpliedVol
+from . import wire
+
 log = logging.getLogger("optiond.daemon.pool")
 
 BACKOFF_ENV = "MPI4PY_FUTURES_BACKOFF"
@@ -235,20 +238,21 @@ def rank_info() -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the task
 
 
-def prices_only(method: Any, columns: dict) -> bool:
-    """Whether a request's Greeks are all NaN by construction (no Greeks asked for, a method
-    that then computes none, no per-row methods): its chunks send back, and its reply carries,
-    the ``(1, n)`` price row alone."""
-    return (not method.greeks and method.name in ("binomial", "black-scholes", "mlmc")
-            and columns.get("method") is None)
+#: defined here before the reply format had a module of its own (:mod:`optiond.daemon.wire`)
+prices_only = wire.prices_only
+sparse_column = wire.sparse
 
 
-def sparse_column(arr: np.ndarray, default: str) -> tuple[np.ndarray, list]:
-    """A per-row string column as ``(rows, values)``: the rows (int64, ascending) whose value is
-    not ``default``, and those values. A chunk's "ok" statuses then cost nothing to send
-    between ranks or to gather at rank 0."""
-    rows = np.flatnonzero(arr != default)
-    return rows, arr[rows].tolist()
+def implied_vol(prices: Any, columns: dict, method: Any) -> ImpliedVol:
+    """The engine's implied volatilities of a table as :class:`optiond.models.ImpliedVol`,
+    ``device`` naming what solved them (an engine answering with the earlier ``(vol, status)``
+    pair does not say: the device it would choose for the request is named then)."""
+    from .. import engine
+
+    out = engine.implied_vol_table(prices, columns, method)
+    if isinstance(out, ImpliedVol):
+        return out
+    return wire.as_implied_vol(out, engine.select_device(None, method))
 
 
 def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
@@ -261,7 +265,7 @@ def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
     Returns:
         ``{"values": (6, m) float64, or (1, m) (the prices) without Greeks (price),
         "std_error": (m,) (MLMC prices), "vol": (m,)
-        (implied_vol), "status", "error" (price): :func:`sparse_column` pairs, "device": str,
+        (implied_vol), "status", "error": :func:`optiond.daemon.wire.sparse` pairs, "device": str,
         "elapsed_s": float, "clock": (host, start, end) of ``time.perf_counter``, "diagnostics":
         dict, "pid": int, "gpu_memory": [...]}``.
 
@@ -270,27 +274,22 @@ def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
         Exception: anything the engine raises (the job runs the chunk again on rank 0).
     """
     from .. import engine
-    from ..models import GREEK_FIELDS
     from .metrics import gpu_memory_here
 
     t0 = time.perf_counter()
     out: dict[str, Any] = {"pid": os.getpid()}
     if task["op"] == "price":
         res = engine.price_table(task["columns"], task["method"])
-        if prices_only(task["method"], task["columns"]):
-            values = res.price.reshape(1, len(res))  # no Greeks asked for: the prices alone travel back
-        else:
-            values = np.empty((1 + len(GREEK_FIELDS), len(res)))
-            for i, name in enumerate(("price",) + GREEK_FIELDS):
-                values[i] = getattr(res, name)
-        out.update(values=values, status=sparse_column(res.status, "ok"), error=sparse_column(res.error, ""),
-                   device=res.device, diagnostics=dict(res.diagnostics))
+        # no Greeks asked for: the prices alone travel back
+        out.update(values=wire.value_block(res, wire.prices_only(task["method"], task["columns"])),
+                   status=wire.sparse(res.status, "ok"), error=wire.sparse(res.error, ""), device=res.device,
+                   diagnostics=dict(res.diagnostics))
         if getattr(res, "std_error", None) is not None:  # MLMC: the estimate's standard error
             out["std_error"] = np.asarray(res.std_error, dtype=np.float64)
     else:
-        vol, status = engine.implied_vol_table(task["prices"], task["columns"], task["method"])
-        out.update(vol=np.asarray(vol, dtype=np.float64), status=sparse_column(np.asarray(status, dtype=object), "ok"),
-                   device=engine.select_device(None, task["method"]), diagnostics={})
+        iv = implied_vol(task["prices"], task["columns"], task["method"])
+        out.update(vol=iv.vol, status=wire.sparse(iv.status, "ok"), error=wire.sparse(iv.error, ""), device=iv.device,
+                   diagnostics=dict(iv.diagnostics))
     t1 = time.perf_counter()
     out["elapsed_s"] = t1 - t0
     # this host's monotonic clock (shared by its processes): rank 0 places the chunk's pricing
@@ -306,4 +305,4 @@ def ping(_: Any = None) -> dict[str, Any]:
 
 
 __all__ = ["launched_by_mpi", "find_mpiexec", "find_local_launcher", "launcher_warning", "loopback_env", "mpiexec_command", "bootstrap", "worker_loop", "configure_rank",
-           "host", "run_chunk", "rank_info", "sparse_column", "prices_only"]
+           "host", "run_chunk", "rank_info", "sparse_column", "prices_only", "implied_vol"]

@@ -31,7 +31,7 @@ stops the daemon; ``drain`` stops it taking new work (``readyz`` says 503) and, 
 
 Pricing requests (``price``, ``implied_vol``, ``submit``) are decoded, costed, checked against
 the limits and answered from a bounded cache when they can be: see
-:mod:`optiond.daemon.pricing_ops`.
+:mod:`optiond.daemon.pricing`; their replies' format is :mod:`optiond.daemon.wire`'s.
 
 A request resent by a client's retry (same session and ``msg_id``) is answered from the reply
 it already got, or attached to its job still running, never priced twice.
@@ -44,10 +44,11 @@ control thread and ``STOPPING=1`` on the way out (:mod:`optiond.daemon.sdnotify`
 Where the code is: this module holds the sockets, the threads, the life cycle
 (:meth:`Server.start`, :meth:`Server.serve_forever`, :meth:`Server.close`), the request
 loops and the dispatch of each message to its operation. The operations are mixins that
-:class:`Server` inherits: :class:`~optiond.daemon.pricing_ops.PricingOps` (the pricing
-pipeline: decoding, costing, cache, inline pricing and coalescing, jobs, the chain request)
-and :class:`~optiond.daemon.control_ops.ControlOps` (the control operations, status and
-health); :mod:`optiond.daemon.server_parts` holds what they share.
+:class:`Server` inherits: :class:`~optiond.daemon.pricing.PricingOps` (the pricing
+pipeline: warm-up, decoding, costing, cache, inline pricing and coalescing, jobs, the chain
+request) and :class:`~optiond.daemon.control_ops.ControlOps` (the control operations, status
+and health); :mod:`optiond.daemon.server_parts` holds what they share (with the replies kept
+for retried and replayed requests, :class:`~optiond.daemon.server_parts.ReplyMemory`).
 """
 
 from __future__ import annotations
@@ -61,15 +62,13 @@ import socket
 import sys
 import threading
 import time
-from collections import OrderedDict
 from concurrent import futures as cf
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import zmq
 
-from .. import __version__, costs, engine
+from .. import __version__, costs
 from ..models import InvalidInputError, Method
 from . import connections, paths, pool, sdnotify
 from .cache import ReplyCache
@@ -77,20 +76,19 @@ from .control_ops import ControlOps, devices
 from .jobs import Job, JobManager, Waiter
 from .limits import LimitExceeded, Limits
 from .metrics import HTTP_MAX_CONNECTIONS, HttpEndpoint, Metrics
-from .pricing_ops import CHAIN_RUNNERS, COALESCE_MIN, PricingOps
-from .protocol import (FUTURE_SLACK_S, PROTOCOL_VERSION, REPLAY_WINDOW_S, SIGNATURE_SCHEME, AuthenticationError,
+from .pricing import CHAIN_RUNNERS, COALESCE_MIN, PricingOps
+from .protocol import (PROTOCOL_VERSION, REPLAY_WINDOW_S, SIGNATURE_SCHEME, AuthenticationError,
                        Message, ProtocolError, Session, date_in_window, packb, readable, send_frames, spin_seconds,
                        spin_until_readable, unpackb, utcnow)
+from .server_parts import REPLY_CACHE_BYTES, REPLY_CACHE_ENTRIES, ReplyMemory  # noqa: F401
 from .server_parts import _Counters, _invalid_details, _nbytes, _Refused, _Req, _short
-# defined here before the pricing pipeline had a module of its own: still importable from here
-from .pricing_ops import (CHAIN_QUEUE, JOB_ID_CHARS, MAX_COLUMNS, METHOD_FIELDS, TIMELINE_CHUNKS,  # noqa: F401
-                          VALUE_FIELDS)
+# defined here before the pricing pipeline and the reply format had modules of their own: still importable from here
+from .pricing import CHAIN_QUEUE, JOB_ID_CHARS, MAX_COLUMNS, METHOD_FIELDS, TIMELINE_CHUNKS  # noqa: F401
 from .server_parts import MAX_ERROR_CHARS  # noqa: F401
+from .wire import VALUE_FIELDS  # noqa: F401
 
 log = logging.getLogger("optiond.daemon")
 
-REPLY_CACHE_ENTRIES = 256
-REPLY_CACHE_BYTES = 64 * 1024 * 1024
 #: largest message the daemon accepts (bytes): a million options with a dozen columns as arrays
 DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 #: messages queued per peer before ZeroMQ stops reading its connection (bounds what any local
@@ -196,7 +194,6 @@ class Server(PricingOps, ControlOps):
         self._ipc_path: Path | None = None
         self._max_connections = max_connections
         self.replay_window_s = float(replay_window_s)
-        self._once: OrderedDict[tuple[str, str], tuple[float, list]] = OrderedDict()
         self.guard: connections.ConnectionGuard | None = None
         self.fd_limit: int | None = None
         self._executor = executor
@@ -210,9 +207,7 @@ class Server(PricingOps, ControlOps):
         self._shell_counters = _Counters()
         self._control_counters = _Counters()
         self._job_counters = _Counters()
-        self._replies: OrderedDict[tuple[str, str], list] = OrderedDict()
-        self._reply_bytes = 0
-        self._replies_lock = threading.Lock()
+        self._replies = ReplyMemory(self.replay_window_s)
         self._inflight_reqs: dict[tuple[str, str], Job] = {}
         self._parked: list[tuple[float, Job, Waiter]] = []
         self._methods: dict[tuple, Method] = {}
@@ -556,46 +551,6 @@ class Server(PricingOps, ControlOps):
                 if not self._events.poll(0):
                     return
 
-    def _warm_up(self) -> None:
-        t0 = time.perf_counter()
-        cols = {"kind": ["put", "call"], "style": ["american", "european"], "spot": 100.0, "strike": 100.0,
-                "expiry": 0.5, "rate": 0.03, "dividend_yield": 0.01, "volatility": 0.2}
-        try:
-            for name in ("binomial", "black-scholes"):
-                m = Method(name=name, steps=16)
-                res = engine.price_table(cols, m)
-                engine.implied_vol_table(np.nan_to_num(res.price, nan=5.0), cols, m)
-            engine.price_table({**cols, "kind": "put", "style": "american"}, Method(steps=16))  # one-option path
-            self.ns_per_node = self._time_cpu_kernel()
-            if self._gpu and self.jobs is not None:  # load the GPU kernels where they will run
-                self.jobs.run_local(pool.run_chunk, {"op": "price", "columns": cols,
-                                                     "method": Method(steps=16, device="gpu")})
-            if len(self.ranks) == 1 and self.jobs is not None:  # what the pricing thread uses
-                self.ranks[0].update({k: v for k, v in self.jobs.run_local(pool.rank_info).items()
-                                      if k in ("device", "threads")})
-        except Exception:
-            log.warning("warm-up failed (requests will still be served)", exc_info=True)
-        log.info("warm-up done in %.2f s; devices %s; CRR %.3g ns/node on one core", time.perf_counter() - t0,
-                 ", ".join(devices()), self.ns_per_node)
-
-    @staticmethod
-    def _time_cpu_kernel() -> float:
-        """Single-core CRR speed, ns per tree node (the cost model's unit): the best of 7 runs of
-        about 0.7 ms (runs of 0.2 ms, best of 3, measured 0.26-0.47 ns/node over 25 starts of
-        one idle machine, and a high figure makes the limits refuse requests they should take)."""
-        from ..kernels import binomial_cpu
-
-        n, N = 8, 800
-        args = (np.zeros(n, np.int8), np.ones(n, np.int8), np.full(n, 100.0), np.full(n, 100.0), np.full(n, 1.0),
-                np.full(n, 0.03), np.zeros(n), np.full(n, 0.2), np.full(n, N, np.int64))
-        best = float("inf")
-        for _ in range(7):
-            t = time.perf_counter()
-            binomial_cpu.crr_batch(*args, greeks=False, parallel=False, check=False)
-            best = min(best, time.perf_counter() - t)
-        nodes = n * float(costs.tree_nodes_rows(N))
-        return float(min(max(best / nodes * 1e9, 0.05), 10.0))
-
     def _control_tick_fn(self) -> Callable[[], None]:
         """Marks the control loop alive (``/healthz``) and sends systemd's ``WATCHDOG=1`` when due."""
         interval = sdnotify.watchdog_interval()
@@ -786,21 +741,18 @@ class Server(PricingOps, ControlOps):
                               f"send it again", reply_type)
             return None
         if op in ONCE_OPS:
-            okey = (msg.header["session"], msg.header["msg_id"])
-            with self._replies_lock:
-                first = self._once.get(okey)
+            first = self._replies.once((msg.header["session"], msg.header["msg_id"]))
             if first is not None:  # a retry or a replay: answered as the first time, not acted on
                 counters.replayed += 1
-                send_frames(sock, [*msg.identities, *first[1]])
+                send_frames(sock, [*msg.identities, *first])
                 return None
         pricing = op in ("price", "implied_vol", "submit")
         if pricing:
             rkey = (msg.header["session"], msg.header["msg_id"])
-            with self._replies_lock:
-                cached = self._replies.get(rkey)
+            cached = self._replies.priced(rkey)
             if cached is not None:  # a client's retry of a request already answered
                 counters.replayed += 1
-                send_frames(sock, [*msg.identities, *cached[0]])
+                send_frames(sock, [*msg.identities, *cached])
                 return None
             job = self._inflight_reqs.get(rkey)
             if job is not None and self._reattach(job, msg, reply_type, t0):
@@ -842,9 +794,9 @@ class Server(PricingOps, ControlOps):
         counters.outcomes["ok"] += 1
         dt = time.perf_counter() - t0
         if op in ONCE_OPS:
-            self._remember_once((msg.header["session"], msg.header["msg_id"]), frames)
+            self._replies.keep_once((msg.header["session"], msg.header["msg_id"]), frames)
         if pricing:  # a submit: the job is accepted
-            self._remember(rkey, frames, _nbytes(buffers))
+            self._replies.keep(rkey, frames, _nbytes(buffers))
             self._access(msg.header, op, "-", "-", int(content.get("n", 0)), dt, "accepted", content.get("job_id"))
         self.metrics.observe(op, model, device, "ok", dt)
         return None
@@ -875,30 +827,6 @@ class Server(PricingOps, ControlOps):
         if error:
             fields["error"] = error
         jl.access(fields, warning=not ok)
-
-    def _remember_once(self, key: tuple[str, str], frames: list) -> None:
-        """Keep the reply of a state-changing request for the replay window (its copies get it
-        again); older ones are forgotten (their copies are refused as stale by then: a date
-        may be at most FUTURE_SLACK_S ahead of the clock)."""
-        now = time.monotonic()
-        with self._replies_lock:
-            self._once[key] = (now, frames)
-            while self._once and (len(self._once) > REPLY_CACHE_ENTRIES * 64
-                                  or next(iter(self._once.values()))[0] < now - self.replay_window_s - FUTURE_SLACK_S - 2.0):
-                self._once.popitem(last=False)
-
-    def _remember(self, key: tuple[str, str], frames: list, size: int = 0) -> None:
-        """Keep a reply for a retry of its request (same session and msg_id); ``size`` is its
-        buffers' bytes (the other frames are small)."""
-        if size > REPLY_CACHE_BYTES // 4:
-            return
-        size += 1024
-        with self._replies_lock:
-            self._replies[key] = (frames, size)
-            self._reply_bytes += size
-            while len(self._replies) > REPLY_CACHE_ENTRIES or self._reply_bytes > REPLY_CACHE_BYTES:
-                _, (_, old) = self._replies.popitem(last=False)
-                self._reply_bytes -= old
 
 
 def serve(connection_file: str | os.PathLike | None = None, *, warmup: bool = True,

@@ -1,9 +1,9 @@
 """What the daemon's modules share: short error texts, the size of a reply's buffers, the
-per-thread counters, the refusal raised before any work, and a decoded pricing request on its
-way through the shell thread.
+per-thread counters, the refusal raised before any work, a decoded pricing request on its
+way through the shell thread, and the replies kept for copies of their requests.
 
 :mod:`optiond.daemon.server` (sockets, threads, life cycle, the request loops),
-:mod:`optiond.daemon.pricing_ops` (the pricing pipeline) and :mod:`optiond.daemon.control_ops`
+:mod:`optiond.daemon.pricing` (the pricing pipeline) and :mod:`optiond.daemon.control_ops`
 (control operations, status and health) import these; this module imports none of them.
 """
 
@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Any
 
 from ..costs import Cost
 from ..models import Method
-from .protocol import Message
+from .protocol import FUTURE_SLACK_S, Message
 
 log = logging.getLogger("optiond.daemon")
 
 MAX_ERROR_CHARS = 240
+#: pricing replies kept for retries: at most this many, of at most this many bytes in all
+REPLY_CACHE_ENTRIES = 256
+REPLY_CACHE_BYTES = 64 * 1024 * 1024
 
 
 def _short(text: str) -> str:
@@ -91,3 +95,61 @@ class _Req:
     key: bytes | None = None
     row: tuple | None = None
     job_id: str | None = None
+
+
+class ReplyMemory:
+    """The replies kept for copies of their requests (same session and ``msg_id``: a client's
+    retry, or a captured message replayed within the replay window), which get the first
+    reply again instead of acting twice. Any thread.
+
+    Two rules of keeping: the reply of a state-changing request (:meth:`keep_once`) for the
+    replay window, after which its copies are refused as stale anyway (a date may be at most
+    FUTURE_SLACK_S ahead of the clock); a pricing reply, or a submit's acceptance
+    (:meth:`keep`), among the newest :data:`REPLY_CACHE_ENTRIES` of at most
+    :data:`REPLY_CACHE_BYTES` in all.
+    """
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = float(window_s)
+        self._once: OrderedDict[tuple[str, str], tuple[float, list]] = OrderedDict()
+        self._priced: OrderedDict[tuple[str, str], tuple[list, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        """Whether a pricing reply is kept for ``key`` (no lock: a look at a dict)."""
+        return key in self._priced
+
+    def once(self, key: tuple[str, str]) -> list | None:
+        """The frames of the state-changing request ``key`` answered already, or None."""
+        with self._lock:
+            first = self._once.get(key)
+        return None if first is None else first[1]
+
+    def priced(self, key: tuple[str, str]) -> list | None:
+        """The frames of the pricing request ``key`` answered already, or None."""
+        with self._lock:
+            kept = self._priced.get(key)
+        return None if kept is None else kept[0]
+
+    def keep_once(self, key: tuple[str, str], frames: list) -> None:
+        """Keep the reply of a state-changing request for the replay window; older ones are forgotten."""
+        now = time.monotonic()
+        with self._lock:
+            self._once[key] = (now, frames)
+            while self._once and (len(self._once) > REPLY_CACHE_ENTRIES * 64
+                                  or next(iter(self._once.values()))[0] < now - self.window_s - FUTURE_SLACK_S - 2.0):
+                self._once.popitem(last=False)
+
+    def keep(self, key: tuple[str, str], frames: list, size: int = 0) -> None:
+        """Keep a reply for a retry of its request; ``size`` is its buffers' bytes (the other
+        frames are small)."""
+        if size > REPLY_CACHE_BYTES // 4:
+            return
+        size += 1024
+        with self._lock:
+            self._priced[key] = (frames, size)
+            self._bytes += size
+            while len(self._priced) > REPLY_CACHE_ENTRIES or self._bytes > REPLY_CACHE_BYTES:
+                _, (_, old) = self._priced.popitem(last=False)
+                self._bytes -= old
