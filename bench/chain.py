@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from optiond import chain
+from optiond.pricer import LocalPricer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,11 +80,11 @@ def main() -> None:
     args = ap.parse_args()
     qt = args.quote_time or None
     df = chain.read_chain(args.chain)
-    runs = {"in-process": chain.LocalPricer()}
+    runs = {"in-process": LocalPricer()}
     if args.daemon:
-        from optiond.commands.pricing import ClientPricer
+        from optiond.commands.pricing import daemon_pricer
 
-        runs["daemon"] = ClientPricer(fallback=False, force=True)  # a request per IV solve
+        runs["daemon"] = daemon_pricer(fallback=False, force=True)  # a request per IV solve
         runs["daemon-chain-request"] = runs["daemon"]  # the whole job in one request
     out = {"bench": "chain", "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "chain": Path(args.chain).name,
            "contracts": len(df), "steps": args.steps, "quote_time": qt, "runs": {}}

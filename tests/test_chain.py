@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optiond import chain
+from optiond import chain, pricer
 from optiond.cli import main as cli_main
 
 DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
@@ -111,7 +111,7 @@ def test_chain_request_on_the_daemon_equals_in_process(daemon, small_chain):
     market = dict(steps=200, quote_time="10:50")
     with daemon.client() as client:
         got, s_got = client.price_chain(small_chain, fallback=False, **market)
-    want, s_want = chain.price_chain(small_chain, chain.LocalPricer(), **market)
+    want, s_want = chain.price_chain(small_chain, pricer.LocalPricer(), **market)
     assert s_got.via == "daemon" and s_got.extra["server_s"] > 0
     assert list(got.columns) == list(want.columns)
     assert got.status.tolist() == want.status.tolist() and got.error.tolist() == want.error.tolist()

@@ -30,8 +30,8 @@ and optionally ``quote_time`` (ISO 8601 with offset, or ``HH:MM`` exchange time)
    put for K < F), on both rows of the strike.
 6. At the mid IV: the model price and the Greeks.
 
-Pricing goes through a *pricer*: :mod:`optiond.engine` in-process or the daemon client, which
-has the same two calls (``price_table`` and ``implied_vol``).
+Pricing goes through a *pricer* (:mod:`optiond.pricer`): :mod:`optiond.engine` in-process or
+the daemon client, with the same two calls (``price_table`` and ``implied_vol``).
 """
 
 from __future__ import annotations
@@ -39,17 +39,19 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
+from . import _moved
+from . import pricer as _pricer
 from .columns import read_csv_table
 from .market import clock
 from .market.curve import ZeroCurve
 from .market.forwards import (CARRY_PAIRS, IMPLIED_RATE_BAND, MIN_PAIRS_CARRY, ExpiryPairs, call_put_residual,
                               interpolate_in_time, parity_fit, solve_carry)
-from .models import GREEK_FIELDS, Method, Result, object_full
+from .models import GREEK_FIELDS, ImpliedVol, Method, object_full
 
 #: default flat rate: about the US Treasury bill yield around the bundled snapshot dates
 DEFAULT_RATE = 0.04
@@ -79,28 +81,8 @@ FORWARD_COLUMNS = ("expiry", "settlement", "T", "spot", "rate", "discount_factor
                    "call_minus_put_iv_pts", "note")
 
 
-class Pricer(Protocol):
-    """What the chain job needs from a pricer: the engine's table calls (in-process or daemon)."""
-
-    def price_table(self, columns: Mapping[str, Any], method: Method | None = None) -> Result: ...
-
-    def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None) -> tuple[np.ndarray, np.ndarray]: ...
-
-
-class LocalPricer:
-    """The in-process engine behind the :class:`Pricer` interface."""
-
-    via = "in-process"
-
-    def price_table(self, columns: Mapping[str, Any], method: Method | None = None) -> Result:
-        from . import engine  # the kernels (numba) load only where the chain prices in this process
-
-        return engine.price_table(columns, method)
-
-    def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None) -> tuple[np.ndarray, np.ndarray]:
-        from . import engine
-
-        return engine.implied_vol_table(prices, columns, method)
+#: ``Pricer`` and ``LocalPricer`` moved to :mod:`optiond.pricer` (the old names warn, one release)
+__getattr__ = _moved.names(__name__, {"Pricer": "optiond.pricer:Pricer", "LocalPricer": "optiond.pricer:LocalPricer"})
 
 
 @dataclass
@@ -249,7 +231,13 @@ def _expiry_pairs(group: np.ndarray, kind: np.ndarray, strike: np.ndarray, bid: 
     return [ExpiryPairs(k[a:b], mid_c[a:b], mid_p[a:b], spr_c[a:b], spr_p[a:b]) for a, b in zip(cut[:-1], cut[1:])]
 
 
-def _iv_solver(pricer: Pricer, spot: float, steps: int) -> Callable:
+def _iv(pricer: _pricer.Pricer, prices: Any, cols: dict, m: Method) -> ImpliedVol:
+    """The pricer's implied volatilities as an :class:`ImpliedVol` (also from a pricer that
+    answers with the earlier ``(vol, status)`` pair)."""
+    return _pricer.implied_vol_result(pricer.implied_vol(prices, cols, m), via=getattr(pricer, "via", "in-process"))
+
+
+def _iv_solver(pricer: _pricer.Pricer, spot: float, steps: int) -> Callable:
     """The carry search's batched American IV solve, through the chain's pricer."""
     m = Method(name="binomial", steps=steps, iv_tolerance=IV_TOLERANCE)
 
@@ -258,8 +246,8 @@ def _iv_solver(pricer: Pricer, spot: float, steps: int) -> Callable:
                     expiry=T, rate=rate, dividend_yield=q)
         if lo is not None:
             cols.update(iv_lo=lo, iv_hi=hi)
-        vol, st = pricer.implied_vol(prices, cols, m)
-        return np.asarray(vol, dtype=np.float64), np.asarray(st, dtype=object) == "ok"
+        iv = _iv(pricer, prices, cols, m)
+        return iv.vol, iv.status == "ok"
 
     return solve
 
@@ -282,7 +270,7 @@ def check_market_args(*, carry: str = "parity", quote_time: str | None = None, s
 
 
 def _implied_spot(american: list[int], pairs: list[ExpiryPairs], Tg: np.ndarray, rg: np.ndarray, q0: np.ndarray,
-                  S_print: float, dividend_yield: float, pricer: Pricer, steps: int) -> tuple[float, str]:
+                  S_print: float, dividend_yield: float, pricer: _pricer.Pricer, steps: int) -> tuple[float, str]:
     """The spot the options imply: the spot at which the front expiry (the shortest of at least
     :data:`FRONT_MIN_DAYS` days with :data:`FRONT_MIN_PAIRS` pairs) has the carry
     ``dividend_yield``: its call and put tree IVs agree there (the carry solve's condition with
@@ -303,7 +291,7 @@ def _implied_spot(american: list[int], pairs: list[ExpiryPairs], Tg: np.ndarray,
     return S, f"spot {S:.4f} implied by the {365.0 * Tg[g]:.1f}-day forward (print {S_print:g})"
 
 
-def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float = DEFAULT_RATE,
+def solve_market(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate: float = DEFAULT_RATE,
                  dividend_yield: float = DEFAULT_DIVIDEND_YIELD, curve: ZeroCurve | None = None,
                  carry: str = "parity", quote_time: str | None = None, settlement: str | None = None,
                  spot_mode: str = "implied", steps: int = DEFAULT_STEPS) -> ChainMarket:
@@ -335,7 +323,7 @@ def solve_market(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float 
             does not parse (a bad *cell* only marks its row).
     """
     check_market_args(carry=carry, quote_time=quote_time, settlement=settlement, spot_mode=spot_mode)
-    pricer = pricer or LocalPricer()
+    pricer = pricer or _pricer.LocalPricer()
     n = len(df)
     qt = df["quote_time"].where(df["quote_time"].notna(), quote_time).tolist() if "quote_time" in df else quote_time
     st = df["settlement"].where(df["settlement"].notna(), settlement).tolist() if "settlement" in df else settlement
@@ -571,7 +559,7 @@ def finish_chain(out: pd.DataFrame, market: ChainMarket) -> pd.DataFrame:
     return out
 
 
-def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float = DEFAULT_RATE,
+def price_chain(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate: float = DEFAULT_RATE,
                 dividend_yield: float = DEFAULT_DIVIDEND_YIELD, steps: int = DEFAULT_STEPS,
                 curve: ZeroCurve | None = None, carry: str = "parity", quote_time: str | None = None,
                 settlement: str | None = None, spot_mode: str = "implied", market: ChainMarket | None = None,
@@ -604,7 +592,7 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
     Raises:
         ValueError: as :func:`solve_market` for a bad market set-up argument.
     """
-    pricer = pricer or LocalPricer()
+    pricer = pricer or _pricer.LocalPricer()
     t0 = time.perf_counter()
     if market is None:
         market = solve_market(df, pricer, rate=rate, dividend_yield=dividend_yield, curve=curve, carry=carry,
@@ -644,13 +632,14 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
             # 1. the mid's implied volatility, then the model price and Greeks there
             msel = sel[status[sel] == "ok"]
             if msel.size:
-                mvol, mst = pricer.implied_vol(mid[msel], cols_of(msel), m)
-                mvol, mst = np.asarray(mvol, dtype=np.float64), np.asarray(mst, dtype=object)
+                mid_iv = _iv(pricer, mid[msel], cols_of(msel), m)
+                mvol = mid_iv.vol
                 iv[msel] = mvol
-                bad = mst != "ok"
-                status[msel[bad]] = [s.split(":", 1)[0] for s in mst[bad]]
-                error[msel[bad]] = [s.split(":", 1)[1].strip() if ":" in s else "" for s in mst[bad]]
-                _explain_below(msel[bad & (mst == "below-intrinsic")], status, error, kind, spot, strike, mid, market)
+                bad = mid_iv.status != "ok"
+                status[msel[bad]] = mid_iv.status[bad]
+                error[msel[bad]] = mid_iv.error[bad]
+                _explain_below(msel[bad & (mid_iv.status == "below-intrinsic")], status, error, kind, spot, strike, mid,
+                               market)
                 good = msel[~bad]
                 if good.size:
                     res = pricer.price_table(cols_of(good, volatility=mvol[~bad]), m)
@@ -666,8 +655,8 @@ def price_chain(df: pd.DataFrame, pricer: Pricer | None = None, *, rate: float =
             both = np.concatenate([bsel, asel])
             if both.size:
                 lo, hi = _bid_ask_brackets(bsel, asel, iv, mid, bid, ask, res_cols["vega"])
-                vol, st = pricer.implied_vol(np.concatenate([bid[bsel], ask[asel]]), cols_of(both, iv_lo=lo, iv_hi=hi), m)
-                vol = np.where(np.asarray(st, dtype=object) == "ok", np.asarray(vol, dtype=np.float64), np.nan)
+                side_iv = _iv(pricer, np.concatenate([bid[bsel], ask[asel]]), cols_of(both, iv_lo=lo, iv_hi=hi), m)
+                vol = np.where(side_iv.status == "ok", side_iv.vol, np.nan)
                 iv_bid[bsel], iv_ask[asel] = vol[:bsel.size], vol[bsel.size:]
         done += rows.size
         if progress:

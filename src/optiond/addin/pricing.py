@@ -8,8 +8,9 @@ priced.
 * **In this process or the daemon** (:func:`_request`): answered from the cache
   (:mod:`optiond.addin.cache`) when it can; a CRR or Black–Scholes request of at most
   ``OPTIOND_LOCAL_NODES`` tree nodes (default :data:`LOCAL_MAX_NODES`) is priced here by the
-  engine, the rest by the daemon client (:func:`_client`, which prices in-process itself when
-  no daemon answers unless ``OPTIOND_FALLBACK=0``); a failed request as cell text.
+  engine (:class:`optiond.pricer.LocalPricer`), the rest by the daemon client (:func:`_client`
+  behind :class:`optiond.pricer.DaemonPricer`, which prices in-process itself when no daemon
+  answers unless ``OPTIOND_FALLBACK=0``); a failed request as cell text.
 * **One call's cells** (:func:`_compute`): the parsed cells priced and laid out, and the
   short path of one clean CRR or Black–Scholes price cell (:func:`_one_price_cell`)."""
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from ..daemon.client import DaemonUnavailable, get_client
 from ..models import MAX_STEPS, Method
+from ..pricer import DaemonPricer, LocalPricer
 from . import table
 from .cache import _cache, _env_on, _request_key
 from .cells import _row_text, _shape_result, error_text
@@ -186,23 +188,7 @@ def _local_work(spec: Function, method: Method, req: Mapping[str, Any], n: int) 
     return n * float(table.bopm_tree_nodes(method.steps, spec.op))
 
 
-class _InProcess:
-    """The client's API on this process's engine (the same calls the daemon makes)."""
-
-    @staticmethod
-    def price_table(columns: Mapping[str, Any], method: Method, **_: Any) -> Any:
-        from .. import engine
-
-        return engine.price_table(columns, method)
-
-    @staticmethod
-    def implied_vol(prices: Any, columns: Mapping[str, Any], method: Method, **_: Any) -> Any:
-        from .. import engine
-
-        return engine.implied_vol_table(prices, columns, method)
-
-
-_LOCAL = _InProcess()
+_LOCAL = LocalPricer()
 
 
 def _request(spec: Function, req: dict[str, Any], method: Method, prices: Any, n: int) -> tuple[np.ndarray, list]:
@@ -216,14 +202,14 @@ def _request(spec: Function, req: dict[str, Any], method: Method, prices: Any, n
     hit = _cache.get(key) if use_cache else None
     if hit is not None:
         return hit
-    fallback = _env_on("OPTIOND_FALLBACK")
-    client = _LOCAL if _local_work(spec, method, req, n) <= _local_max_nodes() else _client()
+    local = _local_work(spec, method, req, n) <= _local_max_nodes()
+    pricer = _LOCAL if local else DaemonPricer(_client(), _env_on("OPTIOND_FALLBACK"))
     if spec.op == "iv":
-        vol, status = client.implied_vol(prices, req, method, fallback=fallback)
+        vol, status = pricer.implied_vol(prices, req, method)  # the (vol, status text) pair
         vals = np.asarray(vol, dtype=np.float64).reshape(-1, 1)
         errs = [None if s == "ok" else _row_text(spec, s) for s in np.asarray(status).tolist()]
     else:
-        res = client.price_table(req, method, fallback=fallback)
+        res = pricer.price_table(req, method)
         if method.name == "mlmc":
             vals = np.stack([np.asarray(res.price, dtype=np.float64), _std_error(res, len(res.price))], axis=1)
         else:

@@ -5,55 +5,39 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from .. import _moved
 from .. import chain as chain_job
 from ..columns import TableFileError, read_csv_table
-from ..models import CONTRACT_FIELDS, HESTON_FIELDS, MARKET_FIELDS, Method, Result
+from ..models import Method
+from ..pricer import OPTIONAL_COLUMNS, PORTFOLIO_COLUMNS, DaemonPricer, LocalPricer, merge_portfolio, portfolio_request
 
 #: a file of more rows than this is priced on the daemon as a followed job (progress bar; the
 #: client waits while the daemon lives and moves, and cancels the job if it stops waiting)
 JOB_ROWS = 10_000
-PORTFOLIO_COLUMNS = CONTRACT_FIELDS + MARKET_FIELDS + ("method", "steps")
-#: optional per-row columns of other methods: MLMC target error and payoff; Heston parameters
-OPTIONAL_COLUMNS = ("eps", "payoff") + HESTON_FIELDS
+
+#: ``ClientPricer(fallback, force)`` is :func:`daemon_pricer` now (the old name warns, one release)
+__getattr__ = _moved.names(__name__, {"ClientPricer": "optiond.commands.pricing:daemon_pricer"})
 
 
-class ClientPricer:
-    """The daemon client behind the chain job's pricer interface (with or without fall-back)."""
+def daemon_pricer(fallback: bool, force: bool = False) -> DaemonPricer:
+    """The daemon pricer on the process-wide client (:func:`optiond.daemon.client.get_client`):
+    ``fallback``: price in this process when no daemon answers; ``force``: bypass the daemon's
+    reply cache (benchmarks)."""
+    from ..daemon.client import get_client  # the daemon is optional for in-process runs
 
-    def __init__(self, fallback: bool, force: bool = False):
-        """``fallback``: price in this process when no daemon answers; ``force``: bypass the
-        daemon's reply cache (benchmarks)."""
-        from ..daemon.client import get_client  # the daemon is optional for in-process runs
-
-        self.client = get_client()
-        self.fallback = fallback
-        self.force = force
-        self.via = "daemon"
-
-    def price_table(self, columns: Mapping[str, Any], method: Method | None = None, **options: Any) -> Result:
-        """:meth:`optiond.daemon.client.Client.price_table` (``options``: ``as_job``,
-        ``on_progress``, ...)."""
-        return self.client.price_table(columns, method, fallback=self.fallback, force=self.force, **options)
-
-    def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None):
-        return self.client.implied_vol(prices, columns, method, fallback=self.fallback, force=self.force)
-
-    def price_chain(self, df: pd.DataFrame, **market: Any):
-        """The whole chain job on the daemon in one request
-        (:meth:`optiond.daemon.client.Client.price_chain`)."""
-        return self.client.price_chain(df, fallback=self.fallback, force=self.force, **market)
+    return DaemonPricer(get_client(), fallback, force)
 
 
-def make_pricer(args: argparse.Namespace):
+def make_pricer(args: argparse.Namespace) -> LocalPricer | DaemonPricer:
     """In-process with --no-daemon; the daemon only with --daemon-only; else daemon with fall-back."""
     if args.no_daemon:
-        return chain_job.LocalPricer()
-    return ClientPricer(fallback=not args.daemon_only)
+        return LocalPricer()
+    return daemon_pricer(fallback=not args.daemon_only)
 
 
 def _add_pricer_flags(p: argparse.ArgumentParser) -> None:
@@ -114,11 +98,11 @@ def cmd_price(args: argparse.Namespace) -> int:
         raise TableFileError(f"{args.file}: missing columns {missing}; expected {list(PORTFOLIO_COLUMNS)}")
     if df.empty:
         raise TableFileError(f"{args.file}: a header and no rows: nothing to price")
-    cols = {c: df[c].to_numpy() for c in PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS if c in df.columns}
+    cols = portfolio_request(df)
     method = Method(steps=args.steps, greeks=not args.no_greeks, eps=args.eps, seed=args.seed, scheme=args.scheme,
                     grid=tuple(args.grid), time_steps=args.time_steps, device=args.device)
     pricer = make_pricer(args)
-    if isinstance(pricer, ClientPricer):  # a big file is a followed daemon job, with a progress bar
+    if isinstance(pricer, DaemonPricer):  # a big file is a followed daemon job, with a progress bar
         bar = _JobBar(len(df), "price", not args.no_progress)
         try:
             res = pricer.price_table(cols, method, as_job=True if len(df) > JOB_ROWS else None, on_progress=bar)
@@ -126,11 +110,7 @@ def cmd_price(args: argparse.Namespace) -> int:
             bar.close()
     else:
         res = pricer.price_table(cols, method)
-    out = df.copy()
-    for k, v in res.columns().items():
-        # an input column of the same name (the Heston long-run variance "theta") is kept as is
-        out[f"model_{k}" if k in df.columns else k] = v
-    out.to_csv(args.output or sys.stdout, index=False)
+    merge_portfolio(df, res).to_csv(args.output or sys.stdout, index=False)
     ok = int(np.sum(res.ok))
     print(f"priced {ok}/{len(res)} rows ({len(res) - ok} errors) in {res.elapsed_s:.3f} s on {res.device} ({res.via})",
           file=sys.stderr)
@@ -167,7 +147,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
     pricer = make_pricer(args)
     market = dict(steps=args.steps, rate=args.rate, dividend_yield=args.dividend_yield, curve=curve, carry=args.carry,
                   quote_time=args.quote_time, settlement=args.settlement, spot_mode=args.spot)
-    if isinstance(pricer, ClientPricer):  # one request: the daemon solves the market next to its GPU
+    if isinstance(pricer, DaemonPricer):  # one request: the daemon solves the market next to its GPU
         out, summary = pricer.price_chain(df, **market)
     else:
         bar, update = _progress(len(df), df["underlying"].iloc[0] if len(df) else "chain")

@@ -166,7 +166,7 @@ def cost(df: pd.DataFrame, kw: Mapping[str, Any], message_bytes: int, ns_per_nod
 def run(df: pd.DataFrame, kw: Mapping[str, Any]) -> tuple[dict, list]:
     """Price the chain in this process (:func:`optiond.chain.price_chain` on the in-process
     engine) and build the reply content and buffers."""
-    out, summary = chain.price_chain(df, chain.LocalPricer(), **kw)
+    out, summary = chain.price_chain(df, **kw)  # the in-process pricer by default
     buffers: list = []
     columns: dict[str, Any] = {c: encode_array(out[c].to_numpy(dtype=np.float64), buffers) for c in NUMERIC_COLUMNS}
     for c, default in STRING_COLUMNS:

@@ -767,7 +767,7 @@ class Client(JobsMixin):
         if isinstance(msg, Exception):  # no daemon: priced here
             from .. import chain
 
-            return chain.price_chain(df, chain.LocalPricer(), **market)
+            return chain.price_chain(df, **market)  # the in-process pricer by default
         return chain_op.decode_reply(msg.content, list(msg.buffers), df, time.perf_counter() - t0)
 
     def close(self) -> None:

@@ -19,7 +19,6 @@ pricing calls), and extra ``status`` keys (see :data:`STATUS_KEYS`).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import threading
 import time
@@ -32,7 +31,8 @@ import numpy as np
 import pandas as pd
 
 from .. import chain as chain_job
-from ..models import CONTRACT_FIELDS, GREEK_FIELDS, MARKET_FIELDS, Method, Result
+from ..models import GREEK_FIELDS, Method, Result
+from ..pricer import PORTFOLIO_COLUMNS, Cancelled, DaemonPricer, merge_portfolio, portfolio_request, result_column
 from . import devices
 
 NA = "n/a"
@@ -56,8 +56,8 @@ STATUS_KEYS: dict[str, tuple[str, ...]] = {
 #: shortest reply timeout of a batch request once a chunk has been timed (seconds)
 MIN_REQUEST_TIMEOUT_S = 30.0
 
-#: portfolio CSV columns (as ``optiond price``); the first six are required
-PORTFOLIO_COLUMNS = CONTRACT_FIELDS + MARKET_FIELDS + ("method", "steps")
+#: the portfolio CSV columns the panel needs (of :data:`optiond.pricer.PORTFOLIO_COLUMNS`, as
+#: ``optiond price``)
 PORTFOLIO_REQUIRED = ("kind", "spot", "strike", "expiry", "rate", "volatility")
 
 
@@ -277,10 +277,6 @@ def model_availability(methods: Iterable[str]) -> dict[str, tuple[str | None, st
 # ---------------------------------------------------------------------------- batch jobs
 
 
-class Cancelled(Exception):
-    """The user cancelled the batch."""
-
-
 @dataclass
 class BatchSettings:
     """What the Batch tab sends: the model (a :data:`MODELS` key and its engine method name),
@@ -328,99 +324,42 @@ def make_method(**kw: Any) -> Method:
     return Method(**{k: v for k, v in kw.items() if k in names})
 
 
-class PanelPricer:
-    """The daemon client behind the chain job's pricer interface, for one batch run.
+class PanelPricer(DaemonPricer):
+    """The daemon pricer (:class:`optiond.pricer.DaemonPricer`) as the panel runs it, for one
+    batch run.
 
-    Before every request it checks the cancel flag (raising :class:`Cancelled`), it swaps in
-    the chosen model and device, times each request (``on_request``), and never falls back to
-    in-process pricing: the panel prices on the daemon or says why it could not.
+    Before every request it checks the cancel flag (raising :class:`Cancelled`, which is
+    :class:`optiond.pricer.Cancelled`), it swaps in the chosen model and device, times each
+    request (``on_request``), names its requests by :attr:`job_id` (when the client takes one,
+    so :meth:`cancel_remote` can drop the one in flight), and never falls back to in-process
+    pricing: the panel prices on the daemon or says why it could not. Implied-vol replies that
+    do not say which device priced them are labelled with the last device a reply named,
+    ``device_hint`` until one does (the daemon's only device, or the one asked for).
     """
-
-    via = "daemon"
 
     def __init__(self, client, settings: BatchSettings, cancel: threading.Event,
                  on_request: Callable[[RequestTiming], None] | None = None, timeout: float | None = None,
                  device_hint: str = "daemon"):
-        self.client = client
-        self.settings = settings
-        self.cancel_event = cancel
-        self.on_request = on_request
-        self.timeout = timeout
-        # implied-vol replies do not say which device priced them: until a price reply does,
-        # requests are labelled with this hint (the daemon's only device, or the one asked for)
-        self.device = device_hint
-        self.job_id = uuid.uuid4().hex
-        self._with_job_id = self._accepts(client.price_table, "job_id")
-
-    @staticmethod
-    def _accepts(fn: Callable, name: str) -> bool:
-        try:
-            return name in inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            return False
-
-    @property
-    def can_cancel_remote(self) -> bool:
-        """Whether the daemon can cancel a request in flight (the client has ``cancel``)."""
-        return self._with_job_id and callable(getattr(self.client, "cancel", None))
-
-    def cancel_remote(self) -> None:
-        """Ask the daemon to drop this job's request in flight, when it can (errors ignored)."""
-        if self.can_cancel_remote:
-            try:
-                self.client.cancel(self.job_id)
-            except Exception:  # noqa: BLE001 (best effort: the cancel flag stops the next chunk anyway)
-                pass
-
-    def _kw(self) -> dict:
-        kw: dict[str, Any] = {"fallback": False, "timeout": self.timeout}  # None: the client's timeout
-        if self._with_job_id:
-            kw["job_id"] = self.job_id
-        return kw
-
-    def _call(self, op: str, method: Method, rows: int, fn: Callable[[], Any]) -> Any:
         from ..daemon.client import DaemonError
 
-        if self.cancel_event.is_set():
-            raise Cancelled()
-        t0 = time.perf_counter()
-        try:
-            out = fn()
-        except DaemonError:
-            if self.cancel_event.is_set():  # the daemon dropped it because we asked
-                raise Cancelled() from None
-            raise
-        wall = time.perf_counter() - t0
-        server = None
-        if isinstance(out, Result):
-            self.device = out.device
-            server = out.elapsed_s
-        if self.on_request:
-            self.on_request(RequestTiming(time.time(), op, method.name, self.device, rows, wall, server))
-        return out
+        super().__init__(client, False, timeout=timeout, job_id=uuid.uuid4().hex, cancel=cancel, dropped=(DaemonError,),
+                         method_for=self._model_method, on_reply=self._timed, device_hint=device_hint)
+        self.settings = settings
+        self.on_request = on_request
 
-    def _model_method(self, method: Method, for_price: bool) -> Method:
+    def _model_method(self, method: Method, op: str) -> Method:
+        """The price requests in the chosen model; implied vols from the tree or closed form
+        (whatever the model); the chosen device for both."""
         s = self.settings
-        if for_price and s.model != "binomial" and s.engine_name:
+        if op == "price" and s.model != "binomial" and s.engine_name:
             return make_method(name=s.engine_name, steps=method.steps, eps=s.eps, device=s.device,
                                greeks=s.model == "heston-adi")
         return dataclasses.replace(method, device=s.device)
 
-    def price_table(self, columns: Mapping[str, Any], method: Method | None = None) -> Result:
-        """Price ``columns`` on the daemon with the chosen model (see the class docstring)."""
-        m = self._model_method(method or Method(), for_price=True)
-        n = _rows(columns)
-        return self._call("price", m, n, lambda: self.client.price_table(columns, m, **self._kw()))
-
-    def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None):
-        """Implied volatilities on the daemon (tree or closed form, whatever the model)."""
-        m = self._model_method(method or Method(), for_price=False)
-        n = _rows(columns)
-        return self._call("implied vol", m, n, lambda: self.client.implied_vol(prices, columns, m, **self._kw()))
-
-
-def _rows(columns: Mapping[str, Any]) -> int:
-    return max((np.size(v) for v in columns.values() if not isinstance(v, str)), default=1)
+    def _timed(self, op: str, method: Method, rows: int, wall_s: float, out: Any) -> None:
+        if self.on_request:
+            server = out.elapsed_s if isinstance(out, Result) else None
+            self.on_request(RequestTiming(time.time(), op, method.name, self.device, rows, wall_s, server))
 
 
 class ChunkSizer:
@@ -537,13 +476,12 @@ def _price_chain_part(part: pd.DataFrame, pricer: PanelPricer, s: BatchSettings,
 
 
 def _price_portfolio_part(part: pd.DataFrame, pricer: PanelPricer, s: BatchSettings, market: None = None) -> pd.DataFrame:
-    cols = {c: part[c].to_numpy() for c in PORTFOLIO_COLUMNS if c in part.columns}
-    base = make_method(name="binomial", steps=s.steps)
-    res = pricer.price_table(cols, base)
-    out = part.copy()
-    for k, v in res.columns().items():
-        out[k] = v
-    return out
+    """Price one part of a portfolio: its contract and market columns (the model, steps and
+    MLMC target error are the settings'), joined to the part as ``optiond price`` joins them
+    (:func:`optiond.pricer.merge_portfolio`: the Greek theta beside a Heston ``theta`` column is
+    ``model_theta``)."""
+    res = pricer.price_table(portfolio_request(part, PORTFOLIO_COLUMNS), make_method(name="binomial", steps=s.steps))
+    return merge_portfolio(part, res)
 
 
 def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, cancel: threading.Event,
@@ -643,8 +581,9 @@ def _empty_result(df: pd.DataFrame, kind: str) -> pd.DataFrame:
     extra = (["expiry_years", "spot", "rate", "dividend_yield", "forward", "mid", "iv_bid", "iv", "iv_ask", "iv_otm",
               "model_price", *GREEK_FIELDS, "status", "error", "device", "model_minus_mid"]
              if kind == "chain" else ["price", *GREEK_FIELDS, "status", "error", "device"])
-    for c in extra:
-        out[c] = pd.Series(dtype=object if c in ("status", "error", "device") else float)
+    for c in extra:  # a portfolio's result columns named as merge_portfolio names them
+        out[c if kind == "chain" else result_column(c, df.columns)] = pd.Series(
+            dtype=object if c in ("status", "error", "device") else float)
     return out
 
 
