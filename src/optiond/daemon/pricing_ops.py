@@ -85,7 +85,7 @@ def _plain(obj: Any, depth: int = 0) -> bool:
 
 def _serial_nodes() -> float:
     """Tree nodes below which the CPU kernel prices a batch on one thread (no thread pool)."""
-    from ..kernels import binomial_cpu
+    from ..kernels.binomial import cpu as binomial_cpu
 
     return float(getattr(binomial_cpu, "PARALLEL_MIN_NODES", 200_000)) - 1.0
 

@@ -116,12 +116,9 @@ Handler = Callable[[Message, float], "tuple[dict, list] | _Req | None"]
 
 
 def _gpu_available() -> bool:
-    try:
-        from ..kernels import binomial_gpu
+    from ..kernels import gpu
 
-        return binomial_gpu.available()
-    except Exception:  # noqa: BLE001
-        return False
+    return gpu.available()
 
 
 class Server(PricingOps, ControlOps):
@@ -312,9 +309,9 @@ class Server(PricingOps, ControlOps):
         self.coalesce = self.coalesce_mode == "always" or (self.coalesce_mode == "auto" and self._gpu)
         if self._gpu:
             try:
-                from ..kernels import dispatch
+                from ..kernels.binomial import plan
 
-                self._gpu_min_nodes = float(dispatch.current()["gpu_min_nodes"])
+                self._gpu_min_nodes = float(plan.current()["gpu_min_nodes"])
             except Exception:  # noqa: BLE001
                 self._gpu_min_nodes = 2e6
         local = next((r for r in self.ranks if r.get("rank") == 0), {})
@@ -584,7 +581,7 @@ class Server(PricingOps, ControlOps):
         """Single-core CRR speed, ns per tree node (the cost model's unit): the best of 7 runs of
         about 0.7 ms (runs of 0.2 ms, best of 3, measured 0.26-0.47 ns/node over 25 starts of
         one idle machine, and a high figure makes the limits refuse requests they should take)."""
-        from ..kernels import binomial_cpu
+        from ..kernels.binomial import cpu as binomial_cpu
 
         n, N = 8, 800
         args = (np.zeros(n, np.int8), np.ones(n, np.int8), np.full(n, 100.0), np.full(n, 100.0), np.full(n, 1.0),

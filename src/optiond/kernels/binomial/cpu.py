@@ -1,5 +1,7 @@
-"""CRR binomial pricer on the CPU (numba): American and European, puts and calls, continuous
-dividend yield.
+"""The gold reference of the binomial method: the CRR pricer on the CPU (numba).
+
+American and European, puts and calls, continuous dividend yield; every GPU path of
+:mod:`optiond.kernels.binomial` is tested against it.
 
 The tree is Cox, Ross & Rubinstein (1979), "Option pricing: a simplified approach", J.
 Financial Economics 7(3), §3: with ``dt = T/N``
@@ -35,8 +37,8 @@ import threading
 import numba as nb
 import numpy as np
 
-from ..columns import as_columns
-from .rootfind import B, FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, brent_init, brent_step
+from ...columns import as_columns
+from ..rootfind import B, FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, brent_init, brent_step
 
 REANCHOR = 64
 VEGA_BUMP = 1e-4

@@ -1,16 +1,17 @@
-"""CRR binomial pricer on NVIDIA GPUs: the compiled module, the kernel variants, the tree
-parameters and the batch kernels' host side. The single-option pipeline's host side is
-:mod:`optiond.kernels.binomial_pipeline_gpu`, the implied-volatility root find
-:mod:`optiond.kernels.binomial_iv_gpu`; this module's docstring describes all three.
+"""CRR binomial pricer on NVIDIA GPUs: the compiled module, the tree parameters and the batch
+kernels' host side. The kernel instances are :mod:`optiond.kernels.binomial.variants`, the
+single-option pipeline's host side :mod:`optiond.kernels.binomial.pipeline` (its plan
+:mod:`optiond.kernels.binomial.plan`), the implied-volatility root find
+:mod:`optiond.kernels.binomial.iv_gpu`; this module's docstring describes all of them.
 
-The CUDA C++ is ``kernels/cuda/binomial.cu``, compiled once per process with NVRTC through
-CuPy's ``RawModule`` (CuPy caches the binary on disk, so later processes skip the compile).
-CuPy is imported lazily: this module imports and its host-side helpers run without it, and
-:func:`available` is False on machines with no CuPy or no GPU.
+The CUDA C++ is ``binomial.cu`` beside this file, compiled once per process with NVRTC through
+:func:`optiond.kernels.gpu.module` (CuPy caches the binary on disk, so later processes skip the
+compile). CuPy is imported lazily: this module imports and its host-side helpers run without it,
+and :func:`optiond.kernels.gpu.available` is False on machines with no CuPy or no GPU.
 
 Same trees as the CPU reference
 -------------------------------
-Every tree runs the recurrence of :func:`optiond.kernels.binomial_cpu.crr_tree` (leaves from
+Every tree runs the recurrence of :func:`optiond.kernels.binomial.cpu.crr_tree` (leaves from
 ``exp``, ``V[j] = max(pu V[j+1] + pd V[j], X[j])``, the exercise value carried by
 ``X <- X u + c`` and re-anchored from ``exp`` when ``(N - t) % 64 == 0``), with the same fused
 multiply-adds as the reference's compiled loop. The per-tree scalars ``a, u, pu, pd, c`` are
@@ -20,9 +21,8 @@ computed on the host bit for bit as ``crr_tree`` computes them (:func:`_fill_par
 ``e <- e u^2`` along the row (a few ulps from an ``exp`` per node). Rows of nodes whose exercise
 value cannot be positive during a run of levels (puts above, calls below the exercise boundary
 ``(t + ln(K/S)/a) / 2``, with two nodes of margin) skip the ``X`` recurrence and the ``max``:
-there ``max(cont, X) == cont`` exactly, so this changes no result. Measured on an H200 against
-``crr_batch`` over the test grid: max relative error 1.7e-13 (N = 31, large steps ``a``),
-2.2e-14 (N = 1000), 1.6e-14 (N = 4097), 8e-15 (N = 1e4); the test bound is 1e-12.
+there ``max(cont, X) == cont`` exactly, so this changes no result. Against ``crr_batch`` over
+the test grid the test bound is 1e-12 relative (measured errors: BENCHMARKS.md).
 
 FP32 (``precision="fp32"``, N <= 1e4) carries values discounted to today,
 ``W_t = V_t e^{-r t dt}``. The tile kernels (block per tree, pipeline) use ``p`` and ``1 - p``
@@ -34,12 +34,10 @@ instructions per node; ``E`` is reset by exact powers of two at every re-anchori
 float discount factors do not drift over N levels; trees whose step ``a = sigma sqrt(dt)`` is
 large re-anchor the exercise values every ``2 / a`` levels instead of 64 (the recurrence
 ``X <- u X + c`` multiplies rounding errors by ``u`` per level). The remaining error comes from
-rounding the probabilities to floats and from float rounding per level. Measured on an H200
-against the FP64 reference over the test grid (moneyness 0.8-1.25, sigma 0.1-0.6, T 0.25-5,
-r 0-10 %, q 0-3 %): max relative error 1.9e-5 at N = 31, 6.2e-6 at N = 1000 (batch kernel),
-1.7e-5 at N = 1000 (block kernel), 2.5e-5 at N = 4097, 2.2e-5 at N = 1e4, absolute
-<= 6.6e-6 * K. Stated bound: ``|fp32 - fp64| <= FP32_RTOL * price + FP32_ATOL_K * K``
-= 1e-4 * price + 1e-5 * K (the measurements use at most 8.4 % of it). Exponents are clamped at
+rounding the probabilities to floats and from float rounding per level. Stated bound, over the
+test grid (moneyness 0.8-1.25, sigma 0.1-0.6, T 0.25-5, r 0-10 %, q 0-3 %):
+``|fp32 - fp64| <= FP32_RTOL * price + FP32_ATOL_K * K`` = 1e-4 * price + 1e-5 * K (measured
+errors: BENCHMARKS.md). Exponents are clamped at
 ln(FLT_MAX) minus a margin (46 more in the batch kernel, for ``1 / s_t <= 2^65``) so deep
 in-the-money call leaves cannot overflow; the clamped nodes carry binomial weights below
 1e-300 (tile kernels) and 1e-130 (batch kernel) for ``sigma^2 T <= 2``.
@@ -52,7 +50,7 @@ Kernels (see the .cu file for the layout)
   only), one block per tree for wider trees (tiles of K levels with recomputed halos, tree in
   L2-resident scratch); persistent grids pulling trees from an atomic queue, longest first,
   so one launch prices a portfolio of mixed N. Greeks from the tree: delta, gamma, theta from
-  levels 1-2 of the base tree, vega and rho by central bumps (``binomial_cpu.VEGA_BUMP`` /
+  levels 1-2 of the base tree, vega and rho by central bumps (``binomial.cpu.VEGA_BUMP`` /
   ``RHO_BUMP``), launched as four more "virtual" trees per option in the same launch.
 * pipeline (one option, large N): a throughput phase over the whole GPU (cooperative launch,
   one grid barrier per slab of K levels, 1024-node register chunks, each slab's outputs
@@ -60,39 +58,38 @@ Kernels (see the .cu file for the layout)
   (more, shorter warps: less latency per level; K = 96 instead of 64 when the phase starts at
   or below ``NARROW_LEVELS``), a latency phase in one block with the tree in shared memory,
   and an optional CPU tail; phase boundaries from the calibration
-  (:mod:`optiond.kernels.dispatch`, :class:`PipelinePlan`). The latency phases unroll their
-  level loops 4 deep (the batch kernels 2). Trees of at most ``PipelinePlan.reg_levels`` steps
-  can instead run whole in one block that keeps the tree in registers (``crr_pipe_reg``: no
-  grid barrier, halos between warps through shared memory); off by default, as the grid
-  kernel is as fast on an H200 (N = 1000: 69.0 against 71.9 us). Trees of at most
+  (:mod:`optiond.kernels.binomial.plan`, :class:`~optiond.kernels.binomial.plan.PipelinePlan`).
+  The latency phases unroll their level loops 4 deep (the batch kernels 2). Trees of at most
+  ``PipelinePlan.reg_levels`` steps can instead run whole in one block that keeps the tree in
+  registers (``crr_pipe_reg``: no grid barrier, halos between warps through shared memory);
+  off by default, as the grid kernel is as fast. Trees of at most
   ``PipelinePlan.cluster_levels`` steps (default 4095) run whole in one thread-block cluster
   (``crr_pipe_cluster``, sm_90: the same register kernel over up to 16 multiprocessors, halos
-  through distributed shared memory, one cluster barrier per 64 levels): N = 1000 in 57.6
-  against 67.3 us on the grid phases, N = 4000 in 205 against 231 us. Device times (``timing``)
+  through distributed shared memory, one cluster barrier per 64 levels), faster than the grid
+  phases there (BENCHMARKS.md). Device times (``timing``)
   start after the launches' host-side preparation (slicing, arguments); with
   ``timing["gate"]`` the launches queue behind a stream gate, so the window holds the GPU's
-  work and launch latency only (:mod:`optiond.kernels.gpu_timer`).
+  work and launch latency only (:mod:`optiond.kernels.binomial.timer`).
 * pruned pipeline (FP64, N >= ``PipelinePlan.prune_steps``): the grid kernel with 128-node chunks
   computes, slab by slab, only the window between the tree's exactly-known zero side and
-  American exercise side (:func:`window_sides`; binomial.cu, "Pruned windows"), on a grid sized
-  for the expected window (:func:`pruned_width`), the exercise values by shifting (binomial.cu,
-  run_levels_shift): one at-the-money put at N = 1e5 in 5.08 ms against 8.5 ms dense, N = 1e6 in
-  64.6 ms against 311 ms, on an H200, the same result.
-* naive: one launch per level (the baseline of the benchmark).
+  American exercise side (:func:`~optiond.kernels.binomial.plan.window_sides`; binomial.cu,
+  "Pruned windows"), on a grid sized for the expected window
+  (:func:`~optiond.kernels.binomial.plan.pruned_width`), the exercise values by shifting
+  (binomial.cu, run_levels_shift): the same result as the dense tree, in far less time for
+  large N (BENCHMARKS.md).
+* naive: one launch per level (the baseline of the benchmark, :mod:`optiond.kernels.binomial._bench`).
 
-Errors: CUDA failures and out-of-memory raise :class:`GPUError`; callers (the engine) fall back
-to the CPU and say so. Inputs with the CRR probability outside [0, 1] raise
-:class:`~optiond.kernels.binomial_cpu.CRRProbabilityError`, as on the CPU.
+Errors: CUDA failures and out-of-memory raise :class:`optiond.kernels.gpu.GPUError`; callers
+(the engine) fall back to the CPU and say so. Inputs with the CRR probability outside [0, 1]
+raise :class:`~optiond.kernels.binomial.cpu.CRRProbabilityError`, as on the CPU.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,13 +99,15 @@ from llvmlite import ir
 from numba.core import types
 from numba.core.extending import intrinsic
 
-from ..columns import as_columns
-from . import binomial_cpu as bc
-from .gpu_timer import DeviceTimer
+from ...columns import as_columns
+from .. import gpu as gpus
+from . import cpu as bc
+from .timer import DeviceTimer
+from .variants import BLOCK_VARIANT, WARP_VARIANTS, Variant, coop_names, plain_names
 
 log = logging.getLogger(__name__)
 
-CUDA_SOURCE = Path(__file__).with_name("cuda") / "binomial.cu"
+CUDA_SOURCE = Path(__file__).with_name("binomial.cu")
 NPAR = 16
 REANCHOR = bc.REANCHOR
 FP32_MAX_STEPS = 10_000
@@ -119,243 +118,48 @@ FP32_RTOL = 1e-4
 FP32_ATOL_K = 1e-5
 _FLT_LOG_MAX = math.log(float(np.finfo(np.float32).max))
 
-#: disable the GPU path for this process (any non-empty value but "0")
-DISABLE_ENV = "OPTIOND_DISABLE_GPU"
 
+# --------------------------------------------------------------------------- the compiled module
 
-class GPUError(RuntimeError):
-    """A GPU failure (no device, CUDA error, out of memory); the CPU path is the fall-back."""
-
-
-# --------------------------------------------------------------------------- kernel variants
-
-@dataclass(frozen=True)
-class Variant:
-    """One compiled instance of a templated kernel: nodes per lane ``G x R`` (chunk width
-    ``32 G R``), slab depth ``K`` (tile kernels) and threads per block."""
-
-    kernel: str
-    dtype: str  # "double" | "float"
-    G: int
-    R: int
-    K: int = 0
-    threads: int = 128
-    #: tile kernels: chunk slots per SM sub-partition over which a slab's outputs are spread
-    #: evenly (0: fixed chunks of cw - K outputs; -1: one slot per resident warp)
-    spread: int = 0
-    #: grid phases starting at or below NARROW_LEVELS use K_narrow levels per slab instead of K
-    #: (0: always K): fewer grid barriers where the GPU is far from full anyway
-    K_narrow: int = 0
-    #: crr_pipe_cluster: blocks per thread-block cluster (the kernel's __cluster_dims__)
-    cluster: int = 0
-    #: crr_pipe_grid: the instance with pruned windows (binomial.cu, PRUNE; the only pruned kernel)
-    prune: bool = False
-
-    @property
-    def cw(self) -> int:
-        return 32 * self.G * self.R
-
-    @property
-    def fwd(self) -> bool:
-        return self.dtype == "float"
-
-    @property
-    def name(self) -> str:
-        c = f", {self.cluster}" if self.kernel == "crr_pipe_cluster" else ""
-        if self.kernel == "crr_pipe_grid":
-            c = ", true" if self.prune else ", false"
-        return f"{self.kernel}<{self.dtype}, {self.G}, {self.R}, {'true' if self.fwd else 'false'}{c}>"
-
-
-def _warp(dtype, G, R):
-    return Variant("crr_batch_warp", dtype, G, R, threads=128)
-
-
-#: warp-per-tree variants by precision, narrowest first (the narrowest that holds the widest
-#: tree of a launch is used: fewer registers, more warps per SM); at most 4 rows of 32 G nodes
-#: (CRR_SKIP_ROWS in binomial.cu): the kernel skips the exercise value in rows where it is <= 0
-WARP_VARIANTS = {
-    "fp64": [_warp("double", 8, 1), _warp("double", 8, 2), _warp("double", 8, 4)],
-    "fp32": [_warp("float", 8, 1), _warp("float", 8, 2), _warp("float", 8, 4)],
-}
-#: extra shapes compiled for the benchmark's comparison (8 rows: no exercise-row skipping)
-BENCH_WARP_VARIANTS = [_warp("double", 4, 8), _warp("float", 4, 8)]
-BLOCK_VARIANT = {"fp64": Variant("crr_batch_block", "double", 4, 4, K=64, threads=256),
-                 "fp32": Variant("crr_batch_block", "float", 8, 2, K=64, threads=256)}
-PIPE_BLOCK = {"fp64": Variant("crr_pipe_block", "double", 4, 1, K=32, threads=1024),
-              "fp32": Variant("crr_pipe_block", "float", 8, 1, K=64, threads=1024)}
-PIPE_GRID_BIG = {"fp64": Variant("crr_pipe_grid", "double", 2, 16, K=128, threads=128, spread=-1),
-                 "fp32": Variant("crr_pipe_grid", "float", 4, 8, K=128, threads=128, spread=-1)}
-PIPE_GRID_MID = {"fp64": Variant("crr_pipe_grid", "double", 2, 4, K=64, threads=128, spread=-1),
-                 "fp32": Variant("crr_pipe_grid", "float", 4, 2, K=64, threads=128, spread=-1)}
-PIPE_GRID_SMALL = {"fp64": Variant("crr_pipe_grid", "double", 4, 1, K=64, threads=128, K_narrow=96),
-                   "fp32": Variant("crr_pipe_grid", "float", 8, 1, K=64, threads=128)}
-NARROW_LEVELS = 15_000
-#: the pipeline's whole tree for N <= PipelinePlan.reg_levels: one block, the tree in registers
-#: (binomial.cu, crr_pipe_reg); K levels per slab, one warp per chunk of cw - K outputs, <= 32 warps
-PIPE_REG = {"fp64": Variant("crr_pipe_reg", "double", 4, 1, K=32, threads=1024),
-            "fp32": Variant("crr_pipe_reg", "float", 8, 1, K=32, threads=1024)}
-#: the pipeline's whole tree for N <= PipelinePlan.cluster_levels: one thread-block cluster of
-#: `cluster` blocks of up to threads / 32 warps (one per SM sub-partition), the tree in registers,
-#: halos through distributed shared memory, one cluster barrier per slab of K levels (binomial.cu,
-#: crr_pipe_cluster; sm_90). H200, one American put, device time against the grid phases:
-#: FP64 N = 1000 57.6 / 67.3 us, 2000 106 / 121, 3000 154 / 175, 4000 205 / 231 (6000 with 6
-#: warps per SM: 396 / 338); FP32 (K = 128) 77 / 111, 145 / 216, 285 / 432. K = 64 against 32:
-#: 57.6 / 65.6 us at N = 1000 (a slab boundary costs ~0.6 us); 4, 8 or 16 blocks: the same.
-#: Since the halo stores became one loop over consumer warps (binomial.cu, reg_tree; 56 registers
-#: instead of 61), N = 1000 49.5 us against 51.9, N = 2000 95.4 against 100.4 (A/B, one H200);
-#: with exercise values by shifting (binomial.cu, run_levels_shift) 45.3 and 86.3 us
-PIPE_CLUSTER = {"fp64": Variant("crr_pipe_cluster", "double", 4, 1, K=64, threads=128, cluster=16),
-                "fp32": Variant("crr_pipe_cluster", "float", 8, 1, K=128, threads=128, cluster=8)}
-#: cluster shapes compiled for the benchmark's sweep (K is a launch argument: same kernels; K = 96
-#: > cw / 2: each warp's halo from three warps. H200, N = 1000: 50.9 us against 49.5 with K = 64,
-#: K = 112: 54.0; the slabs saved do not pay for the deeper halo recomputed and the longer stores)
-BENCH_CLUSTER_VARIANTS = [Variant("crr_pipe_cluster", "double", 4, 1, K=32, threads=128, cluster=16),
-                          Variant("crr_pipe_cluster", "double", 4, 1, K=96, threads=128, cluster=16),
-                          Variant("crr_pipe_cluster", "double", 4, 1, K=64, threads=128, cluster=8),
-                          Variant("crr_pipe_cluster", "double", 4, 1, K=64, threads=256, cluster=16)]
-#: extra pipeline shapes compiled for the benchmark's sweep (4 rows: with exercise-row skipping)
-BENCH_PIPE_VARIANTS = [Variant("crr_pipe_grid", "double", 8, 4, K=128, spread=-1),
-                       Variant("crr_pipe_grid", "double", 4, 2, K=64, spread=-1)]
-
-
-#: the pruned pipeline's kernel (PipelinePlan.prune): the grid kernel with 128-node chunks (4 per
-#: lane) and pruned windows, K levels per slab (pruned_variant picks K). H200, one American put,
-#: gated device time, all levels in this kernel: K = 64 / 96 / 112: N = 1e5 8.27 / 7.10 / 6.78 ms,
-#: N = 1e6 82.5 / 78.9 / 94.9 ms; since the window is one slab stale and the exercise values
-#: shift (binomial.cu), K = 96 / 104 / 112 / 120: N = 1e5 5.48 / 5.26 / 5.08 / 6.53 ms, N = 1e6
-#: 64.6 / 63.1 / 79.2 / 114 ms; the 256- and 1024-node chunk kernels with pruned windows took
-#: 8.0-11.7 ms and 78-135 ms (each warp's latency per level grows with its nodes per lane), the
-#: 128-node chunk as 2 rows of 64 or 4 of 32 nodes 7.05 / 9.14 ms against 6.78 at N = 1e5
-PIPE_PRUNED = Variant("crr_pipe_grid", "double", 4, 1, K=96, threads=128, prune=True)
-
-
-#: the device root find's warp shapes (binomial.cu, crr_iv_warp<G, R>; FP64, N + 1 <= 32 G R),
-#: narrowest first, as WARP_VARIANTS["fp64"]
-IV_WARP_SHAPES = tuple((v.G, v.R) for v in WARP_VARIANTS["fp64"])
-
-
-def _iv_kernel_name(G: int, R: int) -> str:
-    return f"crr_iv_warp<{G}, {R}>"
-
-
-def _plain_names(clusters: bool = True) -> list[str]:
-    """Kernels of the plain module; ``clusters``: with the sm_90 cluster kernels."""
-    vs = [v for lst in WARP_VARIANTS.values() for v in lst] + BENCH_WARP_VARIANTS
-    vs += list(BLOCK_VARIANT.values()) + list(PIPE_BLOCK.values()) + list(PIPE_REG.values())
-    vs += [v for v in BENCH_PIPE_VARIANTS if v.kernel != "crr_pipe_grid"]
-    if clusters:
-        vs += list(PIPE_CLUSTER.values()) + BENCH_CLUSTER_VARIANTS
-    return (sorted({v.name for v in vs}) + [_iv_kernel_name(G, R) for G, R in IV_WARP_SHAPES]
-            + ["crr_naive_leaves", "crr_naive_step"])
-
-
-def _coop_names() -> list[str]:
-    vs = list(PIPE_GRID_BIG.values()) + list(PIPE_GRID_MID.values()) + list(PIPE_GRID_SMALL.values())
-    vs.append(PIPE_PRUNED)
-    vs += [v for v in BENCH_PIPE_VARIANTS if v.kernel == "crr_pipe_grid"]
-    return sorted({v.name for v in vs})
-
-
-# --------------------------------------------------------------------------- CuPy, lazily
-
+#: this method's per-process state: compiled kernels by name, the pd rounding mode, kernel
+#: attributes already set, the empty pruned window (CuPy, the device and the compiled modules
+#: are :mod:`optiond.kernels.gpu`'s)
 _lock = threading.RLock()
-_state: dict[str, Any] = {}
-
-
-def _cupy():
-    try:
-        import cupy
-    except Exception as e:  # ImportError, or a CUDA library that fails to load
-        raise GPUError(f"CuPy not importable: {e}") from e
-    return cupy
-
-
-def available() -> bool:
-    """True when CuPy imports and sees at least one CUDA device (cached per process; set
-    ``OPTIOND_DISABLE_GPU=1`` to force False)."""
-    if os.environ.get(DISABLE_ENV, "0") not in ("", "0"):
-        return False
-    with _lock:
-        if "available" not in _state:
-            try:
-                cp = _cupy()
-                _state["available"] = cp.cuda.runtime.getDeviceCount() > 0
-            except Exception as e:  # noqa: BLE001 (any failure means: no GPU here)
-                log.debug("no GPU: %s", e)
-                _state["available"] = False
-        return _state["available"]
-
-
-def device_info() -> dict:
-    """Name, multiprocessor count and register file of the current device.
-
-    Raises:
-        GPUError: no GPU.
-    """
-    with _lock:
-        if "info" not in _state:
-            cp = _cupy()
-            try:
-                dev = cp.cuda.Device()
-                props = cp.cuda.runtime.getDeviceProperties(dev.id)
-                name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-                _state["info"] = {"id": dev.id, "name": name, "sms": int(props["multiProcessorCount"]),
-                                  "regs_per_sm": int(props["regsPerMultiprocessor"]),
-                                  "threads_per_sm": int(props["maxThreadsPerMultiProcessor"]),
-                                  "cc": f"{props['major']}.{props['minor']}",
-                                  "memory_bytes": int(props["totalGlobalMem"])}
-            except Exception as e:
-                raise GPUError(f"cannot query the GPU: {e}") from e
-        return _state["info"]
+_state: dict[Any, Any] = {}
 
 
 def clusters_supported() -> bool:
     """Thread-block clusters (compute capability 9.0 and up): crr_pipe_cluster is compiled."""
-    return int(device_info()["cc"].split(".")[0]) >= 9
+    return int(gpus.device_info()["cc"].split(".")[0]) >= 9
 
 
-def device_label() -> str:
-    """``"gpu:<id> <name>"`` for Result.device."""
-    info = device_info()
-    return f"gpu:{info['id']} {info['name']}"
+def module(coop: bool):
+    """The compiled RawModule (plain kernels, or the cooperative-launch grid kernels).
 
-
-def _module(coop: bool):
-    """The compiled RawModule (plain kernels, or the cooperative-launch grid kernels)."""
-    key = "coop" if coop else "plain"
-    with _lock:
-        if key not in _state:
-            cp = _cupy()
-            code = CUDA_SOURCE.read_text()
-            opts = ("-std=c++17",) + (("-DCRR_COOP=1",) if coop else ())
-            clusters = not coop and clusters_supported()
-            if not clusters:
-                opts += ("-DCRR_NO_CLUSTER=1",)
-            names = _coop_names() if coop else _plain_names(clusters)
-            try:
-                mod = cp.RawModule(code=code, options=opts, name_expressions=names, enable_cooperative_groups=coop)
-                mod.compile()
-            except Exception as e:
-                raise GPUError(f"compiling {CUDA_SOURCE.name} failed: {e}") from e
-            _state[key] = mod
-        return _state[key]
+    Raises:
+        GPUError: no CuPy, no device, or the compile failed.
+    """
+    opts = ("-std=c++17",) + (("-DCRR_COOP=1",) if coop else ())
+    clusters = not coop and clusters_supported()
+    if not clusters:
+        opts += ("-DCRR_NO_CLUSTER=1",)
+    names = coop_names() if coop else plain_names(clusters)
+    return gpus.module(CUDA_SOURCE, opts, names, cooperative=coop)
 
 
 def kernel(name: str, coop: bool = False):
-    """A compiled kernel by its template name (see :class:`Variant`)."""
-    mod = _module(coop)
+    """A compiled kernel by its template name (see :class:`~optiond.kernels.binomial.variants.Variant`)."""
     key = ("k", name)
     with _lock:
         if key not in _state:
-            _state[key] = mod.get_function(name)
+            _state[key] = module(coop).get_function(name)
         return _state[key]
 
 
 def resident_blocks(k, threads: int) -> int:
     """Blocks of ``threads`` threads of kernel ``k`` that fit on the whole device at once
     (registers and threads; these kernels use almost no shared memory)."""
-    info = device_info()
+    info = gpus.device_info()
     regs = max(int(k.num_regs), 1)
     per_warp = ((regs * 32 + 255) // 256) * 256
     warps_sm = info["regs_per_sm"] // per_warp
@@ -365,13 +169,13 @@ def resident_blocks(k, threads: int) -> int:
 
 
 def _gpu_call(fn: Callable, *a, **kw):
-    """Run ``fn`` and turn CuPy/CUDA failures into :class:`GPUError`."""
+    """Run ``fn`` and turn CuPy/CUDA failures into :class:`optiond.kernels.gpu.GPUError`."""
     try:
         return fn(*a, **kw)
-    except (GPUError, bc.CRRProbabilityError, ValueError):
+    except (gpus.GPUError, bc.CRRProbabilityError, ValueError):
         raise
     except Exception as e:
-        raise GPUError(f"{type(e).__name__}: {e}") from e
+        raise gpus.GPUError(f"{type(e).__name__}: {e}") from e
 
 
 # --------------------------------------------------------------------------- host-side tables
@@ -392,7 +196,7 @@ def _fma(typingctx, x, y, z):
 @nb.njit(cache=True)
 def _fill_params(is_call, S, K, T, r, q, sigma, N, fwd, pd_fma, out):
     """One tree's parameter vector (layout P_* in binomial.cu). The FP64 scalars are bit for bit
-    those of ``binomial_cpu.crr_tree``, whose prologue evaluates in IEEE order except
+    those of ``binomial.cpu.crr_tree``, whose prologue evaluates in IEEE order except
     ``pd = disc * (1 - p)``, which its fastmath build may turn into ``fma(-disc, p, disc)``
     (``pd_fma``; :func:`pd_fma_mode` finds out once per process). Written out here without
     fastmath, so no optimiser context can change them (the tests check the bits)."""
@@ -519,7 +323,7 @@ def _tree_table(kind, style, S, K, T, r, q, sigma, steps, greeks, fwd, pd_fma=Tr
 
 @nb.njit(cache=True)
 def _assemble(S, T, r, sigma, steps, price, lv, bump, greeks, fwd):
-    """(6, n) results from the tree prices and first levels, as ``binomial_cpu._batch_impl``."""
+    """(6, n) results from the tree prices and first levels, as ``binomial.cpu._batch_impl``."""
     n = S.shape[0]
     out = np.full((6, n), np.nan)
     hv = bc.VEGA_BUMP
@@ -554,7 +358,7 @@ def _assemble(S, T, r, sigma, steps, price, lv, bump, greeks, fwd):
 @nb.njit(cache=True, fastmath=True)
 def _finish_cpu(V, X, t0, am, par, N, lv):
     """Levels t0 - 1 ... 0 of an FP64 tree on the CPU from its level-t0 vectors (the pipeline's
-    CPU tail); the loop of ``binomial_cpu.crr_tree``, deliberately written out again: one shared
+    CPU tail); the loop of ``binomial.cpu.crr_tree``, deliberately written out again: one shared
     jitted function is compiled (and FMA-contracted under fastmath) differently depending on
     where LLVM inlines it, which broke this bit-exact CPU/GPU replay on some test orders.
     Returns the price; fills ``lv`` with
@@ -608,7 +412,7 @@ def _replay(par, N, am):
 
 
 def pd_fma_mode() -> bool:
-    """Whether this process's build of ``binomial_cpu.crr_tree`` rounds ``pd`` as
+    """Whether this process's build of ``binomial.cpu.crr_tree`` rounds ``pd`` as
     ``fma(-disc, p, disc)`` (numba's fastmath contraction, as on x86-64 with FMA) rather than
     as ``disc * (1 - p)``: decided once by replaying a few trees both ways against it."""
     with _lock:
@@ -665,10 +469,10 @@ def _run_trees(par: np.ndarray, steps: np.ndarray, flags: np.ndarray, precision:
     Returns ``(price (m,), lv (m, 6))`` as float64 NumPy arrays (lv NaN where not computed).
     ``timing``, if given, receives ``device_s``: CUDA-event time of the kernels (after the
     uploads and the launches' host-side preparation, before the copy back), in seconds; see
-    :class:`optiond.kernels.gpu_timer.DeviceTimer` for ``timing["gate"]``.
+    :class:`optiond.kernels.binomial.timer.DeviceTimer` for ``timing["gate"]``.
     ``route``: ``"auto"``, or ``"warp"`` / ``"block"`` to force one kernel (tests and benchmarks).
     """
-    cp = _cupy()
+    cp = gpus.cupy()
     m = int(par.shape[0])
     if m == 0:
         return np.empty(0), np.empty((0, 6))
@@ -731,7 +535,7 @@ def crr_batch_gpu(kind, style, spot, strike, expiry, rate, dividend_yield, volat
                   precision="fp64", timing: dict | None = None, warp_variant: Variant | None = None,
                   route: str = "auto"):
     """Price arrays of options on CRR trees on the GPU; the same contract as
-    :func:`optiond.kernels.binomial_cpu.crr_batch`.
+    :func:`optiond.kernels.binomial.cpu.crr_batch`.
 
     Args:
         kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps: as
@@ -765,9 +569,5 @@ __all__: Sequence[str] = (
     "FP32_ATOL_K",
     "FP32_MAX_STEPS",
     "FP32_RTOL",
-    "GPUError",
-    "available",
     "crr_batch_gpu",
-    "device_info",
-    "device_label",
 )

@@ -1,7 +1,7 @@
 """Implied volatilities on CRR trees on NVIDIA GPUs: Brent's root find, the same steps as
-:func:`optiond.kernels.binomial_cpu.crr_implied_vol` (:mod:`optiond.kernels.brent`), either
+:func:`optiond.kernels.binomial.cpu.crr_implied_vol` (:mod:`optiond.kernels.brent`), either
 whole on the device (binomial.cu ``crr_iv_warp``, one launch) or as a host loop of batch
-launches (:func:`optiond.kernels.binomial_gpu.crr_batch_gpu`'s kernels).
+launches (:func:`optiond.kernels.binomial.gpu.crr_batch_gpu`'s kernels).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from collections.abc import Callable, Sequence
 import numba as nb
 import numpy as np
 
-from ..columns import as_columns
-from . import binomial_cpu as bc
-from .binomial_gpu import (IV_WARP_SHAPES, REANCHOR, _cupy, _gpu_call, _iv_kernel_name, _run_trees, _tree_table, kernel,
-                           pd_fma_mode, resident_blocks)
-from .rootfind import FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, B, brent_init, brent_step_rows
+from ...columns import as_columns
+from .. import gpu as gpus
+from ..rootfind import FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, B, brent_init, brent_step_rows
+from . import cpu as bc
+from .gpu import REANCHOR, _gpu_call, _run_trees, _tree_table, kernel, pd_fma_mode, resident_blocks
+from .variants import IV_WARP_SHAPES, iv_kernel_name
 
 
 # --------------------------------------------------------------------------- implied volatility
@@ -32,14 +33,15 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
                         hi=bc.MAX_IV, xtol=1e-12, precision="fp64",
                         evaluator: Callable[..., np.ndarray] | None = None, max_iter: int = 200):
     """Implied volatilities of a whole chain by Brent's root find on the CRR tree price, the
-    same Brent steps per option as :func:`optiond.kernels.binomial_cpu.crr_implied_vol`, so
+    same Brent steps per option as :func:`optiond.kernels.binomial.cpu.crr_implied_vol`, so
     the results agree with it.
 
     Trees that fit a warp (N + 1 <= 1024) run the whole root find on the device, in FP64
     whatever ``precision`` says, one launch per warp shape (binomial.cu, ``crr_iv_warp``: a warp
     per option, each trial volatility's tree in its registers; its parameters agree with
-    :func:`~optiond.kernels.binomial_gpu._fill_params`' to about an ulp, CUDA's ``exp`` not
-    being the host's, so a root can differ in its last bits). Otherwise the loop runs here, vectorised: every Brent step prices all
+    :func:`~optiond.kernels.binomial.gpu._fill_params`' to about an ulp, CUDA's ``exp`` not
+    being the host's, so a root can differ in its last bits). Otherwise the loop runs here,
+    vectorised: every Brent step prices all
     still-unconverged options in one batch launch (:func:`optiond.kernels.rootfind.brent_step_rows`).
 
     Args:
@@ -114,7 +116,7 @@ def _iv_device(p, kind, style, S, K, T, r, q, N, lo, hi, xtol: float, max_iter: 
     each option's tree: a few wide trees do not slow the rest), one copy back. Returns
     ``(vol, status)`` (status: the IV_* codes IV_OK, IV_BELOW, IV_ABOVE, IV_NOT_CONVERGED,
     which crr_iv_warp writes as 0..3)."""
-    cp = _cupy()
+    cp = gpus.cupy()
     m = int(p.shape[0])
     opt = np.ascontiguousarray(np.column_stack([S, K, T, r, q, p, lo, hi]), dtype=np.float64)
     flags = (style == 1).astype(np.int32) | ((kind == 1).astype(np.int32) << 1)
@@ -135,7 +137,7 @@ def _iv_device(p, kind, style, S, K, T, r, q, N, lo, hi, xtol: float, max_iter: 
             a, b = int(starts[s]), int(starts[s + 1])
             if a == b:
                 continue
-            k = kernel(_iv_kernel_name(G, R))
+            k = kernel(iv_kernel_name(G, R))
             grid = min((b - a + 3) // 4, resident_blocks(k, 128))
             k((grid,), (128,), (d_opt, d_steps, d_flags, d_order[a:b], np.int32(b - a), d_cnt[s:s + 1],
                                np.float64(xtol), np.int32(max_iter), np.int32(1 if pd_fma_mode() else 0),

@@ -1,10 +1,13 @@
-"""Which engine prices a CRR binomial request: the CPU, the GPU batch kernel or the GPU
-single-option pipeline; and the calibration that decides it.
+"""The binomial method's plan: which engine prices a CRR request (the CPU, the GPU batch kernel
+or the GPU single-option pipeline), from the calibration; and how the pipeline runs one tree
+(:class:`PipelinePlan`: its phases, and the pruned windows that skip the nodes whose values are
+known exactly).
 
-The crossovers are measured, not copied: ``optiond calibrate`` (:func:`calibrate`) times the
-CPU (``binomial_cpu.crr_batch``) and the GPU paths (``binomial_gpu``) host to host on this
-machine and stores them as JSON in ``platformdirs.user_cache_dir("optiond")/calibration.json``
-(or the file named by ``OPTIOND_CALIBRATION``). :func:`choose` reads it (once per process;
+The crossovers are measured, not copied: ``optiond calibrate``
+(:func:`optiond.kernels.binomial.calibrate.calibrate`) times the CPU (``binomial.cpu.crr_batch``)
+and the GPU paths (``binomial.gpu``, ``binomial.pipeline``) host to host on this machine and
+stores them as JSON in ``platformdirs.user_cache_dir("optiond")/calibration.json`` (or the file
+named by ``OPTIOND_CALIBRATION``). :func:`choose` reads it (once per process;
 :func:`reset_cache` forgets it); without a file, or with one from another GPU or an older
 format, it uses :data:`DEFAULTS`, which were measured on an NVIDIA H200 beside a 2-core CPU.
 
@@ -15,15 +18,20 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
-import platform
 import threading
-import time
-from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .. import gpu as gpus
+from . import cpu as bc
+from .gpu import clusters_supported
+from .variants import (PIPE_BLOCK, PIPE_CLUSTER, PIPE_GRID_BIG, PIPE_GRID_MID, PIPE_GRID_SMALL, PIPE_PRUNED, PIPE_REG,
+                       Variant)
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +51,7 @@ DEFAULTS: dict[str, Any] = {
     # 0.059 ms in a thread-block cluster against 0.129 ms on the batch kernel; N = 1e4 0.56 / 3.3)
     "pipeline_min_steps": 1_000,
     "pipeline_max_options": 4,
-    # phase boundaries of the pipeline (binomial_pipeline_gpu.PipelinePlan)
+    # phase boundaries of the pipeline (PipelinePlan)
     # (big_to_mid measured on an H200 with the row-skipping kernels: N = 1e6 318 ms at 200,000, 326 ms at 300,000,
     # 341 ms at 600,000)
     # (mid_to_small: N = 1e5 8.67 ms at 15,000 against 8.84 ms at 30,000)
@@ -58,7 +66,7 @@ DEFAULTS: dict[str, Any] = {
     # 4-level unroll is as fast or faster (N = 1000 69.0 against 71.9 us, N = 1500 94 against 114)
     "pipeline_reg_levels": 0,
     # trees of at most this many steps go through the pipeline whole in one thread-block cluster
-    # (PipelinePlan.cluster_levels; binomial_gpu.PIPE_CLUSTER, the largest N it holds with one
+    # (PipelinePlan.cluster_levels; variants.PIPE_CLUSTER, the largest N it holds with one
     # warp per SM sub-partition). H200, one American put, FP64 device time against the grid
     # phases: N = 1000 57.6 / 67.3 us, 2000 106 / 121, 4000 205 / 231; with 6 warps per SM it
     # loses (N = 6000 396 / 338 us). FP32: 77 / 111 us at N = 1000, 285 / 432 at 4000
@@ -160,20 +168,16 @@ def current() -> dict:
         if "cal" not in _cache:
             name = None
             try:
-                from . import binomial_gpu
-
-                if binomial_gpu.available():
-                    name = binomial_gpu.device_info()["name"]
+                if gpus.available():
+                    name = gpus.device_info()["name"]
             except Exception:  # noqa: BLE001 (no GPU information: just do not compare names)
                 name = None
             _cache["cal"] = load_calibration(gpu_name=name)
         return _cache["cal"]
 
 
-def pipeline_plan(cal: dict | None = None):
-    """The :class:`~optiond.kernels.binomial_pipeline_gpu.PipelinePlan` of the calibration."""
-    from .binomial_pipeline_gpu import PipelinePlan
-
+def pipeline_plan(cal: dict | None = None) -> PipelinePlan:
+    """The :class:`PipelinePlan` of the calibration."""
     cal = cal or current()
     plan = {k: int(v) for k, v in cal["plan"].items()}
     plan.setdefault("reg_levels", int(cal.get("pipeline_reg_levels", DEFAULTS["pipeline_reg_levels"])))
@@ -196,7 +200,7 @@ def choose(n_options: int, steps: Any, greeks: bool = True, calibration: dict | 
         steps: N per option (array of length n_options) or one N for all.
         greeks: Greeks wanted (vega and rho cost four more trees per option).
         calibration: a calibration dict (default: :func:`current`).
-        gpu: whether a GPU is usable (default: ``binomial_gpu.available()``).
+        gpu: whether a GPU is usable (default: :func:`optiond.kernels.gpu.available`).
         force_gpu: the caller asked for the GPU (``Method(device="gpu")``): never ``"cpu"``
             while a GPU is present.
 
@@ -206,9 +210,7 @@ def choose(n_options: int, steps: Any, greeks: bool = True, calibration: dict | 
         least ``pipeline_min_steps``; ``"gpu-batch"`` otherwise.
     """
     if gpu is None:
-        from . import binomial_gpu
-
-        gpu = binomial_gpu.available()
+        gpu = gpus.available()
     if not gpu or n_options <= 0:
         return "cpu"
     cal = calibration if calibration is not None else current()
@@ -223,150 +225,175 @@ def choose(n_options: int, steps: Any, greeks: bool = True, calibration: dict | 
     return "gpu-batch"
 
 
-# --------------------------------------------------------------------------- calibration
-
-def _best(fn: Callable[[], Any], repeats: int) -> float:
-    """Best wall time of ``repeats`` calls after a warm-up call (the warm-up's if repeats == 0)."""
-    t0 = time.perf_counter()
-    fn()  # warm-up: compile, allocate
-    best = float("inf") if repeats > 0 else time.perf_counter() - t0
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+# --------------------------------------------------------------------------- the pipeline's plan
 
 
-def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Least-squares ``y = a + b x`` (a, b >= 0)."""
-    A = np.vstack([np.ones_like(x), x]).T
-    a, b = np.linalg.lstsq(A, y, rcond=None)[0]
-    return max(float(a), 0.0), max(float(b), 1e-15)
+@dataclass(frozen=True)
+class PipelinePlan:
+    """Where the single-option pipeline changes regime, as levels t (the tree at level t is
+    t + 1 nodes wide; every kernel keeps its chunk of the tree in registers, K levels per
+    slab, halos of K nodes recomputed):
+
+    * ``t > big_to_mid``: cooperative grid kernel, 1024-node chunks, K = 128 (throughput);
+    * ``big_to_mid >= t > mid_to_small``: grid kernel, 256-node chunks, K = 64;
+    * ``mid_to_small >= t > small_to_block``: grid kernel, 128-node chunks (4 per lane),
+      K = 64 (96 if the phase starts at or below ``NARROW_LEVELS``): more, shorter warps, so
+      less latency per level;
+    * ``small_to_block >= t > cpu_tail``: one block, the tree in shared memory (latency);
+    * ``N <= reg_levels``: the whole tree in one block with the tree in registers
+      (``crr_pipe_reg``: K levels per slab, halos exchanged through shared memory, then one
+      warp) instead of the phases above; only without a CPU tail and for N <=
+      :func:`reg_max_levels` (0 disables it; the calibration's ``pipeline_reg_levels``). As
+      the last phase of a larger tree it lost to the grid kernels, which spread the widest
+      levels over more multiprocessors (BENCHMARKS.md);
+    * ``N <= cluster_levels``: the whole tree in one thread-block cluster with the tree in
+      registers (``crr_pipe_cluster``: as ``crr_pipe_reg`` over ``PIPE_CLUSTER``'s blocks, halos
+      through distributed shared memory, one cluster barrier per slab); before ``reg_levels``,
+      only without a CPU tail, for N <= :func:`cluster_max_levels` and on sm_90 and up (0
+      disables it; the calibration's ``pipeline_cluster_levels``);
+    * ``t <= cpu_tail``: the CPU finishes (FP64 only; 0 disables it).
+
+    With ``prune`` (FP64, N >= ``prune_steps``) the tree instead runs in one phase of the grid
+    kernel with 128-node chunks that computes, slab by slab, only the window of nodes between
+    the known exercise side and the known zero side of the tree (binomial.cu, "Pruned
+    windows"), on as many warps as the window needs (:func:`pruned_width`), then the CPU tail
+    if any: the result is the dense tree's, the work far smaller for large N (one at-the-money
+    put: a window of about 24 sqrt(N) nodes instead of N).
+    """
+
+    big_to_mid: int = 200_000
+    mid_to_small: int = 15_000
+    small_to_block: int = 0
+    cpu_tail: int = 0
+    reg_levels: int = 0
+    cluster_levels: int = 0
+    #: FP64 trees of at least prune_steps steps run whole in the pruned grid kernel
+    #: (``PIPE_PRUNED``), which computes only the nodes whose values are not known exactly
+    #: (:func:`window_sides`: the zero side, and the exercise side of American options); False
+    #: computes every node (the benchmark's dense comparison)
+    prune: bool = True
+    prune_steps: int = 5_000
 
 
-def calibrate(quick: bool = False, save: bool = True, path: Path | str | None = None,
-              progress: Callable[[str], None] | None = None) -> dict:
-    """Measure the crossovers on this machine and (by default) store them.
+def reg_max_levels(v: Variant) -> int:
+    """The largest N the register block kernel ``v`` takes (32 warps of cw - K outputs each)."""
+    return 32 * (v.cw - v.K) - 1
 
-    Times, host to host, American puts on the CPU (``crr_batch``) and on the GPU batch kernel
-    over a range of batch sizes, fits ``t = overhead + cost * nodes`` to each and stores the
-    node count where the GPU starts to win (``gpu_min_nodes``); times one option through the
-    pipeline and through the batch kernel for N from 500 to 1e5 (``pipeline_min_steps``); and
-    picks the pipeline's phase boundaries and CPU tail from a small grid of trials.
+
+def cluster_max_levels(v: Variant) -> int:
+    """The largest N the cluster kernel ``v`` takes (``cluster`` blocks of ``threads / 32`` warps
+    of cw - K outputs each)."""
+    return v.cluster * (v.threads // 32) * (v.cw - v.K) - 1
+
+
+
+def pruned_variant(N: int) -> Variant:
+    """PIPE_PRUNED with K = 112 (fewer slabs, 16 outputs per warp) where the expected window
+    needs at most one warp per SM sub-partition, else K = 96 (32 outputs per warp)."""
+    sms = gpus.device_info()["sms"] if gpus.available() else 132
+    if pruned_width(N, N, 0) / (PIPE_PRUNED.cw - 112) <= 4 * sms:
+        return replace(PIPE_PRUNED, K=112)
+    return PIPE_PRUNED
+
+
+
+def pipeline_phases(N: int, precision: str, plan: PipelinePlan) -> list[tuple[Variant, bool, int, int]]:
+    """[(variant, cooperative, t_hi, t_lo)] for one tree of N steps under ``plan``."""
+    tail = 0 if precision == "fp32" else max(0, min(int(plan.cpu_tail), N))
+    reg = PIPE_REG[precision]
+    cl = PIPE_CLUSTER[precision]
+    if not tail and N <= min(int(plan.cluster_levels), cluster_max_levels(cl)) and clusters_supported():
+        return [(cl, False, N, 0)]
+    if not tail and N <= min(int(plan.reg_levels), reg_max_levels(reg)):
+        return [(reg, False, N, 0)]
+    if plan.prune and precision == "fp64" and N >= plan.prune_steps and N > tail:
+        return [(pruned_variant(N), True, N, tail)]
+    out = []
+    t = N
+    for v, coop, stop in ((PIPE_GRID_BIG[precision], True, max(plan.big_to_mid, tail)),
+                          (PIPE_GRID_MID[precision], True, max(plan.mid_to_small, tail)),
+                          (PIPE_GRID_SMALL[precision], True, max(plan.small_to_block, tail)),
+                          (PIPE_BLOCK[precision], False, tail)):
+        if t > stop:
+            out.append((v, coop, t, stop))
+            t = stop
+    return out
+
+
+# --------------------------------------------------------------------------- pruned windows
+
+
+SIDE_NONE, SIDE_EXERCISE, SIDE_ZERO = 0, 1, 2
+#: the pruned windows' exercise side needs X - cont >= (1 - e^{-r dt}) 4a K (put; call with q) above this
+_PRUNE_MARGIN = 1e-13
+#: a window boundary "at infinity" (no cap), as the kernel's ln(S* / S0) / a
+_FAR = 1e300
+
+
+def window_sides(is_call: bool, american: bool, S: float, K: float, T: float, r: float, q: float, sigma: float,
+                 N: int) -> tuple[int, float]:
+    """Which sides of one CRR tree the pruned pipeline may skip (binomial.cu, "Pruned windows").
 
     Args:
-        quick: fewer sizes and repeats (about 10 s instead of about a minute).
-        save: write the result to ``path`` (default :func:`calibration_path`).
-        progress: called with a line of text per measurement.
+        is_call, american: the option; S, K: spot and strike; T: expiry in years; r, q: rate and
+        dividend yield (annualised, continuous); sigma: volatility (annualised); N: steps.
 
     Returns:
-        The calibration dict (with a ``measurements`` section).
+        ``(kinds, Ls)``: ``kinds = low | high << 2`` over the tree's low (small spot) and high
+        sides, each ``SIDE_ZERO`` (values underflowed to exactly 0 beyond the strike: put above,
+        call below), ``SIDE_EXERCISE`` (American exercise region, where ``V = X`` by a margin:
+        put below ``S* = K (1 - e^{-r dt}) / (1 - e^{-q dt})``, call above it) or
+        ``SIDE_NONE``; ``Ls = ln(S* / S) / a`` (``a = sigma sqrt(T / N)``), +-1e300 when
+        ``S*`` is unbounded. The exercise side is used only where ``(1 - e^{-r dt}) 4a``
+        (put) or ``(1 - e^{-q dt}) 4a`` (call) is at least 1e-13, so that the exercise
+        margin of the rule (four steps ``a`` from ``S*``) lies far beyond rounding.
 
-    Raises:
-        GPUError: no usable GPU (calibration needs one).
+    The rule: the American put is exercised at a node whose two successors are exercised when
+    ``K (1 - e^{-r dt}) > S (1 - e^{-q dt})`` (then ``X - cont`` equals that difference
+    exactly, as ``pu u + pd d = e^{-q dt}``); the exercise region is an interval (the early
+    exercise boundary, Kim & Byun 1994, tracked per level here).
     """
-    from . import binomial_cpu as bc
-    from . import binomial_gpu as bg
-    from . import binomial_pipeline_gpu as bp
+    dt = T / N
+    a = sigma * math.sqrt(dt)
+    er = -math.expm1(-r * dt)  # 1 - e^{-r dt}
+    eq = -math.expm1(-q * dt)
+    if not is_call:
+        low = SIDE_EXERCISE if american and r > 0 and er * 4 * a >= _PRUNE_MARGIN else SIDE_NONE
+        Ls = math.log(K * er / eq / S) / a if q > 0 and r > 0 else _FAR
+        return low | SIDE_ZERO << 2, Ls
+    high = SIDE_EXERCISE if american and q > 0 and eq * 4 * a >= _PRUNE_MARGIN else SIDE_NONE
+    Ls = math.log(K * er / eq / S) / a if r > 0 and q > 0 else -_FAR
+    return SIDE_ZERO | high << 2, Ls
 
-    say = progress or (lambda s: log.info("%s", s))
-    if not bg.available():
-        raise bg.GPUError("no GPU: nothing to calibrate (the CPU is used for everything)")
-    info = bg.device_info()
-    reps = 2 if quick else 4
-    rng = np.random.default_rng(0)
-    meas: dict[str, Any] = {"cpu": [], "gpu_batch": [], "single": [], "plan": [], "cpu_tail": []}
 
-    def puts(n, N):
-        K = rng.uniform(80.0, 120.0, n)
-        return (0, 1, 100.0, K, 1.0, 0.05, 0.0, 0.25, N)
+def window_table(kind, style, S, K, T, r, q, sigma, N, bump, m: int) -> list[tuple[int, float]]:
+    """:func:`window_sides` of every tree of :func:`optiond.kernels.binomial.gpu._tree_table`
+    (bumped trees included)."""
+    out: list[tuple[int, float]] = [(0, 0.0)] * m
+    hv, hr = bc.VEGA_BUMP, bc.RHO_BUMP
+    for i in range(S.shape[0]):
+        args = [bool(kind[i] == 1), bool(style[i] == 1), float(S[i]), float(K[i]), float(T[i]), float(r[i]),
+                float(q[i]), float(sigma[i]), int(N[i])]
+        out[i] = window_sides(*args)
+        for b, (dr, ds) in enumerate(((0, hv), (0, -hv), (hr, 0), (-hr, 0))):
+            if bump.shape[0] > i and bump[i, b] >= 0:
+                bargs = list(args)
+                bargs[5] += dr
+                bargs[7] += ds
+                out[int(bump[i, b])] = window_sides(*bargs)
+    return out
 
-    # 1. CPU vs GPU batch (price only), host to host
-    sizes = [(1, 200), (1, 1000), (20, 1000), (200, 1000), (2000, 1000)] if quick else \
-        [(1, 100), (1, 500), (1, 1000), (1, 2000), (10, 1000), (100, 500), (100, 1000), (1000, 1000), (4000, 1000)]
-    for n, N in sizes:
-        a = puts(n, N)
-        nodes = n * (N + 1) * (N + 2) / 2
-        tc = _best(lambda a=a: bc.crr_batch(*a, greeks=False), reps)
-        tg = _best(lambda a=a: bg.crr_batch_gpu(*a, greeks=False), reps)
-        meas["cpu"].append([nodes, tc])
-        meas["gpu_batch"].append([nodes, tg])
-        say(f"batch {n} x N={N}: cpu {tc * 1e3:.3f} ms, gpu {tg * 1e3:.3f} ms")
-    c0, c1 = _fit(*map(np.array, zip(*meas["cpu"])))
-    g0, g1 = _fit(*map(np.array, zip(*meas["gpu_batch"])))
-    gpu_min_nodes = (g0 - c0) / (c1 - g1) if c1 > g1 else float("inf")
-    gpu_min_nodes = float(min(max(gpu_min_nodes, 0.0), 1e12))
 
-    # 2. pipeline phase boundaries (device time of one American put), one boundary at a time
-    def pipe_time(N, plan, repeats=1):
-        tm: dict = {}
-        t = _best(lambda: bp.crr_pipeline_gpu(*puts(1, N), greeks=False, plan=plan, timing=tm), repeats)
-        return tm.get("device_s", t)
+#: pruned windows: expected width, in nodes, per square root of the levels below the leaves
+#: (the zero side lies where the tail probability of a CRR walk underflows, about 19.3 sqrt(m)
+#: nodes beyond the strike after m levels, whatever sigma; the exercise side a few sqrt(m)
+#: below it), and the outputs per warp the grid is sized for
+PRUNE_WIDTH = 24.0
+PRUNE_WARP_OUTPUTS = 64
 
-    best = dict(DEFAULTS["plan"])
-    sweeps = [("small_to_block", 2_000, (0, 500, 1000, 2000)),
-              ("mid_to_small", 100_000 if quick else 200_000, (5_000, 15_000, 30_000, 60_000)),
-              ("big_to_mid", 400_000 if quick else 1_000_000, (10**9, 800_000, 600_000, 300_000, 0))]
-    for key, N, values in sweeps:
-        trials = []
-        for v in values:
-            plan = bp.PipelinePlan(**dict(best, cpu_tail=0, prune=False, **{key: v}))  # the dense phases
-            d = pipe_time(N, plan, 1 if N < 500_000 else 0)
-            trials.append((d, v))
-            meas["plan"].append({"N": N, key: v, "device_s": d})
-            say(f"pipeline N={N} {key}={v}: {d * 1e3:.3f} ms")
-        best[key] = min(trials)[1]
 
-    # 2b. pruned windows: the smallest N from which the pruned kernel beats the dense phases
-    prune_min = None
-    for N in (5_000, 10_000, 20_000, 30_000, 50_000, 100_000):
-        dd = pipe_time(N, bp.PipelinePlan(**dict(best, cpu_tail=0, prune=False)), 1)
-        dp = pipe_time(N, bp.PipelinePlan(**dict(best, cpu_tail=0, prune_steps=0)), 1)
-        meas["plan"].append({"N": N, "dense_device_s": dd, "pruned_device_s": dp})
-        say(f"pipeline N={N}: dense {dd * 1e3:.3f} ms, pruned {dp * 1e3:.3f} ms")
-        if dp < dd and prune_min is None:
-            prune_min = N
-        elif dp >= dd:
-            prune_min = None
-    best["prune_steps"] = prune_min if prune_min is not None else 10**9
-
-    # 3. CPU tail (host to host, N = 1e4)
-    tails = []
-    for tail in (0, 100, 300, 1000):
-        plan = bp.PipelinePlan(**dict(best, cpu_tail=tail))
-        t = _best(lambda plan=plan: bp.crr_pipeline_gpu(*puts(1, 10_000), greeks=False, plan=plan), reps)
-        tails.append((t, tail))
-        meas["cpu_tail"].append([tail, t])
-        say(f"pipeline N=1e4 cpu_tail={tail}: {t * 1e3:.3f} ms host to host")
-    best["cpu_tail"] = min(tails)[1]
-
-    # 4. one option: pipeline vs batch kernel (host to host)
-    plan = bp.PipelinePlan(**best)
-    pipe_min = None
-    for N in ((1000, 5000, 20_000) if quick else (500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)):
-        tp = _best(lambda N=N: bp.crr_pipeline_gpu(*puts(1, N), greeks=False, plan=plan), reps)
-        tb = _best(lambda N=N: bg.crr_batch_gpu(*puts(1, N), greeks=False), reps)
-        meas["single"].append([N, tp, tb])
-        say(f"one option N={N}: pipeline {tp * 1e3:.3f} ms, batch kernel {tb * 1e3:.3f} ms")
-        if tp < tb and pipe_min is None:
-            pipe_min = N
-        elif tp >= tb:
-            pipe_min = None
-    cal = {
-        "version": CALIBRATION_VERSION,
-        "source": "measured",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "gpu": info["name"],
-        "cpu": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "gpu_min_nodes": gpu_min_nodes,
-        "pipeline_min_steps": int(pipe_min if pipe_min is not None else 10_000_000),
-        "pipeline_max_options": int(DEFAULTS["pipeline_max_options"]),
-        "plan": {k: int(v) for k, v in best.items()},
-        "model": {"cpu_overhead_s": c0, "cpu_s_per_node": c1, "gpu_overhead_s": g0, "gpu_s_per_node": g1},
-        "measurements": meas,
-    }
-    if save:
-        where = save_calibration(cal, path)
-        say(f"saved {where}")
-    return cal
+def pruned_width(N: int, t_hi: int, t_lo: int) -> float:
+    """Expected widest pruned window (nodes) over levels t_lo .. t_hi of a tree of N steps:
+    the largest ``min(t + 1, PRUNE_WIDTH sqrt(N - t))`` (the level's width, the window's)."""
+    ts = np.linspace(t_lo, t_hi, 33)
+    return float(np.max(np.minimum(ts + 1.0, PRUNE_WIDTH * np.sqrt(np.maximum(N - ts, 1.0)))))

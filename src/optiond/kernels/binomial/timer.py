@@ -5,12 +5,13 @@ from just before the first launch to just after the last. By default the start e
 recorded once the launches' arguments are prepared, so the window holds the kernels, the GPU's
 launch latency and the host's calls that submit the launches (a few microseconds each, during
 which an idle GPU waits). With ``timing["gate"]`` true the stream is first held by
-``cuda/gate.cu`` (one thread spinning on a flag in page-locked host memory), the events and
+``gate.cu`` (beside this file) (one thread spinning on a flag in page-locked host memory), the events and
 launches are queued behind it, and the flag is set once they are all queued: the window then
 holds the GPU's work and launch latency only (NVBench's "blocking kernel" method,
 NVIDIA/nvbench ``blocking_kernel``). ``timing["gated"]`` says whether a gate was used;
 ``timing["gate_timed_out"]`` is true if the gate gave up before the host released it (the
-sample then includes host time and should be discarded). CuPy is imported lazily.
+sample then includes host time and should be discarded). CuPy is imported lazily
+(:func:`optiond.kernels.gpu.cupy`).
 
 Use::
 
@@ -29,7 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-GATE_SOURCE = Path(__file__).with_name("cuda") / "gate.cu"
+from .. import gpu as gpus
+
+GATE_SOURCE = Path(__file__).with_name("gate.cu")
 #: the gate's spin gives up after this long (no launch sequence here takes the host as long)
 GATE_TIMEOUT_NS = 200_000_000
 
@@ -38,11 +41,9 @@ _state: dict = {}
 
 
 def _gate_kernel():
-    import cupy as cp
-
     with _lock:
         if "kernel" not in _state:
-            _state["kernel"] = cp.RawModule(code=GATE_SOURCE.read_text()).get_function("crr_gate")
+            _state["kernel"] = gpus.module(GATE_SOURCE).get_function("crr_gate")
         return _state["kernel"]
 
 
@@ -66,8 +67,7 @@ class DeviceTimer:
     def start(self) -> None:
         if self.timing is None:
             return
-        import cupy as cp
-
+        cp = gpus.cupy()
         self._ev = (cp.cuda.Event(), cp.cuda.Event())
         if self.gated:
             k = _gate_kernel()
@@ -90,8 +90,7 @@ class DeviceTimer:
         """After the stream is synchronised: fill ``timing``."""
         if self.timing is None:
             return
-        import cupy as cp
-
+        cp = gpus.cupy()
         self.timing["device_s"] = cp.cuda.get_elapsed_time(*self._ev) / 1e3
         self.timing["gated"] = self.gated
         if self.gated:

@@ -1,0 +1,4 @@
+"""Deprecated: moved to :mod:`optiond.kernels.binomial.gpu` (this path goes in the next release)."""
+from optiond._moved import alias
+
+alias(__name__, "optiond.kernels.binomial.gpu")
