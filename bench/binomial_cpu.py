@@ -17,7 +17,7 @@ import time
 import numba
 import numpy as np
 
-from optiond.kernels import binomial_cpu as bc
+from optiond.kernels.binomial import cpu as bc
 
 
 def nodes(N: int) -> int:

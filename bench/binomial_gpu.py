@@ -33,10 +33,13 @@ from pathlib import Path
 
 import numpy as np
 
-from optiond.kernels import binomial_cpu as bc
-from optiond.kernels import binomial_gpu as bg
-from optiond.kernels import binomial_pipeline_gpu as bp
-from optiond.kernels import dispatch
+from optiond.kernels import gpu
+from optiond.kernels.binomial import _bench
+from optiond.kernels.binomial import cpu as bc
+from optiond.kernels.binomial import gpu as bg
+from optiond.kernels.binomial import pipeline as bp
+from optiond.kernels.binomial import plan as dispatch
+from optiond.kernels.binomial import variants
 
 CEIL = {"fp64": 2.44e12, "fp32": 8.1e12}
 TARGET_MS = {1000: 0.05, 10_000: 0.6, 100_000: 6.0, 1_000_000: 300.0}
@@ -98,7 +101,7 @@ def single(args, plan) -> list[dict]:
             row["dense_device_ms"], row["dense_host_ms"] = dm["device_ms"], dm["host_ms"]
             row["dense_fraction_of_ceiling"] = frac(nodes(N), dm["device_ms"])
         if N <= 100_000 and not args.quick or N <= 10_000:
-            nv = measure(lambda tm, N=N: bp.crr_naive_gpu(*PUT, N, timing=tm), 1 if N >= 100_000 else 2)
+            nv = measure(lambda tm, N=N: _bench.crr_naive_gpu(*PUT, N, timing=tm), 1 if N >= 100_000 else 2)
             row["naive_device_ms"], row["naive_host_ms"] = nv["device_ms"], nv["host_ms"]
             row["naive_fraction_of_ceiling"] = frac(nodes(N), nv["device_ms"])
         if N <= 100_000:  # one block per tree (the batch kernel) for comparison
@@ -136,28 +139,28 @@ def plan_sweep(args) -> list[dict]:
     inf = 10**9
 
     def run(N, plan, mid=None, small=None, big=None, reps=3):
-        saved = (bg.PIPE_GRID_MID["fp64"], bg.PIPE_GRID_SMALL["fp64"], bg.PIPE_GRID_BIG["fp64"])
+        saved = (variants.PIPE_GRID_MID["fp64"], variants.PIPE_GRID_SMALL["fp64"], variants.PIPE_GRID_BIG["fp64"])
         try:
             if mid:
-                bg.PIPE_GRID_MID["fp64"] = mid
+                variants.PIPE_GRID_MID["fp64"] = mid
             if small:
-                bg.PIPE_GRID_SMALL["fp64"] = small
+                variants.PIPE_GRID_SMALL["fp64"] = small
             if big:
-                bg.PIPE_GRID_BIG["fp64"] = big
+                variants.PIPE_GRID_BIG["fp64"] = big
             p = replace(bp.PipelinePlan(*plan), prune=False)  # the dense phases
             m = measure(lambda tm: bp.crr_pipeline_gpu(*PUT, N, greeks=False, plan=p, timing=tm), reps)
         finally:
-            bg.PIPE_GRID_MID["fp64"], bg.PIPE_GRID_SMALL["fp64"], bg.PIPE_GRID_BIG["fp64"] = saved
+            variants.PIPE_GRID_MID["fp64"], variants.PIPE_GRID_SMALL["fp64"], variants.PIPE_GRID_BIG["fp64"] = saved
         def name(v):
             return None if v is None else f"<{v.G},{v.R}> K={v.K}"
 
         out.append({"N": N, "plan": plan, "mid": name(mid), "small": name(small), "big": name(big), **m})
         print(f"plan {out[-1]}", file=sys.stderr, flush=True)
 
-    big84 = next(v for v in bg.BENCH_PIPE_VARIANTS if (v.G, v.R) == (8, 4))
-    mid42 = next(v for v in bg.BENCH_PIPE_VARIANTS if (v.G, v.R) == (4, 2))
-    small64 = bg.Variant("crr_pipe_grid", "double", 4, 1, K=64, threads=128)
-    small32 = bg.Variant("crr_pipe_grid", "double", 4, 1, K=32, threads=128)
+    big84 = next(v for v in variants.BENCH_PIPE_VARIANTS if (v.G, v.R) == (8, 4))
+    mid42 = next(v for v in variants.BENCH_PIPE_VARIANTS if (v.G, v.R) == (4, 2))
+    small64 = variants.Variant("crr_pipe_grid", "double", 4, 1, K=64, threads=128)
+    small32 = variants.Variant("crr_pipe_grid", "double", 4, 1, K=32, threads=128)
     run(1000, (inf, inf, 0, 0, 1000))       # one block, the tree in registers (crr_pipe_reg)
     run(1000, (inf, inf, 1000, 0))          # one block, shared memory
     run(1000, (inf, inf, 0, 0))             # small grid (K = 96 up to NARROW_LEVELS)
@@ -174,19 +177,19 @@ def plan_sweep(args) -> list[dict]:
         run(100_000, (inf, mts, 0, 0))
     run(100_000, (inf, 15_000, 0, 0), mid=mid42)
     if bg.clusters_supported():  # the whole tree in one thread-block cluster (crr_pipe_cluster)
-        saved = bg.PIPE_CLUSTER["fp64"]
+        saved = variants.PIPE_CLUSTER["fp64"]
         pc = bp.PipelinePlan(inf, inf, 0, 0, 0, inf)
         try:
-            for v in [saved] + bg.BENCH_CLUSTER_VARIANTS:
-                bg.PIPE_CLUSTER["fp64"] = v
+            for v in [saved] + variants.BENCH_CLUSTER_VARIANTS:
+                variants.PIPE_CLUSTER["fp64"] = v
                 for N in (1000, 2000, 4000, 6000, 10_000):
-                    if N <= bp.cluster_max_levels(v) and (N == 1000 or v.cluster >= 8):
+                    if N <= dispatch.cluster_max_levels(v) and (N == 1000 or v.cluster >= 8):
                         m = measure(lambda tm, N=N: bp.crr_pipeline_gpu(*PUT, N, greeks=False, plan=pc, timing=tm), 3)
                         out.append({"N": N, "cluster": f"<{v.G},{v.R}> K={v.K} warps/block<={v.threads // 32} "
                                     f"blocks={v.cluster}", **m})
                         print(f"plan {out[-1]}", file=sys.stderr, flush=True)
         finally:
-            bg.PIPE_CLUSTER["fp64"] = saved
+            variants.PIPE_CLUSTER["fp64"] = saved
         for N in (4000, 6000):
             run(N, (inf, inf, 0, 0))
     if not args.quick:
@@ -211,7 +214,7 @@ def batch(args) -> dict:
                      "meets_target": None if greeks else m["device_ms"] <= BATCH_TARGET_MS[prec]})
         print(f"batch {rows[-1]}", file=sys.stderr, flush=True)
     shapes = []
-    for v in bg.WARP_VARIANTS["fp64"][-1:] + bg.WARP_VARIANTS["fp32"][-1:] + bg.BENCH_WARP_VARIANTS:
+    for v in variants.WARP_VARIANTS["fp64"][-1:] + variants.WARP_VARIANTS["fp32"][-1:] + variants.BENCH_WARP_VARIANTS:
         prec = "fp64" if v.dtype == "double" else "fp32"
         m = measure(lambda tm, p=prec, v=v: bg.crr_batch_gpu(*a, greeks=False, precision=p, timing=tm, warp_variant=v), 3)
         regs = int(bg.kernel(v.name).num_regs)
@@ -219,7 +222,7 @@ def batch(args) -> dict:
                        "fraction_of_ceiling": frac(tot, m["device_ms"], prec)})
         print(f"shape {shapes[-1]}", file=sys.stderr, flush=True)
     blk = measure(lambda tm: bg.crr_batch_gpu(*a, greeks=False, timing=tm, route="block"), 3)
-    nv = measure(lambda tm: bp.crr_naive_gpu(*a, timing=tm), 1)
+    nv = measure(lambda tm: _bench.crr_naive_gpu(*a, timing=tm), 1)
     cpu_t0 = time.perf_counter()
     bc.crr_batch(*a, greeks=False)
     cpu_ms = (time.perf_counter() - cpu_t0) * 1e3
@@ -274,11 +277,11 @@ def split(args, plan) -> list[dict]:
         ref = bc.crr_batch(*PUT, N, greeks=False)[0, 0]
         for w in (64, 512, 4096):
             tm: dict = {}
-            bp.crr_split_gpu(*PUT, N, cpu_width=w, timing=tm)  # warm-up
+            _bench.crr_split_gpu(*PUT, N, cpu_width=w, timing=tm)  # warm-up
             hs = []
             for _ in range(2):
                 tm = {}
-                price = bp.crr_split_gpu(*PUT, N, cpu_width=w, timing=tm)
+                price = _bench.crr_split_gpu(*PUT, N, cpu_width=w, timing=tm)
                 hs.append(tm["host_s"] * 1e3)
             share = (w * w / 2) / nodes(N)
             out.append({"N": N, "cpu_width": w, "cpu_share_of_nodes": share, "split_host_ms": min(hs),
@@ -303,7 +306,7 @@ def chain(args) -> dict:
     df = chain_job.read_chain(str(path))
     res = {"file": str(path), "contracts": len(df)}
     for label, env in (("gpu", "0"), ("cpu", "1")):
-        os.environ[bg.DISABLE_ENV] = env
+        os.environ[gpu.DISABLE_ENV] = env
         chain_job.price_chain(df)  # warm-up
         t0 = time.perf_counter()
         out, _summary = chain_job.price_chain(df)
@@ -315,7 +318,7 @@ def chain(args) -> dict:
         else:
             d = np.abs(out["iv"].to_numpy() - iv_gpu)
             res["max_iv_diff_gpu_cpu"] = float(np.nanmax(d)) if np.isfinite(d).any() else None
-    os.environ.pop(bg.DISABLE_ENV, None)
+    os.environ.pop(gpu.DISABLE_ENV, None)
     return res
 
 
@@ -327,16 +330,16 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma-separated sections to skip: accuracy,single,prune,plans,batch,split,chain")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
-    if not bg.available():
+    if not gpu.available():
         print(json.dumps({"bench": "binomial_gpu", "skipped": "no GPU"}))
         return
     t_start = time.perf_counter()
-    info = bg.device_info()
+    info = gpu.device_info()
     plan = dispatch.pipeline_plan()
     out = {"bench": "binomial_gpu", "date": time.strftime("%Y-%m-%d"), "gpu": info, "ceiling_nodes_per_s": CEIL,
            "plan": plan.__dict__, "calibration_source": dispatch.current().get("source")}
     t0 = time.perf_counter()
-    bg._module(False), bg._module(True)
+    bg.module(False), bg.module(True)
     out["compile_s"] = time.perf_counter() - t0
     if "accuracy" not in skip:
         out["accuracy"] = accuracy(args)

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optiond.kernels import binomial_cpu as bc
+from optiond.kernels.binomial import cpu as bc
 from optiond.kernels.black_scholes import bs_price_greeks
 
 

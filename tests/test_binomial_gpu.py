@@ -1,4 +1,4 @@
-"""GPU CRR kernels against the CPU reference ``binomial_cpu.crr_batch`` (needs CuPy and a CUDA
+"""GPU CRR kernels against the CPU reference ``binomial.cpu.crr_batch`` (needs CuPy and a CUDA
 GPU; skipped otherwise).
 
 Grid in the style of the seed: moneyness (K = 80, 100, 125 at S = 100) x volatility 0.1-0.6 x
@@ -18,10 +18,13 @@ import numpy as np
 import pytest
 
 from optiond import engine
-from optiond.kernels import binomial_cpu as bc
-from optiond.kernels import binomial_gpu as bg
-from optiond.kernels import binomial_pipeline_gpu as bp
-from optiond.kernels import binomial_iv_gpu as biv
+from optiond.kernels import gpu
+from optiond.kernels.binomial import _bench
+from optiond.kernels.binomial import cpu as bc
+from optiond.kernels.binomial import gpu as bg
+from optiond.kernels.binomial import iv_gpu as biv
+from optiond.kernels.binomial import pipeline as bp
+from optiond.kernels.binomial import plan, variants
 from optiond.models import Batch, Method
 
 pytestmark = pytest.mark.gpu
@@ -32,7 +35,7 @@ RTOL = 1e-12
 
 @pytest.fixture(scope="module", autouse=True)
 def _need_gpu():
-    if not bg.available():
+    if not gpu.available():
         pytest.skip("no CuPy or no CUDA GPU")
 
 
@@ -112,8 +115,8 @@ def test_block_kernel_fp64(N):
     assert_prices(got[0], ref[0], what=f"block N={N}")
 
 
-@pytest.mark.parametrize("variant", bg.WARP_VARIANTS["fp64"] + [v for v in bg.BENCH_WARP_VARIANTS if v.dtype == "double"]
-                         + bg.WARP_VARIANTS["fp32"] + [v for v in bg.BENCH_WARP_VARIANTS if v.dtype == "float"],
+@pytest.mark.parametrize("variant", variants.WARP_VARIANTS["fp64"] + [v for v in variants.BENCH_WARP_VARIANTS if v.dtype == "double"]
+                         + variants.WARP_VARIANTS["fp32"] + [v for v in variants.BENCH_WARP_VARIANTS if v.dtype == "float"],
                          ids=lambda v: f"G{v.G}R{v.R}")
 def test_every_warp_shape_fp64(variant):
     fp32 = variant.dtype == "float"
@@ -149,25 +152,25 @@ PLANS = {
 @pytest.mark.parametrize("kernel, plan_name, levels", [("crr_pipe_reg", "register", "reg_levels"),
                                                         ("crr_pipe_cluster", "cluster", "cluster_levels")])
 def test_whole_tree_kernels_take_whole_trees_only(kernel, plan_name, levels):
-    v = bg.PIPE_REG["fp64"] if kernel == "crr_pipe_reg" else bg.PIPE_CLUSTER["fp64"]
-    top = bp.reg_max_levels(v) if kernel == "crr_pipe_reg" else bp.cluster_max_levels(v)
-    assert bp._pipeline_phases(1000, "fp64", PLANS[plan_name]) == [(v, False, 1000, 0)]
-    assert bp._pipeline_phases(top, "fp64", PLANS[plan_name]) == [(v, False, top, 0)]
-    assert all(p.kernel != kernel for p, _, _, _ in bp._pipeline_phases(top + 1, "fp64", PLANS[plan_name]))
+    v = variants.PIPE_REG["fp64"] if kernel == "crr_pipe_reg" else variants.PIPE_CLUSTER["fp64"]
+    top = plan.reg_max_levels(v) if kernel == "crr_pipe_reg" else plan.cluster_max_levels(v)
+    assert plan.pipeline_phases(1000, "fp64", PLANS[plan_name]) == [(v, False, 1000, 0)]
+    assert plan.pipeline_phases(top, "fp64", PLANS[plan_name]) == [(v, False, top, 0)]
+    assert all(p.kernel != kernel for p, _, _, _ in plan.pipeline_phases(top + 1, "fp64", PLANS[plan_name]))
     # not with a CPU tail, and not above the plan's level limit
     assert all(p.kernel != kernel for p, _, _, _ in
-               bp._pipeline_phases(1000, "fp64", bp.PipelinePlan(**{levels: 10**9, "cpu_tail": 10})))
+               plan.pipeline_phases(1000, "fp64", bp.PipelinePlan(**{levels: 10**9, "cpu_tail": 10})))
     assert all(p.kernel != kernel for p, _, _, _ in
-               bp._pipeline_phases(1001, "fp64", bp.PipelinePlan(**{levels: 1000})))
+               plan.pipeline_phases(1001, "fp64", bp.PipelinePlan(**{levels: 1000})))
 
 
-@pytest.mark.parametrize("variant", [bg.PIPE_CLUSTER["fp64"]] + bg.BENCH_CLUSTER_VARIANTS,
+@pytest.mark.parametrize("variant", [variants.PIPE_CLUSTER["fp64"]] + variants.BENCH_CLUSTER_VARIANTS,
                          ids=lambda v: f"G{v.G}R{v.R}K{v.K}W{v.threads // 32}C{v.cluster}")
 def test_every_cluster_shape_fp64(variant, monkeypatch):
     """Each compiled cluster shape (blocks per cluster, warps per block, chunk, slab depth) over
     the grid: trees of one chunk (no slab), of one warp per block and of every warp in use."""
-    monkeypatch.setitem(bg.PIPE_CLUSTER, "fp64", variant)
-    top = bp.cluster_max_levels(variant)
+    monkeypatch.setitem(variants.PIPE_CLUSTER, "fp64", variant)
+    top = plan.cluster_max_levels(variant)
     for N in (1, 2, 33, variant.cw + 1, 1000, 4097, top):
         if N > top:
             continue
@@ -306,7 +309,7 @@ def test_pruned_windows_equal_cpu_at_the_edges():
 
 
 def test_gated_device_time_is_recorded_and_prices_unchanged():
-    """timing["gate"]: the launches queue behind the gate kernel (gpu_timer); the gate is
+    """timing["gate"]: the launches queue behind the gate kernel (binomial.timer); the gate is
     released in time, the window is positive and shorter than the whole call, and the prices
     are those of an untimed call."""
     import time
@@ -331,7 +334,7 @@ def test_naive_kernel():
     for st in (0, 1):
         m = cols[1] == st
         sub = [c[m] for c in cols]
-        assert_prices(bp.crr_naive_gpu(*sub), ref[0][m], what=f"naive style={st}")
+        assert_prices(_bench.crr_naive_gpu(*sub), ref[0][m], what=f"naive style={st}")
 
 
 def test_chain_implied_vols_equal_cpu():
@@ -368,7 +371,7 @@ def _roots_agree(vol, ref_vol, ok, price, kind, style, S, K, T, r, q, N) -> np.n
 
 def test_device_root_find_equals_the_cpu_and_the_host_loop():
     """crr_iv_warp (the whole Brent search in one launch) against the CPU's per-option Brent on
-    the CPU tree (binomial_cpu.crr_implied_vol, the reference) and the host loop over batch
+    the CPU tree (binomial.cpu.crr_implied_vol, the reference) and the host loop over batch
     launches (the same Brent steps, kernels/brent.py): mixed steps (all three warp shapes),
     calls and puts, American and European, bracket hints, prices below and above the tree."""
     rng = np.random.default_rng(11)

@@ -76,7 +76,7 @@ def test_price_cli_marks_bad_rows(tmp_path, capsys):
     out = pd.read_csv(dst, keep_default_na=False)
     assert out.status.tolist() == ["ok", "ok", "error", "error"]
     assert "spot" in out.error[2] and "method" in out.error[3]
-    from optiond.kernels.binomial_cpu import crr_price
+    from optiond.kernels.binomial.cpu import crr_price
     from optiond.kernels.black_scholes import bs_price_greeks
     assert float(out.price[0]) == pytest.approx(crr_price("put", "american", 100, 100, 1, 0.05, 0.0, 0.2, 500), rel=1e-12)
     assert float(out.price[1]) == pytest.approx(bs_price_greeks(1, 100, 105, 0.5, 0.05, 0.0, 0.3)["price"][0], rel=1e-12)

@@ -16,7 +16,7 @@ from optiond import costs, engine
 from optiond.cli import EXIT_DAEMON, EXIT_INPUT
 from optiond.cli import main as cli_main
 from optiond.daemon import limits
-from optiond.kernels.binomial_cpu import crr_price
+from optiond.kernels.binomial.cpu import crr_price
 from optiond.models import Method
 
 DATA = Path(__file__).resolve().parents[1] / "examples" / "data"

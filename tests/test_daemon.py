@@ -535,7 +535,7 @@ def test_fallback_to_in_process_when_no_daemon(tmp_path, monkeypatch):
     assert res.via == "in-process"
     assert_same_result(res, engine.price_table(cols, Method(steps=40)))
     vol, status = c.implied_vol(res.price, cols, Method(steps=40))
-    np.testing.assert_array_equal(vol, engine.implied_vol_table(res.price, cols, Method(steps=40))[0])
+    np.testing.assert_array_equal(vol, engine.implied_vol_table(res.price, cols, Method(steps=40)).vol)
     with pytest.raises(DaemonUnavailable, match="no connection file"):
         c.price_table(cols, fallback=False)
     with pytest.raises(DaemonUnavailable):

@@ -187,15 +187,17 @@ def in_process_daemon(tmp_path, **kw):
 
 
 def test_gpu_failure_falls_back_to_the_cpu_and_says_so(tmp_path, monkeypatch):
-    from optiond.kernels import binomial_gpu, binomial_pipeline_gpu
+    from optiond.kernels import gpu
+    from optiond.kernels.binomial import gpu as binomial_gpu
+    from optiond.kernels.binomial import pipeline as binomial_pipeline
 
     def broken(*a, **kw):
-        raise binomial_gpu.GPUError("simulated: an illegal memory access was encountered")
+        raise gpu.GPUError("simulated: an illegal memory access was encountered")
 
-    monkeypatch.setattr(binomial_gpu, "available", lambda: True)
-    monkeypatch.setattr(binomial_gpu, "device_label", lambda: "gpu:0 simulated")
+    monkeypatch.setattr(gpu, "available", lambda: True)
+    monkeypatch.setattr(gpu, "device_label", lambda: "gpu:0 simulated")
     monkeypatch.setattr(binomial_gpu, "crr_batch_gpu", broken)
-    monkeypatch.setattr(binomial_pipeline_gpu, "crr_pipeline_gpu", broken)
+    monkeypatch.setattr(binomial_pipeline, "crr_pipeline_gpu", broken)
     cols = table(40, seed=7)
     m = Method(steps=200, device="gpu")
     with in_process_daemon(tmp_path) as server:

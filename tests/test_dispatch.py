@@ -1,6 +1,6 @@
 """CPU/GPU dispatch of the binomial pricer, without a GPU (CI).
 
-* :func:`optiond.kernels.dispatch.choose` and the calibration file (round trip, bad files);
+* :func:`optiond.kernels.binomial.plan.choose` and the calibration file (round trip, bad files);
 * the engine's fall-back to the CPU when the GPU path fails (simulated by monkeypatching);
 * the GPU driver's host side, exactly: the per-tree parameters and the Greek assembly give,
   through a CPU replay of the GPU recurrence, bit-identical results to ``crr_batch``; the
@@ -22,11 +22,13 @@ import numpy as np
 import pytest
 
 from optiond import engine
-from optiond.kernels import binomial_cpu as bc
-from optiond.kernels import binomial_gpu as bg
-from optiond.kernels import binomial_pipeline_gpu as bp
-from optiond.kernels import binomial_iv_gpu as biv
-from optiond.kernels import dispatch
+from optiond.kernels import gpu
+from optiond.kernels.binomial import cpu as bc
+from optiond.kernels.binomial import gpu as bg
+from optiond.kernels.binomial import iv_gpu as biv
+from optiond.kernels.binomial import pipeline as bp
+from optiond.kernels.binomial import plan as dispatch  # the calibrated dispatch and the pipeline's plan
+from optiond.kernels.binomial import variants
 from optiond.kernels.rootfind import IV_INVALID
 from optiond.models import Batch, Method
 
@@ -64,8 +66,8 @@ def test_choose_threshold_is_the_calibrated_one():
 
 
 def test_choose_without_gpu_module_state(monkeypatch):
-    monkeypatch.setenv(bg.DISABLE_ENV, "1")
-    assert not bg.available()
+    monkeypatch.setenv(gpu.DISABLE_ENV, "1")
+    assert not gpu.available()
     assert dispatch.choose(10_000, 1000, calibration=CAL) == "cpu"
 
 
@@ -102,7 +104,7 @@ BAD_NEGATIVE = '{"version": 1, "gpu_min_nodes": -1, "pipeline_min_steps": 1, "pi
 def test_calibration_bad_file_gives_defaults(tmp_path, caplog, text, why):
     p = tmp_path / "calibration.json"
     p.write_text(text)
-    with caplog.at_level(logging.WARNING, logger="optiond.kernels.dispatch"):
+    with caplog.at_level(logging.WARNING, logger="optiond.kernels.binomial.plan"):
         assert dispatch.load_calibration(p) == dispatch.DEFAULTS
     assert why in caplog.text
 
@@ -147,7 +149,7 @@ def test_calibrate_command(tmp_path, monkeypatch, capsys):
     args = parser.parse_args(["calibrate", "--show", "--path", str(p)])
     assert args.func(args) == 0
     assert json.loads(capsys.readouterr().out)["gpu_min_nodes"] == 77.0
-    monkeypatch.setenv(bg.DISABLE_ENV, "1")
+    monkeypatch.setenv(gpu.DISABLE_ENV, "1")
     args = parser.parse_args(["calibrate", "--path", str(p)])
     assert args.func(args) == 1
     assert "no usable GPU" in capsys.readouterr().err
@@ -170,9 +172,9 @@ def _cpu_ref(batch, steps, greeks=True):
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """A 'GPU' that is present but whose pricing calls fail like CUDA would."""
-    monkeypatch.delenv(bg.DISABLE_ENV, raising=False)
-    monkeypatch.setattr(bg, "available", lambda: True)
-    monkeypatch.setattr(bg, "device_label", lambda: "gpu:0 Simulated GPU")
+    monkeypatch.delenv(gpu.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(gpu, "available", lambda: True)
+    monkeypatch.setattr(gpu, "device_label", lambda: "gpu:0 Simulated GPU")
     monkeypatch.setattr(dispatch, "current", lambda: dict(CAL))
     calls = []
 
@@ -183,13 +185,13 @@ def fake_gpu(monkeypatch):
         return fn
 
     monkeypatch.setattr(bg, "crr_batch_gpu", failing("batch", RuntimeError("simulated CUDA error: an illegal memory access")))
-    monkeypatch.setattr(bp, "crr_pipeline_gpu", failing("pipeline", bg.GPUError("OutOfMemoryError: simulated")))
-    monkeypatch.setattr(biv, "crr_implied_vol_gpu", failing("iv", bg.GPUError("cudaErrorLaunchFailure: simulated")))
+    monkeypatch.setattr(bp, "crr_pipeline_gpu", failing("pipeline", gpu.GPUError("OutOfMemoryError: simulated")))
+    monkeypatch.setattr(biv, "crr_implied_vol_gpu", failing("iv", gpu.GPUError("cudaErrorLaunchFailure: simulated")))
     return calls
 
 
 def test_engine_without_gpu_is_the_cpu_path(monkeypatch):
-    monkeypatch.setenv(bg.DISABLE_ENV, "1")
+    monkeypatch.setenv(gpu.DISABLE_ENV, "1")
     b = _batch()
     for device in ("auto", "gpu", "cpu"):
         res = engine.price(b, Method(steps=200, device=device))
@@ -316,15 +318,15 @@ def test_precision_and_route_checks():
 
 def test_pipeline_phases_cover_the_tree():
     plan = bp.PipelinePlan(big_to_mid=8000, mid_to_small=5000, small_to_block=1000, cpu_tail=100, prune=False)
-    ph = bp._pipeline_phases(20_000, "fp64", plan)
+    ph = dispatch.pipeline_phases(20_000, "fp64", plan)
     assert [(v.kernel, v.cw, t_hi, t_lo) for v, _, t_hi, t_lo in ph] == [
         ("crr_pipe_grid", 1024, 20_000, 8000), ("crr_pipe_grid", 256, 8000, 5000), ("crr_pipe_grid", 128, 5000, 1000),
         ("crr_pipe_block", 128, 1000, 100)]
     assert all(v.K < v.cw for v, _, _, _ in ph)
-    assert bp._pipeline_phases(500, "fp64", plan)[0][2:] == (500, 100)
-    assert bp._pipeline_phases(50, "fp64", plan) == []  # all on the CPU tail
-    assert bp._pipeline_phases(50, "fp32", plan)[-1][3] == 0  # no CPU tail in fp32
-    assert [p[2:] for p in bp._pipeline_phases(3000, "fp64", bp.PipelinePlan())] == [(3000, 0)]
+    assert dispatch.pipeline_phases(500, "fp64", plan)[0][2:] == (500, 100)
+    assert dispatch.pipeline_phases(50, "fp64", plan) == []  # all on the CPU tail
+    assert dispatch.pipeline_phases(50, "fp32", plan)[-1][3] == 0  # no CPU tail in fp32
+    assert [p[2:] for p in dispatch.pipeline_phases(3000, "fp64", bp.PipelinePlan())] == [(3000, 0)]
 
 
 def test_cpu_tail_continues_the_tree():
@@ -386,7 +388,7 @@ def test_vectorised_implied_vol_equals_cpu():
 # --------------------------------------------------------------------------- CUDA sources compile
 
 def _instances_source(coop: bool) -> str:
-    names = bg._plain_names() + (bg._coop_names() if coop else [])
+    names = variants.plain_names() + (variants.coop_names() if coop else [])
     lines = [f'#include "{bg.CUDA_SOURCE.as_posix()}"', "void* optiond_kernel_instances[] = {"]
     lines += [f"    (void*)&{n}," for n in names]
     lines += ["};"]
@@ -411,10 +413,10 @@ def test_cuda_sources_compile(tmp_path, coop):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_gate_source_compiles(tmp_path):
-    from optiond.kernels import gpu_timer
+    from optiond.kernels.binomial import timer
 
     out = tmp_path / "gate.ptx"
-    proc = subprocess.run(["nvcc", "-ptx", "-arch=sm_90", "-o", str(out), str(gpu_timer.GATE_SOURCE)],
+    proc = subprocess.run(["nvcc", "-ptx", "-arch=sm_90", "-o", str(out), str(timer.GATE_SOURCE)],
                           check=False, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "crr_gate" in out.read_text()
@@ -422,7 +424,7 @@ def test_gate_source_compiles(tmp_path):
 
 def test_device_timer_without_timing_is_a_no_op():
     """No timing dict: the timer touches neither CuPy nor the stream (CPU-only machines)."""
-    from optiond.kernels.gpu_timer import DeviceTimer
+    from optiond.kernels.binomial.timer import DeviceTimer
 
     t = DeviceTimer(None, stream=None)
     t.start()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from optiond.kernels.binomial_cpu import crr_price
+from optiond.kernels.binomial.cpu import crr_price
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL = ROOT / "installer" / "install.sh"

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from optiond import chain
-from optiond.kernels.binomial_cpu import crr_batch
+from optiond.kernels.binomial.cpu import crr_batch
 from optiond.kernels.black_scholes import bs_price_greeks
 from optiond.market import clock
 from optiond.market.curve import CurveError, ZeroCurve

@@ -5,6 +5,8 @@ panel share (the Greek theta beside a Heston ``theta`` column is ``model_theta``
 
 from __future__ import annotations
 
+import dataclasses
+
 import threading
 
 import numpy as np
@@ -24,18 +26,19 @@ PRICES = np.array([8.0, 12.0, 5.0, 50.0])
 
 
 class EngineClient:
-    """The daemon client's calls on this process's engine, recording each call's options."""
+    """The daemon client's calls on this process's engine (answers marked ``via="daemon"``, as
+    the client marks a daemon's reply), recording each call's options."""
 
     def __init__(self):
         self.options: list[dict] = []
 
     def price_table(self, columns, method=None, *, fallback=True, timeout=None, job_id=None):
         self.options.append(dict(fallback=fallback, timeout=timeout, job_id=job_id))
-        return engine.price_table(columns, method)
+        return dataclasses.replace(engine.price_table(columns, method), via="daemon")
 
     def implied_vol(self, prices, columns, method=None, *, fallback=True, timeout=None, job_id=None):
         self.options.append(dict(fallback=fallback, timeout=timeout, job_id=job_id))
-        return engine.implied_vol_table(prices, columns, method)
+        return dataclasses.replace(engine.implied_vol_table(prices, columns, method), via="daemon")
 
 
 def test_implied_vol_result_splits_the_earlier_pair_and_keeps_its_text():

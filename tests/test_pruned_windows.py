@@ -1,5 +1,5 @@
 """The rules behind the GPU pipeline's pruned windows (binomial.cu, "Pruned windows";
-``binomial_pipeline_gpu.window_sides``), checked node by node on whole CRR trees built here with NumPy:
+``binomial.plan.window_sides``), checked node by node on whole CRR trees built here with NumPy:
 
 * zero side: a node whose two successors hold exactly 0 and whose exercise value is <= 0 holds 0;
 * exercise side: a node whose two successors are exercised (V = X > 0) and that lies at least
@@ -16,9 +16,9 @@ import math
 import numpy as np
 import pytest
 
-from optiond.kernels import binomial_cpu as bc
-from optiond.kernels import binomial_gpu as bg
-from optiond.kernels import binomial_pipeline_gpu as bp
+from optiond.kernels.binomial import cpu as bc
+from optiond.kernels.binomial import plan as bp
+from optiond.kernels.binomial import variants
 
 
 def tree_levels(is_call, american, S, K, T, r, q, sigma, N):
@@ -122,14 +122,14 @@ def test_window_sides_by_option():
 
 def test_pipeline_plan_routes_large_fp64_trees_to_the_pruned_kernel():
     plan = bp.PipelinePlan(cluster_levels=0)
-    (v, coop, t_hi, t_lo), = bp._pipeline_phases(100_000, "fp64", plan)
+    (v, coop, t_hi, t_lo), = bp.pipeline_phases(100_000, "fp64", plan)
     assert v.prune and coop and (t_hi, t_lo) == (100_000, 0)
-    assert v.name == "crr_pipe_grid<double, 4, 1, false, true>" and v.name in bg._coop_names()
-    (v, _, _, t_lo), = bp._pipeline_phases(100_000, "fp64", bp.PipelinePlan(cpu_tail=40))
+    assert v.name == "crr_pipe_grid<double, 4, 1, false, true>" and v.name in variants.coop_names()
+    (v, _, _, t_lo), = bp.pipeline_phases(100_000, "fp64", bp.PipelinePlan(cpu_tail=40))
     assert v.prune and t_lo == 40
-    assert not any(p[0].prune for p in bp._pipeline_phases(100_000, "fp32", plan))
-    assert not any(p[0].prune for p in bp._pipeline_phases(plan.prune_steps - 1, "fp64", plan))
-    assert not any(p[0].prune for p in bp._pipeline_phases(100_000, "fp64", bp.PipelinePlan(prune=False)))
+    assert not any(p[0].prune for p in bp.pipeline_phases(100_000, "fp32", plan))
+    assert not any(p[0].prune for p in bp.pipeline_phases(plan.prune_steps - 1, "fp64", plan))
+    assert not any(p[0].prune for p in bp.pipeline_phases(100_000, "fp64", bp.PipelinePlan(prune=False)))
     # the expected window: ~24 sqrt(levels) nodes, never more than the level
     assert bp.pruned_width(10**6, 10**6, 0) == pytest.approx(24_000, rel=0.02)
     assert bp.pruned_width(100, 100, 0) <= 101

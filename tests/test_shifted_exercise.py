@@ -7,7 +7,7 @@ of running the recurrence X <- X u + c; at a slab's first level the second set i
 that recurrence. This replays that scheme slab by slab with the kernel's update (the same order
 of operations as the CPU reference's node update) and checks two things: every shifted value is
 within a few ulps of sign (S e^{(2j - t) a} - K), and the price equals the CPU reference tree
-(``binomial_cpu.crr_batch``, recurrence with re-anchoring every 64 levels) to 1e-12 relative.
+(``binomial.cpu.crr_batch``, recurrence with re-anchoring every 64 levels) to 1e-12 relative.
 
 CPU only; the GPU kernels are compared with the CPU tree in tests/test_binomial_gpu.py."""
 
@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pytest
 
-from optiond.kernels import binomial_cpu as bc
+from optiond.kernels.binomial import cpu as bc
 
 
 def shifted_replay(is_call, S, K, T, r, q, sigma, N, slab):

@@ -18,132 +18,80 @@ import dataclasses
 import importlib
 import logging
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
 from . import costs
 from .daemon import limits
-from .kernels import binomial_cpu, black_scholes
-from .kernels import gpu as kernel_gpu
-from .kernels.gpu import GPUError
-from .kernels.rootfind import IV_STATUS_NAMES
-from .models import (AMERICAN, GREEK_FIELDS, Batch, InvalidInputError, Method, Result, RowError, object_full,
-                     pd_numeric, scalar_row, validate_columns, validate_steps)
+from .kernels import black_scholes
+from .kernels import gpu as gpus
+from .kernels.binomial import cpu as binomial_cpu
+from .models import (AMERICAN, GREEK_FIELDS, Batch, ImpliedVol, InvalidInputError, Method, Result, RowError,
+                     object_full, pd_numeric, scalar_row, validate_columns, validate_steps)
+
+R = TypeVar("R", Result, ImpliedVol)
+
+#: the method table: each method's front door (``kernels/<method>``, imported on first use),
+#: with ``GPU``, ``wants_gpu(batch, method)``, ``price(batch, method, device) -> Result`` and,
+#: for the methods that invert prices, ``implied_vol(prices, batch, method, device, lo, hi)
+#: -> ImpliedVol``; a GPU failure is raised as :class:`optiond.kernels.gpu.GPUError`
+FRONT_DOORS = {"binomial": "optiond.kernels.binomial", "black-scholes": "optiond.kernels.black_scholes",
+               "mlmc": "optiond.kernels.mlmc", "adi": "optiond.kernels.adi"}
+
+
+def front_door(name: str):
+    """The front door module of method ``name`` (a :data:`optiond.models.METHODS` name)."""
+    return importlib.import_module(FRONT_DOORS[name])
+
+
+def _wants_gpu(batch: Batch | None, method: Method) -> bool:
+    """Whether ``method`` runs on the GPU: the method has a GPU path, a GPU is here, and the
+    request asks for it (``device="gpu"``) or, with ``"auto"``, the front door finds this batch
+    worth it (binomial: the calibrated dispatch; MLMC: always; ADI: from 8 options). A request
+    for ``"gpu"`` is tried even where no GPU answers (unless ``OPTIOND_DISABLE_GPU`` hides it),
+    so that the result's ``gpu_fallback`` says why it ran on the CPU. Without a batch (a table not yet split by method) it answers for
+    ``"gpu"`` only."""
+    if method.device == "cpu" or not front_door(method.name).GPU:
+        return False
+    if method.device == "gpu":  # asked for: tried (unless switched off), a failure logged and noted
+        return not gpus.disabled()
+    return batch is not None and gpus.available() and bool(front_door(method.name).wants_gpu(batch, method))
 
 
 def select_device(batch: Batch | None, method: Method) -> str:
-    """The device that will price this request: ``"cpu"``, or ``"gpu:<id> <name>"``.
-
-    The GPU serves the binomial method only, when CuPy sees a device and either the request
-    asks for it (``method.device="gpu"``) or, with ``"auto"``, the calibrated dispatch
-    (:func:`optiond.kernels.dispatch.choose`) finds the request big enough to pay for the
-    transfers. Without a batch (a table not yet split by method) it answers for ``"gpu"`` only.
-    """
-    if method.name != "binomial" or method.device == "cpu":
+    """The device that will price this request: ``"cpu"``, or ``"gpu:<id> <name>"`` (see
+    :func:`_wants_gpu`; the result's own ``device`` says where it ran, after any fallback)."""
+    if not _wants_gpu(batch, method):
         return "cpu"
-    from .kernels import binomial_gpu, dispatch
-
-    if not binomial_gpu.available():
-        return "cpu"
-    if method.device == "auto":
-        if batch is None:
-            return "cpu"
-        n = len(batch)
-        if dispatch.choose(n, method.steps_for(n), greeks=method.greeks, gpu=True) == "cpu":
-            return "cpu"
     try:
-        return binomial_gpu.device_label()
-    except binomial_gpu.GPUError:
+        return gpus.device_label()
+    except gpus.GPUError:
         return "cpu"
 
 
-def _price_binomial(batch: Batch, method: Method, steps: np.ndarray, res: Result) -> None:
-    bad = binomial_cpu.probability_errors(batch.expiry, batch.rate, batch.dividend_yield, batch.volatility, steps)
-    if bad.size:
-        p = binomial_cpu.probabilities(batch.expiry[bad], batch.rate[bad], batch.dividend_yield[bad], batch.volatility[bad], steps[bad])
-        res.mark_error(bad, [binomial_cpu.probability_message(float(x)) for x in p])
-    good = np.flatnonzero(res.ok)
-    if good.size == 0:
-        return
-    sub = batch if good.size == len(batch) else batch.take(good)
-    out = None
-    if res.device.startswith("gpu"):
-        # GPU batch kernel or single-option pipeline (calibrated choice); any GPU failure falls
-        # back to the CPU below, and the result and the log say so
-        import logging
-
-        from .kernels import binomial_gpu, binomial_pipeline_gpu, dispatch
-
-        path = dispatch.choose(len(sub), steps[good], greeks=method.greeks, gpu=True, force_gpu=True)
-        precision = method.precision
-        if precision == "fp32" and int(steps[good].max()) > binomial_gpu.FP32_MAX_STEPS:
-            precision = "fp64"
-            res.diagnostics["precision_note"] = f"fp32 is for N <= {binomial_gpu.FP32_MAX_STEPS}; priced in fp64"
-        fn = binomial_pipeline_gpu.crr_pipeline_gpu if path == "gpu-pipeline" else binomial_gpu.crr_batch_gpu
-        try:
-            out = fn(sub.kind, sub.style, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield,
-                     sub.volatility, steps[good], greeks=method.greeks, precision=precision)
-            res.diagnostics.update(path=path, precision=precision)
-        except Exception as e:  # noqa: BLE001 (CUDA error, out of memory, compile error: use the CPU)
-            logging.getLogger(__name__).warning("GPU binomial pricing failed (%s: %s); priced on the CPU instead",
-                                                type(e).__name__, e)
-            res.device = "cpu"
-            res.diagnostics["gpu_fallback"] = f"{type(e).__name__}: {e}"
-            out = None
-    if out is None:
-        out = binomial_cpu.crr_batch(sub.kind, sub.style, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield,
-                                     sub.volatility, steps[good], greeks=method.greeks, check=False)
-    for k, name in enumerate(("price",) + GREEK_FIELDS):
-        getattr(res, name)[good] = out[k]
-
-
-def _price_black_scholes(batch: Batch, method: Method, res: Result) -> None:
-    am = np.flatnonzero(batch.style == AMERICAN)
-    if am.size:
-        res.mark_error(am, "black-scholes prices European exercise only; use method=binomial for american")
-    good = np.flatnonzero(res.ok)
-    if good.size == 0:
-        return
-    sub = batch if good.size == len(batch) else batch.take(good)
-    out = black_scholes.bs_price_greeks(sub.kind, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield, sub.volatility)
-    for name in ("price",) + GREEK_FIELDS:
-        getattr(res, name)[good] = out[name] if (method.greeks or name == "price") else np.nan
-
-
-def _gpu_or_cpu(run: Callable[[str], Result], device: str, what: str) -> Result:
-    """``run(device)``; when ``device`` is ``"gpu"`` and that fails (:class:`GPUError`), log a
-    warning, ``run("cpu")`` and record ``diagnostics["gpu_fallback"]`` (the failure's cause:
-    the CUDA or CuPy error itself)."""
-    if device != "gpu":
+def _gpu_or_cpu(run: Callable[[str], R], device: str, what: str) -> R:
+    """The one GPU-with-CPU-fallback: ``run("gpu")`` when ``device`` is not ``"cpu"``; on a GPU
+    failure (:class:`optiond.kernels.gpu.GPUError`) a warning in the log, then ``run("cpu")``
+    with ``diagnostics["gpu_fallback"]`` naming the failure's cause (the CUDA or CuPy error
+    itself). ``what`` names the work in the log line (``"binomial pricing"``, ``"implied
+    volatility"``)."""
+    if device == "cpu":
         return run("cpu")
     try:
         return run("gpu")
-    except GPUError as e:
+    except gpus.GPUError as e:
         cause = e.__cause__ if e.__cause__ is not None else e
         why = f"{type(cause).__name__}: {cause}"
-        logging.getLogger(__name__).warning("GPU %s failed (%s); priced on the CPU instead", what, why)
-        res = run("cpu")
-        res.diagnostics["gpu_fallback"] = why
-        return res
-
-
-#: the methods priced through their kernel front door (:mod:`optiond.kernels.mlmc`,
-#: :mod:`optiond.kernels.adi`), imported on first use
-_FRONT_DOORS = {"mlmc": "optiond.kernels.mlmc", "adi": "optiond.kernels.adi"}
-
-
-def _price_front_door(batch: Batch, method: Method) -> Result:
-    """The method's front door on the GPU when ``method.device`` asks for it (``"auto"``: a GPU
-    is there and the method wants it for this batch), else on the CPU."""
-    door = importlib.import_module(_FRONT_DOORS[method.name])
-    device = "gpu" if door.GPU and (method.device == "gpu" or (
-        method.device == "auto" and kernel_gpu.available() and door.wants_gpu(batch, method))) else "cpu"
-    return _gpu_or_cpu(lambda d: door.price(batch, method, d), device, method.name.upper())
+        done = "solved" if what == "implied volatility" else "priced"
+        logging.getLogger(__name__).warning("GPU %s failed (%s); %s on the CPU instead", what, why, done)
+        out = run("cpu")
+        out.diagnostics["gpu_fallback"] = why
+        return out
 
 
 def price(batch: Batch, method: Method | None = None) -> Result:
-    """Price a validated batch.
+    """Price a validated batch through the method's front door (:data:`FRONT_DOORS`).
 
     Args:
         batch: n contracts with market inputs (:class:`optiond.models.Batch`).
@@ -159,15 +107,13 @@ def price(batch: Batch, method: Method | None = None) -> Result:
     method = method or Method()
     t0 = time.perf_counter()
     n = len(batch)
-    device = select_device(batch, method)
-    res = Result.empty(n, device=device)
-    if n and method.name in _FRONT_DOORS:
-        res = _price_front_door(batch, method)
-    elif n:
-        if method.name == "binomial":
-            _price_binomial(batch, method, method.steps_for(n), res)
-        else:
-            _price_black_scholes(batch, method, res)
+    if n:
+        door = front_door(method.name)
+        device = "gpu" if _wants_gpu(batch, method) else "cpu"
+        what = "binomial pricing" if method.name == "binomial" else method.name.upper()
+        res = _gpu_or_cpu(lambda d: door.price(batch, method, d), device, what)
+    else:
+        res = Result.empty(0, device=select_device(batch, method))
     res.elapsed_s = time.perf_counter() - t0
     return res
 
@@ -360,7 +306,7 @@ BRACKET_COLUMNS = ("iv_lo", "iv_hi")
 
 
 def implied_vol(prices: Any, batch: Batch, method: Method | None = None,
-                bracket: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                bracket: tuple[np.ndarray, np.ndarray] | None = None) -> ImpliedVol:
     """Implied volatility of each option from its price.
 
     Binomial: a bracketed (Brent) root find on the CRR tree price with the row's exercise
@@ -377,64 +323,42 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None,
             the full bracket. The closed form ignores it.
 
     Returns:
-        ``(vol, status)``: float64 annualised volatilities (NaN where none) and status strings
-        (``ok``, ``below-intrinsic``, ``no-solution``, ``not-converged``, ``invalid``,
-        ``american-not-supported``).
+        :class:`optiond.models.ImpliedVol`: float64 annualised volatilities (NaN where none),
+        a status per row (``ok``, ``below-intrinsic``, ``no-solution``, ``not-converged``,
+        ``invalid``, ``american-not-supported``) and the device that solved them. It unpacks
+        as the earlier ``(vol, status)`` pair.
     """
     method = method or Method()
     n = len(batch)
     prices = np.broadcast_to(np.asarray(prices, dtype=np.float64), (n,))
-    if method.name == "binomial":
-        if bracket is not None:
-            # a hint only narrows the full bracket: NaN or outside it takes the full bracket's end
-            lo = np.clip(np.where(np.isfinite(bracket[0]), bracket[0], binomial_cpu.MIN_IV), binomial_cpu.MIN_IV,
-                         binomial_cpu.MAX_IV)
-            hi = np.clip(np.where(np.isfinite(bracket[1]), bracket[1], binomial_cpu.MAX_IV), binomial_cpu.MIN_IV,
-                         binomial_cpu.MAX_IV)
-            narrow = (lo > binomial_cpu.MIN_IV) | (hi < binomial_cpu.MAX_IV)
-            vol, status = _tree_implied_vol(prices, batch, method, lo, hi)
-            redo = np.flatnonzero(narrow & np.isin(status, ("below-intrinsic", "no-solution", "invalid")))
-            if redo.size:  # the root lies outside the hint: the full bracket for those rows
-                sub = batch.take(redo)
-                m = method if np.ndim(method.steps) == 0 else dataclasses.replace(method, steps=method.steps_for(n)[redo])
-                vol[redo], status[redo] = _tree_implied_vol(prices[redo], sub, m, binomial_cpu.MIN_IV, binomial_cpu.MAX_IV)
-            return vol, status
-        return _tree_implied_vol(prices, batch, method, binomial_cpu.MIN_IV, binomial_cpu.MAX_IV)
-    vol, code = black_scholes.bs_implied_vol(prices, batch.kind, batch.spot, batch.strike, batch.expiry, batch.rate, batch.dividend_yield)
-    status = np.asarray(IV_STATUS_NAMES, dtype=object)[code]
-    am = batch.style == AMERICAN
-    vol[am] = np.nan
-    status[am] = "american-not-supported"
-    return vol, status
+    if method.name != "binomial":  # the closed form (the other methods have no inversion of their own)
+        return _implied_vol(prices, batch, method, black_scholes.MIN_IV, black_scholes.MAX_IV)
+    lo_full, hi_full = binomial_cpu.MIN_IV, binomial_cpu.MAX_IV
+    if bracket is None:
+        return _implied_vol(prices, batch, method, lo_full, hi_full)
+    # a hint only narrows the full bracket: NaN or outside it takes the full bracket's end
+    lo = np.clip(np.where(np.isfinite(bracket[0]), bracket[0], lo_full), lo_full, hi_full)
+    hi = np.clip(np.where(np.isfinite(bracket[1]), bracket[1], hi_full), lo_full, hi_full)
+    narrow = (lo > lo_full) | (hi < hi_full)
+    iv = _implied_vol(prices, batch, method, lo, hi)
+    redo = np.flatnonzero(narrow & np.isin(iv.status, ("below-intrinsic", "no-solution", "invalid")))
+    if redo.size:  # the root lies outside the hint: the full bracket for those rows
+        sub = batch.take(redo)
+        m = method if np.ndim(method.steps) == 0 else dataclasses.replace(method, steps=method.steps_for(n)[redo])
+        _implied_vol(prices[redo], sub, m, lo_full, hi_full).scatter(iv, redo)
+    return iv
 
 
-def _tree_implied_vol(prices: np.ndarray, batch: Batch, method: Method, lo, hi) -> tuple[np.ndarray, np.ndarray]:
-    """Tree implied volatilities in the bracket ``[lo, hi]`` (scalars or per row), on the GPU
-    when the dispatch chooses it (any GPU failure: the CPU)."""
-    n = len(batch)
-    steps = method.steps_for(n)
-    code = None
-    if select_device(batch, method) != "cpu":  # the whole chain together (binomial_iv_gpu)
-        import logging
-
-        from .kernels import binomial_gpu, binomial_iv_gpu
-        try:
-            precision = method.precision if int(steps.max(initial=0)) <= binomial_gpu.FP32_MAX_STEPS else "fp64"
-            vol, code = binomial_iv_gpu.crr_implied_vol_gpu(prices, batch.kind, batch.style, batch.spot, batch.strike,
-                                                            batch.expiry, batch.rate, batch.dividend_yield, steps,
-                                                            lo=lo, hi=hi, xtol=method.iv_tolerance, precision=precision)
-        except Exception as e:  # noqa: BLE001 (any GPU failure: solve on the CPU)
-            logging.getLogger(__name__).warning("GPU implied volatility failed (%s: %s); solved on the CPU instead",
-                                                type(e).__name__, e)
-            code = None
-    if code is None:
-        vol, code = binomial_cpu.crr_implied_vol(prices, batch.kind, batch.style, batch.spot, batch.strike,
-                                                 batch.expiry, batch.rate, batch.dividend_yield, steps, lo=lo, hi=hi,
-                                                 xtol=method.iv_tolerance)
-    return vol, np.asarray(IV_STATUS_NAMES, dtype=object)[code]
+def _implied_vol(prices: np.ndarray, batch: Batch, method: Method, lo, hi) -> ImpliedVol:
+    """The front door's implied volatilities in the bracket ``[lo, hi]`` (scalars or per row):
+    the tree's on the GPU when the dispatch chooses it (any GPU failure: the CPU), else the
+    closed form's."""
+    door = front_door("binomial" if method.name == "binomial" else "black-scholes")
+    device = "gpu" if door.GPU and _wants_gpu(batch, method) else "cpu"
+    return _gpu_or_cpu(lambda d: door.implied_vol(prices, batch, method, d, lo, hi), device, "implied volatility")
 
 
-def implied_vol_table(prices: Any, columns: Mapping[str, Any], method: Method | None = None) -> tuple[np.ndarray, np.ndarray]:
+def implied_vol_table(prices: Any, columns: Mapping[str, Any], method: Method | None = None) -> ImpliedVol:
     """:func:`implied_vol` from raw columns (``volatility`` not needed), marking invalid rows.
 
     Args:
@@ -444,8 +368,10 @@ def implied_vol_table(prices: Any, columns: Mapping[str, Any], method: Method | 
         method: binomial (steps) or black-scholes.
 
     Returns:
-        ``(vol, status)`` as :func:`implied_vol`; a row with an invalid input gets NaN and
-        status ``"invalid: <field>=<value>: <reason>"``.
+        :class:`optiond.models.ImpliedVol` as :func:`implied_vol`; a row with an invalid input
+        gets NaN, status ``"invalid"`` and the reason ``"<field>=<value>: <reason>"`` as its
+        error (``status_text()``, and the unpacked pair, give ``"invalid: <field>=<value>:
+        <reason>"``).
 
     Raises:
         InvalidInputError: only for problems of the whole table.
@@ -459,18 +385,19 @@ def implied_vol_table(prices: Any, columns: Mapping[str, Any], method: Method | 
     prices = np.full(n, float(prices)) if prices.ndim == 0 else prices
     if prices.shape != (n,):
         raise InvalidInputError("price", None, f"length {prices.shape}", f"expected {n} prices")
-    vol = np.full(n, np.nan)
-    status = object_full(n, "invalid")
+    out = ImpliedVol.empty(n, status="invalid")
     bad = {e.row: e for e in errors}
     steps = method.steps_for(n) if method.name == "binomial" else None
     for r, e in bad.items():
-        status[r] = f"invalid: {e.message}"
+        out.error[r] = e.message
     valid = np.array([i for i in range(n) if i not in bad], dtype=np.int64)
     if valid.size:
         batch = Batch._from_valid({k: v[valid] for k, v in arrays.items()})
         m = method if steps is None else dataclasses.replace(method, steps=steps[valid])
-        vol[valid], status[valid] = implied_vol(prices[valid], batch, m, bracket=_bracket(columns, n, valid))
-    return vol, status
+        part = implied_vol(prices[valid], batch, m, bracket=_bracket(columns, n, valid))
+        part.scatter(out, valid)
+        out.device, out.diagnostics = part.device, part.diagnostics
+    return out
 
 
 def _bracket(columns: Mapping[str, Any], n: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

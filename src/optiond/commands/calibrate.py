@@ -1,6 +1,6 @@
 """``optiond calibrate``: measure where the GPU beats the CPU on this machine and store it.
 
-The result (JSON, :mod:`optiond.kernels.dispatch`) lives in the user's cache directory; the
+The result (JSON, :mod:`optiond.kernels.binomial.plan`) lives in the user's cache directory; the
 engine reads it to choose the CPU, the GPU batch kernel or the GPU pipeline per request.
 """
 
@@ -12,15 +12,16 @@ import sys
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from ..kernels import binomial_gpu, dispatch
+    from ..kernels import gpu
+    from ..kernels.binomial import calibrate, plan
 
-    path = args.path or dispatch.calibration_path()
+    path = args.path or plan.calibration_path()
     if args.show:
-        cal = dispatch.load_calibration(path)
+        cal = plan.load_calibration(path)
         cal.pop("measurements", None)
         print(json.dumps(cal, indent=2, sort_keys=True))
         return 0
-    if not binomial_gpu.available():
+    if not gpu.available():
         print("optiond calibrate: no usable GPU (CuPy and a CUDA device are needed); "
               "every request is priced on the CPU, nothing to calibrate", file=sys.stderr)
         return 1
@@ -30,8 +31,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr, flush=True)
 
     try:
-        cal = dispatch.calibrate(quick=args.quick, save=not args.dry_run, path=path, progress=progress)
-    except binomial_gpu.GPUError as e:
+        cal = calibrate.calibrate(quick=args.quick, save=not args.dry_run, path=path, progress=progress)
+    except gpu.GPUError as e:
         print(f"optiond calibrate: GPU error: {e}", file=sys.stderr)
         return 1
     cal.pop("measurements", None)

@@ -33,10 +33,10 @@ def devices() -> list[str]:
         hook = getattr(engine, "available_devices", None)
         if callable(hook):
             return [str(d) for d in hook()]
-        from ..kernels import binomial_gpu  # imports CuPy lazily; the probe is cached per process
+        from ..kernels import gpu  # imports CuPy lazily; the probe is cached per process
 
-        if binomial_gpu.available():
-            return ["cpu", binomial_gpu.device_label()]
+        if gpu.available():
+            return ["cpu", gpu.device_label()]
     except Exception:  # a broken GPU probe must not take the daemon down
         log.warning("device probe failed", exc_info=True)
     return ["cpu"]

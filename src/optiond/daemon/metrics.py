@@ -78,14 +78,14 @@ def gpu_memory_here() -> list[dict[str, Any]]:
     if "cupy" not in sys.modules:
         return []
     try:
-        from ..kernels import binomial_gpu
+        from ..kernels import gpu
 
-        if not binomial_gpu.available() or "info" not in getattr(binomial_gpu, "_state", {}):
-            return []
+        if not gpu.available() or not any(isinstance(k, tuple) and k[0] == "info" for k in list(gpu._state)):
+            return []  # no device queried yet: this process has not used the GPU
         import cupy
 
         free, total = cupy.cuda.runtime.memGetInfo()
-        return [{"device": binomial_gpu.device_label(), "used": int(total - free), "total": int(total),
+        return [{"device": gpu.device_label(), "used": int(total - free), "total": int(total),
                  "pool_used": int(cupy.get_default_memory_pool().used_bytes())}]
     except Exception:  # noqa: BLE001 (a failing GPU must not break a scrape or a status)
         return []

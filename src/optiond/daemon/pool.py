@@ -161,11 +161,9 @@ def _import_mpi():
 
 def _gpu_count() -> int:
     try:
-        from ..kernels import binomial_gpu
+        from ..kernels import gpu
 
-        if not binomial_gpu.available():
-            return 0
-        return int(binomial_gpu._cupy().cuda.runtime.getDeviceCount())
+        return gpu.device_count()
     except Exception:  # noqa: BLE001
         return 0
 
@@ -189,10 +187,10 @@ def configure_rank(local_rank: int, local_size: int) -> dict[str, Any]:
     device = "cpu"
     if n_gpus:
         try:
-            from ..kernels import binomial_gpu
+            from ..kernels import gpu
 
-            binomial_gpu._cupy().cuda.Device(local_rank % n_gpus).use()
-            device = binomial_gpu.device_label()
+            gpu.cupy().cuda.Device(local_rank % n_gpus).use()
+            device = gpu.device_label()
         except Exception as e:  # noqa: BLE001 (a broken GPU: this rank prices on the CPU)
             log.warning("rank cannot use GPU %d: %s", local_rank % n_gpus, e)
     _rank_info.update(device=device, threads=threads, gpus=n_gpus, local_rank=local_rank)

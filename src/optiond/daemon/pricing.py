@@ -69,7 +69,7 @@ _ONE_BYTES = len(wire.VALUE_FIELDS) * 8
 
 def _serial_nodes() -> float:
     """Tree nodes below which the CPU kernel prices a batch on one thread (no thread pool)."""
-    from ..kernels import binomial_cpu
+    from ..kernels.binomial import cpu as binomial_cpu
 
     return float(getattr(binomial_cpu, "PARALLEL_MIN_NODES", 200_000)) - 1.0
 
@@ -320,7 +320,7 @@ class PricingOps:
         """Single-core CRR speed, ns per tree node (the cost model's unit): the best of 7 runs of
         about 0.7 ms (runs of 0.2 ms, best of 3, measured 0.26-0.47 ns/node over 25 starts of
         one idle machine, and a high figure makes the limits refuse requests they should take)."""
-        from ..kernels import binomial_cpu
+        from ..kernels.binomial import cpu as binomial_cpu
 
         n, N = 8, 800
         args = (np.zeros(n, np.int8), np.ones(n, np.int8), np.full(n, 100.0), np.full(n, 100.0), np.full(n, 1.0),

@@ -113,12 +113,9 @@ Handler = Callable[[Message, float], "tuple[dict, list] | _Req | None"]
 
 
 def _gpu_available() -> bool:
-    try:
-        from ..kernels import binomial_gpu
+    from ..kernels import gpu
 
-        return binomial_gpu.available()
-    except Exception:  # noqa: BLE001
-        return False
+    return gpu.available()
 
 
 class Server(PricingOps, ControlOps):
@@ -306,9 +303,9 @@ class Server(PricingOps, ControlOps):
         self.coalesce = self.coalesce_mode == "always" or (self.coalesce_mode == "auto" and self._gpu)
         if self._gpu:
             try:
-                from ..kernels import dispatch
+                from ..kernels.binomial import plan
 
-                self._gpu_min_nodes = float(dispatch.current()["gpu_min_nodes"])
+                self._gpu_min_nodes = float(plan.current()["gpu_min_nodes"])
             except Exception:  # noqa: BLE001
                 self._gpu_min_nodes = 2e6
         local = next((r for r in self.ranks if r.get("rank") == 0), {})

@@ -13,6 +13,12 @@ Greek units: delta dV/dS, gamma d2V/dS2, theta dV/dt per year of calendar time, 
 of volatility, rho per 1.00 of rate.
 
 Inputs are assumed validated by :mod:`optiond.models`; these kernels do not re-check them.
+
+The method's front door (the kernel contract the engine calls, as ``kernels/binomial``,
+``kernels/mlmc`` and ``kernels/adi`` do): :data:`GPU` (False: the closed form runs on the CPU),
+:func:`wants_gpu`, :func:`price` (a :class:`~optiond.models.Result`; American rows marked as
+errors) and :func:`implied_vol` (an :class:`~optiond.models.ImpliedVol`; American rows
+``american-not-supported``).
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ import math
 import numba as nb
 import numpy as np
 
-from .rootfind import B, FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, brent_init, brent_step
 from ..columns import as_columns
+from ..models import AMERICAN, GREEK_FIELDS, Batch, ImpliedVol, Method, Result
+from .rootfind import B, FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, brent_init, brent_step
 
 _SQRT2 = math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -155,3 +162,48 @@ def bs_implied_vol(price, kind, spot, strike, expiry, rate, dividend_yield, lo=M
     """
     p, kind, S, K, T, r, q = as_columns(price, (kind, np.int8), spot, strike, expiry, rate, dividend_yield)
     return _bs_iv_batch(p, kind, S, K, T, r, q, float(lo), float(hi))
+
+
+# --------------------------------------------------------------------------- the front door
+
+#: the closed form has no GPU path
+GPU = False
+
+
+def wants_gpu(batch: Batch, method: Method) -> bool:
+    """Never: the closed form is cheaper than a transfer."""
+    return False
+
+
+def price(batch: Batch, method: Method, device: str = "cpu") -> Result:
+    """Prices (and Greeks when ``method.greeks``) of a validated batch, shape (n,) each;
+    American rows are marked as errors (the closed form prices European exercise only).
+    ``device`` is ignored (CPU)."""
+    n = len(batch)
+    res = Result.empty(n)
+    am = np.flatnonzero(batch.style == AMERICAN)
+    if am.size:
+        res.mark_error(am, "black-scholes prices European exercise only; use method=binomial for american")
+    good = np.flatnonzero(res.ok)
+    if good.size == 0:
+        return res
+    sub = batch if good.size == n else batch.take(good)
+    out = bs_price_greeks(sub.kind, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield, sub.volatility)
+    for name in ("price",) + GREEK_FIELDS:
+        getattr(res, name)[good] = out[name] if (method.greeks or name == "price") else np.nan
+    return res
+
+
+def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str = "cpu", lo=MIN_IV,
+                hi=MAX_IV) -> ImpliedVol:
+    """European implied volatilities of ``prices`` (shape (n,)) by Brent on the closed form over
+    the full bracket [:data:`MIN_IV`, :data:`MAX_IV`] (a narrower hint ``lo``, ``hi`` is not
+    needed: the closed form is cheap); American rows ``american-not-supported``. ``device`` is
+    ignored (CPU)."""
+    vol, code = bs_implied_vol(prices, batch.kind, batch.spot, batch.strike, batch.expiry, batch.rate,
+                               batch.dividend_yield)
+    iv = ImpliedVol.from_codes(vol, code)
+    am = batch.style == AMERICAN
+    iv.vol[am] = np.nan
+    iv.status[am] = "american-not-supported"
+    return iv

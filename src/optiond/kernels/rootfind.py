@@ -18,12 +18,13 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ..models import IV_STATUS_NAMES  # noqa: F401 (the codes' names, owned by the schema; re-exported)
 from . import brent as _brent
 from .brent import A, B, C, D, E, FA, FB, FC  # noqa: F401 (the state layout, re-exported)
 
-#: implied-volatility status codes shared by every pricer
+#: implied-volatility status codes shared by every pricer (``IV_STATUS_NAMES[code]`` names them)
 IV_OK, IV_BELOW, IV_ABOVE, IV_NOT_CONVERGED, IV_INVALID = 0, 1, 2, 3, 4
-IV_STATUS_NAMES = ("ok", "below-intrinsic", "no-solution", "not-converged", "invalid")
+assert IV_STATUS_NAMES[IV_INVALID] == "invalid" and len(IV_STATUS_NAMES) == IV_INVALID + 1
 
 
 #: :func:`optiond.kernels.brent.brent_init` and ``brent_step``, compiled for the kernels

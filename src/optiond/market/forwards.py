@@ -19,7 +19,7 @@ not observable elsewhere.
   root find per expiry (Brent, started from the parity estimate and bracketed by Newton steps
   of slope ``sqrt(T) / phi(d1)``), run for all expiries together: each iteration is ONE batched
   implied-volatility solve over every pending pair of the chain (on a GPU, one launch:
-  :mod:`optiond.kernels.binomial_iv_gpu`). The carry also absorbs a stale underlying print.
+  :mod:`optiond.kernels.binomial.iv_gpu`). The carry also absorbs a stale underlying print.
 
 The forward of an expiry is ``F = S exp((r - q) T)`` with the carry ``q`` in both cases, so a
 row priced with ``(spot, rate, dividend_yield) = (S, r, q)`` is priced on that forward.

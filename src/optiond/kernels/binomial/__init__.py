@@ -1,0 +1,157 @@
+"""The binomial method (CRR trees, Cox, Ross & Rubinstein 1979): its front door.
+
+The engine calls :func:`price`, :func:`implied_vol` and :func:`wants_gpu` (the kernel front-door
+contract: a :class:`~optiond.models.Result` or :class:`~optiond.models.ImpliedVol` back, any GPU
+failure raised as :class:`optiond.kernels.gpu.GPUError` for the engine to fall back on the CPU).
+
+Where the method begins and ends (this folder):
+
+* ``__init__.py``: the front door (probability checks, the GPU batch-or-pipeline choice, the
+  FP32 rule, the CPU path);
+* ``cpu.py``: the gold reference, CRR trees on the CPU (numba): prices, Greeks, implied vols;
+* ``gpu.py``: the GPU batch kernels' host side, the trees' parameters, the compiled module;
+* ``variants.py``: the kernel instances compiled from ``binomial.cu``;
+* ``pipeline.py``: the single-option pipeline (one large tree over the whole GPU), run side;
+* ``plan.py``: the pipeline's plan (phases, pruned windows) and the calibrated choice of engine;
+* ``calibrate.py``: ``optiond calibrate``'s measurements;
+* ``iv_gpu.py``: implied volatilities on the GPU (Brent's root find on the device or as a host loop);
+* ``timer.py``: device time by CUDA events behind a stream gate (``timing`` dicts, benchmarks);
+* ``_bench.py``: host code only the benchmark uses (the CPU-GPU split, the naive baseline);
+* ``binomial.cu``: the CUDA kernels; ``gate.cu``: the stream gate of ``timer.py``.
+
+Shared with the other methods, outside this folder: ``kernels/gpu.py`` (the GPU probe, the
+device label, the compiled-module cache) and ``kernels/rootfind.py`` / ``brent.py`` (Brent's
+root find).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...models import GREEK_FIELDS, Batch, ImpliedVol, Method, Result
+from .. import gpu as gpus
+from . import cpu
+from .cpu import MAX_IV, MIN_IV, CRRProbabilityError, crr_batch, crr_implied_vol, crr_price  # noqa: F401 (re-exported)
+
+#: the method has a GPU path
+GPU = True
+
+
+def wants_gpu(batch: Batch, method: Method) -> bool:
+    """For ``method.device == "auto"`` with a GPU present: whether the calibrated dispatch
+    (:func:`optiond.kernels.binomial.plan.choose`) finds the request big enough to pay for the
+    transfers.
+
+    Raises:
+        InvalidInputError: ``method.steps`` has the wrong length or an out-of-range value.
+    """
+    from . import plan
+
+    n = len(batch)
+    return plan.choose(n, method.steps_for(n), greeks=method.greeks, gpu=True) != "cpu"
+
+
+def _on_gpu(fn: Callable[..., Any], *a: Any, **kw: Any) -> Any:
+    """``fn(*a, **kw)``, any failure raised as :class:`optiond.kernels.gpu.GPUError` (chained)."""
+    try:
+        return fn(*a, **kw)
+    except gpus.GPUError:
+        raise
+    except Exception as e:  # noqa: BLE001 (CUDA error, out of memory, compile error: the engine uses the CPU)
+        raise gpus.GPUError(f"{type(e).__name__}: {e}") from e
+
+
+def price(batch: Batch, method: Method, device: str) -> Result:
+    """Price a validated batch on CRR trees of ``method.steps`` steps.
+
+    Rows whose CRR probability falls outside [0, 1] are marked ``status="error"`` with the
+    reason; the rest are priced with Greeks (``method.greeks``). On the GPU (``device="gpu"``)
+    the calibrated dispatch picks the batch kernel or the single-option pipeline
+    (``diagnostics["path"]``); FP32 beyond ``gpu.FP32_MAX_STEPS`` steps is priced in FP64
+    (``diagnostics["precision_note"]``; ``diagnostics["precision"]`` says which ran).
+
+    Args:
+        batch: n contracts with market inputs.
+        method: steps (scalar or one per row), greeks, precision.
+        device: ``"cpu"`` or ``"gpu"``.
+
+    Returns:
+        :class:`~optiond.models.Result` with ``device`` ``"cpu"`` or the GPU's label.
+
+    Raises:
+        GPUError: ``device="gpu"`` and the GPU failed (the engine prices on the CPU instead).
+        InvalidInputError: ``method.steps`` has the wrong length or an out-of-range value.
+    """
+    n = len(batch)
+    steps = method.steps_for(n)
+    res = Result.empty(n, device="cpu" if device == "cpu" else gpus.device_label())
+    bad = cpu.probability_errors(batch.expiry, batch.rate, batch.dividend_yield, batch.volatility, steps)
+    if bad.size:
+        p = cpu.probabilities(batch.expiry[bad], batch.rate[bad], batch.dividend_yield[bad], batch.volatility[bad], steps[bad])
+        res.mark_error(bad, [cpu.probability_message(float(x)) for x in p])
+    good = np.flatnonzero(res.ok)
+    if good.size == 0:
+        return res
+    sub = batch if good.size == len(batch) else batch.take(good)
+    if device == "cpu":
+        out = cpu.crr_batch(sub.kind, sub.style, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield,
+                            sub.volatility, steps[good], greeks=method.greeks, check=False)
+    else:
+        out = _price_gpu(sub, method, steps[good], res)
+    for k, name in enumerate(("price",) + GREEK_FIELDS):
+        getattr(res, name)[good] = out[k]
+    return res
+
+
+def _price_gpu(sub: Batch, method: Method, steps: np.ndarray, res: Result) -> np.ndarray:
+    """The (6, n) values of ``sub`` from the GPU batch kernel or the single-option pipeline (the
+    calibrated choice); fills ``res.diagnostics``."""
+    from . import gpu, pipeline, plan
+
+    path = plan.choose(len(sub), steps, greeks=method.greeks, gpu=True, force_gpu=True)
+    precision = method.precision
+    if precision == "fp32" and int(steps.max()) > gpu.FP32_MAX_STEPS:
+        precision = "fp64"
+        res.diagnostics["precision_note"] = f"fp32 is for N <= {gpu.FP32_MAX_STEPS}; priced in fp64"
+    fn = pipeline.crr_pipeline_gpu if path == "gpu-pipeline" else gpu.crr_batch_gpu
+    out = _on_gpu(fn, sub.kind, sub.style, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield,
+                  sub.volatility, steps, greeks=method.greeks, precision=precision)
+    res.diagnostics.update(path=path, precision=precision)
+    return out
+
+
+def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str, lo: Any = MIN_IV,
+                hi: Any = MAX_IV) -> ImpliedVol:
+    """Implied volatilities by Brent's root find on the CRR tree price with the row's exercise
+    style, in the bracket ``[lo, hi]`` (scalars or one per row); the GPU solves the whole chain
+    together (:mod:`optiond.kernels.binomial.iv_gpu`, FP64 where the trees fit a warp).
+
+    Args:
+        prices: option prices, shape (n,), currency units.
+        batch: the contracts and market (its ``volatility`` column is ignored).
+        method: steps, ``iv_tolerance``, precision.
+        device: ``"cpu"`` or ``"gpu"``.
+
+    Returns:
+        :class:`~optiond.models.ImpliedVol` with ``device`` ``"cpu"`` or the GPU's label.
+
+    Raises:
+        GPUError: ``device="gpu"`` and the GPU failed (the engine solves on the CPU instead).
+    """
+    n = len(batch)
+    steps = method.steps_for(n)
+    if device == "cpu":
+        vol, code = cpu.crr_implied_vol(prices, batch.kind, batch.style, batch.spot, batch.strike, batch.expiry,
+                                        batch.rate, batch.dividend_yield, steps, lo=lo, hi=hi, xtol=method.iv_tolerance)
+        return ImpliedVol.from_codes(vol, code)
+    from . import gpu, iv_gpu
+
+    label = gpus.device_label()
+    precision = method.precision if int(steps.max(initial=0)) <= gpu.FP32_MAX_STEPS else "fp64"
+    vol, code = _on_gpu(iv_gpu.crr_implied_vol_gpu, prices, batch.kind, batch.style, batch.spot, batch.strike,
+                        batch.expiry, batch.rate, batch.dividend_yield, steps, lo=lo, hi=hi, xtol=method.iv_tolerance,
+                        precision=precision)
+    return ImpliedVol.from_codes(vol, code, device=label)

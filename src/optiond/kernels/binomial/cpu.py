@@ -1,0 +1,343 @@
+"""The gold reference of the binomial method: the CRR pricer on the CPU (numba).
+
+American and European, puts and calls, continuous dividend yield; every GPU path of
+:mod:`optiond.kernels.binomial` is tested against it.
+
+The tree is Cox, Ross & Rubinstein (1979), "Option pricing: a simplified approach", J.
+Financial Economics 7(3), §3: with ``dt = T/N``
+
+    u = exp(sigma*sqrt(dt)),  d = 1/u,  p = (exp((r - q) dt) - d) / (u - d),
+    V[t, j] = max(exercise[t, j], exp(-r dt) * (p V[t+1, j+1] + (1 - p) V[t+1, j]))
+
+(the max only for American exercise), node ``j`` of level ``t`` at spot ``S u^(2j - t)``.
+
+Implementation (the reference recurrence that the GPU kernels reproduce):
+
+* O(N) memory: one value vector updated in place, ``V[j] <- pu V[j+1] + pd V[j]`` for
+  ascending j (``pu = e^{-r dt} p``, ``pd = e^{-r dt} (1 - p)``);
+* the exercise value is carried by a recurrence instead of a ``pow``/``exp`` per node: since
+  ``S[t, j] = u S[t+1, j]``, the exercise vector obeys ``X[j] <- u X[j] + c`` with
+  ``c = K(u - 1)`` for a call and ``K(1 - u)`` for a put: one FMA per node, no dependence
+  between neighbouring j, so the inner loop vectorises. Every ``REANCHOR`` levels the
+  vector is recomputed from ``exp`` so rounding cannot drift (relative drift < 64 eps);
+* Greeks from the tree (Hull, *Options, Futures and Other Derivatives*, §21.1): delta and gamma
+  from levels 1 and 2, theta from the level-2 centre node, ``(V[2,1] - V[0,0]) / (2 dt)``;
+  vega and rho by central differences of the tree price (bumps ``VEGA_BUMP``, ``RHO_BUMP``).
+
+p must lie in [0, 1], i.e. ``sigma sqrt(dt) > |r - q| dt`` roughly; where it does not, the
+public functions raise :class:`CRRProbabilityError` (or the engine marks the row) instead of
+pricing with negative probabilities.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numba as nb
+import numpy as np
+
+from ...columns import as_columns
+from ..rootfind import B, FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, brent_init, brent_step
+
+REANCHOR = 64
+VEGA_BUMP = 1e-4
+RHO_BUMP = 1e-4
+MIN_IV, MAX_IV = 1e-4, 10.0
+
+
+class CRRProbabilityError(ValueError):
+    """The CRR up-probability p falls outside [0, 1] for these inputs and steps."""
+
+
+@nb.njit(cache=True, nogil=True)
+def crr_probability(T, r, q, sigma, N):
+    """The CRR risk-neutral up-probability p for one option (scalar)."""
+    dt = T / N
+    a = sigma * math.sqrt(dt)
+    u = math.exp(a)
+    d = 1.0 / u
+    return (math.exp((r - q) * dt) - d) / (u - d)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def crr_tree(is_call, american, S, K, T, r, q, sigma, N, V, X, levels):
+    """Backward induction through one CRR tree; returns the price V[0, 0].
+
+    ``V`` and ``X`` are work vectors of length >= N + 1. ``levels`` (length 6) receives the
+    values of the first three levels, ``[V00, V10, V11, V20, V21, V22]`` (NaN where N < 2),
+    for the tree Greeks. Assumes p in [0, 1] (checked by the callers).
+    """
+    dt = T / N
+    a = sigma * math.sqrt(dt)
+    u = math.exp(a)
+    d = 1.0 / u
+    disc = math.exp(-r * dt)
+    p = (math.exp((r - q) * dt) - d) / (u - d)
+    pu = disc * p
+    pd = disc * (1.0 - p)
+    sign = 1.0 if is_call else -1.0
+    c = sign * K * (u - 1.0)
+    for j in range(N + 1):
+        x = sign * (S * math.exp((2 * j - N) * a) - K)
+        X[j] = x
+        V[j] = max(x, 0.0)
+    for k in range(6):
+        levels[k] = np.nan
+    if N == 2:  # the leaves are level 2
+        levels[3] = V[0]
+        levels[4] = V[1]
+        levels[5] = V[2]
+    elif N == 1:  # the leaves are level 1
+        levels[1] = V[0]
+        levels[2] = V[1]
+    for t in range(N - 1, -1, -1):
+        if american:
+            if (N - t) % REANCHOR == 0:
+                for j in range(t + 1):
+                    X[j] = sign * (S * math.exp((2 * j - t) * a) - K)
+                for j in range(t + 1):
+                    V[j] = max(pu * V[j + 1] + pd * V[j], X[j])
+            else:
+                for j in range(t + 1):
+                    x = X[j] * u + c
+                    X[j] = x
+                    V[j] = max(pu * V[j + 1] + pd * V[j], x)
+        else:
+            for j in range(t + 1):
+                V[j] = pu * V[j + 1] + pd * V[j]
+        if t == 2:
+            levels[3] = V[0]
+            levels[4] = V[1]
+            levels[5] = V[2]
+        elif t == 1:
+            levels[1] = V[0]
+            levels[2] = V[1]
+    levels[0] = V[0]
+    return V[0]
+
+
+@nb.njit(cache=True, nogil=True)
+def _tree_greeks(S, T, sigma, N, lv):
+    """delta, gamma, theta from the first tree levels (Hull §21.1)."""
+    dt = T / N
+    u = math.exp(sigma * math.sqrt(dt))
+    d = 1.0 / u
+    delta = (lv[2] - lv[1]) / (S * u - S * d)
+    if N < 2:
+        return delta, np.nan, np.nan
+    su2, sd2 = S * u * u, S * d * d
+    gamma = ((lv[5] - lv[4]) / (su2 - S) - (lv[4] - lv[3]) / (S - sd2)) / (0.5 * (su2 - sd2))
+    theta = (lv[4] - lv[0]) / (2.0 * dt)
+    return delta, gamma, theta
+
+
+@nb.njit(cache=True, nogil=True)
+def _p_ok(T, r, q, sigma, N):
+    p = crr_probability(T, r, q, sigma, N)
+    return p >= 0.0 and p <= 1.0
+
+
+@nb.njit(cache=True, nogil=True)
+def _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, lv, base, which, h):
+    """Central (or one-sided where p leaves [0, 1]) difference of the tree price in sigma
+    (which=0) or rate (which=1)."""
+    if which == 0:
+        up_ok = _p_ok(T, r, q, sigma + h, N)
+        dn_ok = sigma - h > 0.0 and _p_ok(T, r, q, sigma - h, N)
+        up = crr_tree(is_call, american, S, K, T, r, q, sigma + h, N, V, X, lv) if up_ok else base
+        dn = crr_tree(is_call, american, S, K, T, r, q, sigma - h, N, V, X, lv) if dn_ok else base
+    else:
+        up_ok = _p_ok(T, r + h, q, sigma, N)
+        dn_ok = _p_ok(T, r - h, q, sigma, N)
+        up = crr_tree(is_call, american, S, K, T, r + h, q, sigma, N, V, X, lv) if up_ok else base
+        dn = crr_tree(is_call, american, S, K, T, r - h, q, sigma, N, V, X, lv) if dn_ok else base
+    width = (h if up_ok else 0.0) + (h if dn_ok else 0.0)
+    if width == 0.0:
+        return np.nan
+    return (up - dn) / width
+
+
+@nb.njit(cache=True, nogil=True)
+def crr_one(is_call, american, S, K, T, r, q, sigma, N, greeks):
+    """One option (scalars) -> (price, delta, gamma, theta, vega, rho): the batch loop's body,
+    without array set-up, for single-contract requests. Assumes p in [0, 1]."""
+    V = np.empty(N + 1)
+    X = np.empty(N + 1)
+    lv = np.empty(6)
+    price = crr_tree(is_call, american, S, K, T, r, q, sigma, N, V, X, lv)
+    if not greeks:
+        return price, np.nan, np.nan, np.nan, np.nan, np.nan
+    delta, gamma, theta = _tree_greeks(S, T, sigma, N, lv)
+    vega = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, lv, price, 0, VEGA_BUMP)
+    rho = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, lv, price, 1, RHO_BUMP)
+    return price, delta, gamma, theta, vega, rho
+
+
+def _batch_impl(kind, style, S, K, T, r, q, sigma, steps, greeks):
+    n = S.shape[0]
+    out = np.full((6, n), np.nan)
+    for i in nb.prange(n):
+        N = steps[i]
+        V = np.empty(N + 1)
+        X = np.empty(N + 1)
+        lv = np.empty(6)
+        is_call = kind[i] == 1
+        am = style[i] == 1
+        price = crr_tree(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, lv)
+        out[0, i] = price
+        if greeks:
+            out[1, i], out[2, i], out[3, i] = _tree_greeks(S[i], T[i], sigma[i], N, lv)
+            out[4, i] = _bumped_diff(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, lv, price, 0, VEGA_BUMP)
+            out[5, i] = _bumped_diff(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, lv, price, 1, RHO_BUMP)
+    return out
+
+
+_batch_parallel = nb.njit(cache=True, nogil=True, parallel=True)(_batch_impl)
+_batch_serial = nb.njit(cache=True, nogil=True)(_batch_impl)
+
+#: numba's default (workqueue) thread pool must not be entered from two threads at once
+POOL_LOCK = threading.Lock()
+
+#: below this many tree nodes in a batch the thread pool costs more than it saves
+PARALLEL_MIN_NODES = 200_000
+
+
+def probabilities(expiry, rate, dividend_yield, volatility, steps):
+    """Vectorised CRR up-probability p, shape (n,)."""
+    T, r, q, s, N = (np.asarray(a, dtype=np.float64) for a in (expiry, rate, dividend_yield, volatility, steps))
+    dt = T / N
+    a = s * np.sqrt(dt)
+    u = np.exp(a)
+    d = 1.0 / u
+    return (np.exp((r - q) * dt) - d) / (u - d)
+
+
+def probability_errors(expiry, rate, dividend_yield, volatility, steps) -> np.ndarray:
+    """Indices of options whose CRR p is outside [0, 1] (they must not be priced)."""
+    p = probabilities(expiry, rate, dividend_yield, volatility, steps)
+    return np.flatnonzero(~((p >= 0.0) & (p <= 1.0)))
+
+
+def probability_message(p: float) -> str:
+    return (f"CRR probability p={p:.6g} outside [0,1]: too few steps for this rate, dividend "
+            "yield and volatility (need sigma*sqrt(dt) > |r-q|*dt); raise steps")
+
+
+def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps, greeks=True, parallel=None,
+              check=True):
+    """Price arrays of options on CRR trees, in parallel over options (numba ``prange``).
+
+    Args:
+        kind: int codes (0 put, 1 call), shape (n,). style: int codes (0 european, 1 american).
+        spot, strike (currency), expiry (years), rate, dividend_yield, volatility (annualised
+            decimals): float arrays, shape (n,); scalars broadcast.
+        steps: CRR time steps per option, int array shape (n,) or a scalar (1 ... 1e7).
+        greeks: also return the tree Greeks (vega and rho cost four more trees).
+        parallel: force the threaded (True) or serial (False) loop; default by problem size.
+        check: verify p in [0, 1] (callers that already did, e.g. the engine, pass False).
+
+    Returns:
+        float64 array of shape (6, n): rows price, delta, gamma, theta, vega, rho (NaN rows
+        when ``greeks`` is False; gamma and theta are NaN for N < 2).
+
+    Raises:
+        CRRProbabilityError: p outside [0, 1] for some option (message names the first).
+    """
+    kind, style, S, K, T, r, q, s, N = as_columns((kind, np.int8), (style, np.int8), spot, strike, expiry, rate,
+                                                  dividend_yield, volatility, (steps, np.int64))
+    bad = probability_errors(T, r, q, s, N) if check else ()
+    if len(bad):
+        i = int(bad[0])
+        p = float(probabilities(T[i], r[i], q[i], s[i], N[i]))
+        raise CRRProbabilityError(f"option {i}: {probability_message(p)}")
+    if parallel is None:
+        nodes = float(np.sum((N.astype(np.float64) + 1.0) * (N + 2.0) / 2.0)) * (5.0 if greeks else 1.0)
+        parallel = nodes >= PARALLEL_MIN_NODES and S.shape[0] > 1
+    if not parallel:
+        return _batch_serial(kind, style, S, K, T, r, q, s, N, bool(greeks))
+    with POOL_LOCK:
+        return _batch_parallel(kind, style, S, K, T, r, q, s, N, bool(greeks))
+
+
+def crr_price(kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps):
+    """CRR price of one option (scalars; kind/style as 'put'/'call', 'american'/'european'
+    or 0/1 codes). See :func:`crr_batch` for units and errors."""
+    k = {"put": 0, "call": 1}.get(kind, kind) if isinstance(kind, str) else kind
+    st = {"european": 0, "american": 1}.get(style, style) if isinstance(style, str) else style
+    return float(crr_batch(k, st, spot, strike, expiry, rate, dividend_yield, volatility, steps, greeks=False)[0, 0])
+
+
+# --------------------------------------------------------------------------- implied volatility
+
+def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol):
+    n = S.shape[0]
+    vol = np.full(n, np.nan)
+    status = np.zeros(n, dtype=np.int8)
+    for i in nb.prange(n):
+        N = steps[i]
+        if not (np.isfinite(target[i]) and target[i] >= 0.0):
+            status[i] = IV_INVALID
+            continue
+        # the lowest volatility at which p stays in [0, 1] (with a margin)
+        dt = T[i] / N
+        lo_i = max(lo[i], 1.0001 * abs(r[i] - q[i]) * math.sqrt(dt) + 1e-12)
+        hi_i = hi[i]
+        if not (np.isfinite(lo_i) and np.isfinite(hi_i) and lo_i < hi_i):  # NaN-safe
+            status[i] = IV_INVALID
+            continue
+        V = np.empty(N + 1)
+        X = np.empty(N + 1)
+        lv = np.empty(6)
+        st = np.empty(8)
+        c, am = kind[i] == 1, style[i] == 1
+        flo = crr_tree(c, am, S[i], K[i], T[i], r[i], q[i], lo_i, N, V, X, lv) - target[i]
+        fhi = crr_tree(c, am, S[i], K[i], T[i], r[i], q[i], hi_i, N, V, X, lv) - target[i]
+        ftol = 1e-12 * max(1.0, target[i])
+        if flo > ftol:
+            status[i] = IV_BELOW
+            continue
+        if fhi < -ftol:
+            status[i] = IV_ABOVE
+            continue
+        brent_init(st, lo_i, hi_i, flo, fhi)
+        status[i] = IV_NOT_CONVERGED
+        for _ in range(200):
+            if brent_step(st, xtol, ftol):
+                status[i] = IV_OK
+                break
+            st[FB] = crr_tree(c, am, S[i], K[i], T[i], r[i], q[i], st[B], N, V, X, lv) - target[i]
+        vol[i] = st[B]
+    return vol, status
+
+
+_iv_parallel = nb.njit(cache=True, nogil=True, parallel=True)(_iv_impl)
+_iv_serial = nb.njit(cache=True, nogil=True)(_iv_impl)
+
+
+def crr_implied_vol(price, kind, style, spot, strike, expiry, rate, dividend_yield, steps,
+                    lo=MIN_IV, hi=MAX_IV, xtol=1e-12, parallel=None):
+    """Implied volatility from CRR tree prices (American or European) by Brent's bracketed
+    root find on the tree price, one root find per option, in parallel over options.
+
+    Args:
+        price: market prices, shape (n,). Other arguments as :func:`crr_batch`.
+        lo, hi: volatility bracket (annualised decimals), scalars or shape (n,) (a per-option
+            bracket, e.g. around a known nearby root); ``lo`` is raised per option to the
+            smallest volatility at which p stays in [0, 1].
+        xtol: absolute tolerance on the volatility.
+
+    Returns:
+        ``(vol, status)``: float64 (NaN where none) and int8 codes from
+        :mod:`optiond.kernels.rootfind` (``IV_BELOW``: the price is below the tree value at the
+        lowest volatility, e.g. below intrinsic; ``IV_ABOVE``: above the value at ``hi``).
+        Never raises for an unreachable price.
+    """
+    p, kind, style, S, K, T, r, q, N, lo, hi = as_columns(price, (kind, np.int8), (style, np.int8), spot, strike, expiry,
+                                                          rate, dividend_yield, (steps, np.int64), lo, hi)
+    if parallel is None:
+        parallel = p.shape[0] > 1 and float(np.sum(N.astype(np.float64) ** 2)) * 6 >= PARALLEL_MIN_NODES
+    if not parallel:
+        return _iv_serial(p, kind, style, S, K, T, r, q, N, lo, hi, float(xtol))
+    with POOL_LOCK:
+        return _iv_parallel(p, kind, style, S, K, T, r, q, N, lo, hi, float(xtol))
