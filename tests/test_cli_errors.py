@@ -139,8 +139,8 @@ def test_rows_over_a_work_limit_are_marked_on_the_daemon_too(tmp_path, capsys, d
 
 
 def test_adi_grid_over_the_limit_marks_adi_rows_only(tmp_path, capsys):
-    src = book(tmp_path, [dict(method="adi", v0=0.04, kappa=1.5, theta=0.04, xi=0.3, rho=-0.7),
-                          dict(method="binomial", steps=100, v0=0.04, kappa=1.5, theta=0.04, xi=0.3, rho=-0.7)])
+    src = book(tmp_path, [dict(method="adi", v0=0.04, kappa=1.5, long_run_variance=0.04, xi=0.3, correlation=-0.7),
+                          dict(method="binomial", steps=100, v0=0.04, kappa=1.5, long_run_variance=0.04, xi=0.3, correlation=-0.7)])
     dst = tmp_path / "out.csv"
     rc, err, _ = run_cli(capsys, "price", src, "--no-daemon", "--grid", "4000", "4000", "-o", str(dst))
     assert rc == 1

@@ -573,7 +573,7 @@ def test_mlmc_and_adi_are_costed_chunked_and_identical(client):
     assert_same(got, want)
     np.testing.assert_array_equal(got.std_error, want.std_error)
     assert got.diagnostics["mlmc_levels"] == want.diagnostics["mlmc_levels"]
-    heston = dict(cols, v0=0.04, kappa=1.5, theta=0.04, xi=0.3, rho=-0.7)
+    heston = dict(cols, v0=0.04, kappa=1.5, long_run_variance=0.04, xi=0.3, correlation=-0.7)
     m = Method(name="adi", grid=(40, 20), time_steps=20)
     got, want = client.price_table(heston, m, fallback=False), engine.price_table(heston, m)
     assert_same(got, want)

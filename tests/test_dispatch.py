@@ -21,7 +21,7 @@ import numba as nb
 import numpy as np
 import pytest
 
-from optiond import engine
+from optiond import costs, engine
 from optiond.kernels import gpu
 from optiond.kernels.binomial import cpu as bc
 from optiond.kernels.binomial import gpu as bg
@@ -55,7 +55,7 @@ def test_choose_by_size():
 
 
 def test_choose_threshold_is_the_calibrated_one():
-    nodes = dispatch.tree_nodes(1000)  # 501501
+    nodes = costs.tree_nodes(1000)  # 501501
     assert nodes == 501_501
     cal = dict(CAL, gpu_min_nodes=nodes * 5)
     assert dispatch.choose(1, 1000, greeks=True, calibration=cal, gpu=True) == "gpu-batch"

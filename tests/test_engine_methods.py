@@ -55,12 +55,13 @@ def ql_heston():
 
 
 def test_adi_rows_against_quantlib_and_bad_rows_marked(ql_heston):
-    heston = dict(v0=0.04, kappa=1.5, theta=0.04, xi=[0.3, 0.3, 0.5, 0.3, 0.3], rho=[-0.7, -0.7, -0.5, 1.5, -0.7])
+    heston = dict(v0=0.04, kappa=1.5, long_run_variance=0.04, xi=[0.3, 0.3, 0.5, 0.3, 0.3],
+                  correlation=[-0.7, -0.7, -0.5, 1.5, -0.7])
     cols = dict(BASE, kind=["put", "put", "call", "put", "put"], style=["european", "american", "european", "european", "european"],
                 strike=[100.0, 100.0, 110.0, 100.0, -5.0], method="adi", **heston)
     res = engine.price_table(cols, Method(grid=(160, 80), time_steps=60))
     assert res.status.tolist() == ["ok", "ok", "ok", "error", "error"]
-    assert "rho" in res.error[3] and "strike" in res.error[4]
+    assert "correlation" in res.error[3] and "strike" in res.error[4]
     for i, (kind, K, xi, rho) in enumerate([("put", 100.0, 0.3, -0.7), (None, None, None, None), ("call", 110.0, 0.5, -0.5)]):
         if kind:
             ref = ql_heston(kind, 100.0, K, 1.0, 0.05, 0.0, 0.04, 1.5, 0.04, xi, rho)
@@ -77,7 +78,8 @@ def test_adi_without_heston_columns_is_a_row_error():
 def test_price_cli_mixed_methods_keeps_every_row_and_input(tmp_path):
     src = tmp_path / "mixed.csv"
     src.write_text(
-        "kind,style,spot,strike,expiry,rate,dividend_yield,volatility,method,steps,eps,payoff,v0,kappa,theta,xi,rho\n"
+        "kind,style,spot,strike,expiry,rate,dividend_yield,volatility,method,steps,eps,payoff,v0,kappa,long_run_variance,xi,"
+        "correlation\n"
         "put,american,100,100,1,0.05,0,0.2,binomial,500,,,,,,,\n"
         "call,european,100,100,1,0.05,0,0.2,mlmc,,0.02,asian,,,,,\n"
         "put,american,100,100,1,0.05,0,,adi,,,,0.04,1.5,0.04,0.3,-0.7\n"
@@ -87,9 +89,27 @@ def test_price_cli_mixed_methods_keeps_every_row_and_input(tmp_path):
     assert cli_main(["price", str(src), "-o", str(dst), "--no-daemon", "--grid", "120", "60", "--time-steps", "50"]) == 1
     out = pd.read_csv(dst, keep_default_na=False)
     assert out.status.tolist() == ["ok", "ok", "ok", "error", "ok"]
-    assert float(out.theta[2]) == 0.04 and "model_theta" in out.columns  # the Heston input is kept, the Greek renamed
+    assert float(out.long_run_variance[2]) == 0.04 and not any(c.startswith("model_") for c in out.columns)
+    assert float(out.theta[2]) < 0  # the Greek: no Heston input of that name any more
     assert float(out.std_error[1]) > 0 and out.std_error[0] == ""
-    assert "rho" in out.error[3]
+    assert "correlation" in out.error[3]
+
+
+def test_price_cli_reads_the_earlier_heston_column_names_with_a_warning(tmp_path):
+    """A Heston file that still names the long-run variance ``theta`` and the correlation ``rho``
+    prices as before (a DeprecationWarning), its columns renamed in the output beside the Greeks."""
+    head = "kind,style,spot,strike,expiry,rate,dividend_yield,method,v0,kappa,{},xi,{}\n"
+    row = "put,american,100,100,1,0.05,0,adi,0.04,1.5,0.04,0.3,-0.7\n"
+    old, new = tmp_path / "old.csv", tmp_path / "new.csv"
+    old.write_text(head.format("theta", "rho") + row)
+    new.write_text(head.format("long_run_variance", "correlation") + row)
+    args = ["--no-daemon", "--grid", "80", "40", "--time-steps", "30"]
+    with pytest.warns(DeprecationWarning, match="long_run_variance"):
+        assert cli_main(["price", str(old), "-o", str(tmp_path / "a.csv"), *args]) == 0
+    assert cli_main(["price", str(new), "-o", str(tmp_path / "b.csv"), *args]) == 0
+    a, b = pd.read_csv(tmp_path / "a.csv"), pd.read_csv(tmp_path / "b.csv")
+    assert list(a.columns) == list(b.columns) and "theta" in a.columns and "correlation" in a.columns
+    pd.testing.assert_frame_equal(a.drop(columns=["device"]), b.drop(columns=["device"]))
 
 
 @pytest.mark.parametrize("name", ["mlmc", "adi"])
@@ -104,7 +124,7 @@ def test_gpu_failure_prices_on_the_cpu_with_the_same_numbers(name, monkeypatch, 
     monkeypatch.setattr(gpu, "cupy", no_cupy)
     cols = dict(BASE, kind="put", style="european", method=name)
     if name == "adi":
-        cols.update(v0=0.04, kappa=1.5, theta=0.04, xi=0.3, rho=-0.7)
+        cols.update(v0=0.04, kappa=1.5, long_run_variance=0.04, xi=0.3, correlation=-0.7)
     settings = dict(seed=3, eps=0.05, grid=(60, 30), time_steps=20)
     on_cpu = engine.price_table(cols, Method(device="cpu", **settings))
     with caplog.at_level("WARNING", logger="optiond.engine"):

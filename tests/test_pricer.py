@@ -114,14 +114,15 @@ def test_cancel_flag_stops_before_the_request_and_names_a_dropped_one():
 
 
 def _heston_book(tmp_path) -> tuple[pd.DataFrame, str]:
-    """A portfolio of binomial rows that also carries the Heston columns (``theta`` and ``rho``
-    beside the Greeks of those names)."""
+    """A portfolio of binomial rows that also carries the Heston columns (``long_run_variance``
+    and ``correlation`` beside the Greeks theta and rho)."""
     rng = np.random.default_rng(5)
     n = 12
     book = pd.DataFrame({"kind": rng.choice(["put", "call"], n), "style": "american", "spot": 100.0,
                          "strike": rng.uniform(80, 120, n).round(2), "expiry": rng.uniform(0.1, 2, n).round(3),
                          "rate": 0.04, "dividend_yield": 0.01, "volatility": rng.uniform(0.1, 0.5, n).round(3),
-                         "v0": 0.04, "kappa": 1.5, "theta": 0.04, "xi": 0.3, "rho": -0.7})
+                         "v0": 0.04, "kappa": 1.5, "long_run_variance": 0.04, "xi": 0.3,
+                         "correlation": -0.7})
     path = tmp_path / "book.csv"
     book.to_csv(path, index=False)
     return book, str(path)
@@ -129,8 +130,7 @@ def _heston_book(tmp_path) -> tuple[pd.DataFrame, str]:
 
 def test_panel_portfolio_joins_results_as_the_cli_does(tmp_path):
     """The panel's portfolio output has the columns and numbers of ``optiond price``'s for the
-    same file: the Heston ``theta`` and ``rho`` kept, the Greeks written as ``model_theta`` and
-    ``model_rho``."""
+    same file: the Heston inputs kept, the Greeks beside them under their own names."""
     book, path = _heston_book(tmp_path)
     dst = tmp_path / "out.csv"
     assert cli_main(["price", path, "-o", str(dst), "--no-daemon", "--steps", "80"]) == 0
@@ -140,9 +140,9 @@ def test_panel_portfolio_joins_results_as_the_cli_does(tmp_path):
     assert out.finished and out.done == len(book)
     panel = out.df.reset_index(drop=True)
     assert list(panel.columns) == list(cli.columns)
-    assert {"model_theta", "model_rho"} <= set(panel.columns) and (panel["theta"] == 0.04).all()
-    assert (panel["rho"] == -0.7).all()
-    for c in ("price", "delta", "gamma", "model_theta", "vega", "model_rho"):
+    assert {"theta", "rho"} <= set(panel.columns) and (panel["long_run_variance"] == 0.04).all()
+    assert (panel["correlation"] == -0.7).all() and not any(c.startswith("model_") for c in panel.columns)
+    for c in ("price", "delta", "gamma", "theta", "vega", "rho"):
         np.testing.assert_allclose(panel[c].to_numpy(dtype=float), cli[c].to_numpy(dtype=float), rtol=1e-12,
                                    err_msg=c)
     assert panel.status.tolist() == cli.status.tolist() == ["ok"] * len(book)
@@ -164,5 +164,6 @@ def test_merge_portfolio_keeps_every_input_column():
     assert list(out.columns) == list(df.columns) + ["model_price", "delta", "gamma", "model_theta", "vega", "rho",
                                                     "status", "error", "device"]
     assert out.loc[0, "price"] == 1.0 and out.loc[0, "model_price"] == res.price[0]
-    assert set(pricer.portfolio_request(df)) == {"kind", "spot", "strike", "expiry", "rate", "volatility", "theta"}
-    assert "theta" not in pricer.portfolio_request(df, pricer.PORTFOLIO_COLUMNS)
+    # "theta" is no request column (it names the Greek; the Heston input is long_run_variance)
+    assert set(pricer.portfolio_request(df)) == {"kind", "spot", "strike", "expiry", "rate", "volatility"}
+    assert "long_run_variance" in pricer.portfolio_request(df.rename(columns={"theta": "long_run_variance"}))

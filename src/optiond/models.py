@@ -17,6 +17,7 @@ raises :class:`InvalidInputError` on the first one.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
@@ -36,7 +37,10 @@ METHODS = ("binomial", "black-scholes", "mlmc", "adi")
 ADI_SCHEMES = ("do", "cs", "mcs", "hv")
 #: the Heston model's extra market columns (Heston 1993): initial variance, mean reversion,
 #: long-run variance, volatility of variance, spot–variance correlation
-HESTON_FIELDS = ("v0", "kappa", "theta", "xi", "rho")
+HESTON_FIELDS = ("v0", "kappa", "long_run_variance", "xi", "correlation")
+#: the Heston inputs' earlier column names (they clashed with the Greeks theta and rho), read for
+#: one release with a DeprecationWarning: earlier name -> name
+HESTON_RENAMED = {"theta": "long_run_variance", "rho": "correlation"}
 #: MLMC payoff families (with the row's kind: vanilla call/put, digital call/put, Asian call/put)
 PAYOFFS = ("vanilla", "digital", "asian")
 PRECISIONS = ("fp64", "fp32")
@@ -163,6 +167,21 @@ def _column_length(columns: Mapping[str, Any]) -> int:
     return 1 if n is None else n
 
 
+def heston_columns(columns: Mapping[str, Any]) -> dict[str, Any]:
+    """``columns`` as a dict with the Heston inputs under their names (:data:`HESTON_FIELDS`):
+    a Heston table (one with ``v0``) that still names the long-run variance ``theta`` or the
+    correlation ``rho`` (:data:`HESTON_RENAMED`) has them renamed, with a DeprecationWarning.
+    Elsewhere ``theta`` and ``rho`` are the Greeks' names and are left alone."""
+    columns = dict(columns)
+    if "v0" in columns:
+        for old, new in HESTON_RENAMED.items():
+            if old in columns and new not in columns:
+                warnings.warn(f"the Heston input column {old!r} is now {new!r} ({old!r} names the Greek); "
+                              f"the old name goes in the next release", DeprecationWarning, stacklevel=3)
+                columns[new] = columns.pop(old)
+    return columns
+
+
 def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], list[RowError]]:
     """Coerce and check the eight contract/market columns of a batch.
 
@@ -180,7 +199,7 @@ def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
         InvalidInputError: a missing column, a 2-D column or columns of different lengths
             (problems of the whole batch, not of one row).
     """
-    columns = dict(columns)
+    columns = heston_columns(columns)
     columns.setdefault("style", "american")
     columns.setdefault("dividend_yield", 0.0)
     if columns.get("v0") is not None:
@@ -237,16 +256,17 @@ def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
             e = [x for x in e if not blank[x.row]]
             errors += e
             col = out[name]
-            lo, strict = {"v0": (0.0, False), "kappa": (0.0, True), "theta": (0.0, False), "xi": (0.0, True),
-                          "rho": (-1.0, False)}[name]
+            lo, strict = {"v0": (0.0, False), "kappa": (0.0, True), "long_run_variance": (0.0, False),
+                          "xi": (0.0, True), "correlation": (-1.0, False)}[name]
             with np.errstate(invalid="ignore"):
-                fine = np.isfinite(col) & ((col > lo) if strict else (col >= lo)) & ((col <= 1.0) if name == "rho" else True)
+                fine = np.isfinite(col) & ((col > lo) if strict else (col >= lo)) & \
+                    ((col <= 1.0) if name == "correlation" else True)
             already = {err.row for err in e}
             for i in np.flatnonzero(~fine & ~blank).tolist():
                 if i not in already:
                     v = float(col[i])
                     why = ("not a finite number" if not np.isfinite(v) else
-                           "must be between -1 and 1" if name == "rho" else f"must be {'>' if strict else '>='} 0")
+                           "must be between -1 and 1" if name == "correlation" else f"must be {'>' if strict else '>='} 0")
                     errors.append(RowError(i, name, v, why))
     # keep the first problem per row, in row order
     first: dict[int, RowError] = {}
@@ -315,8 +335,9 @@ class Contracts:
 class Market:
     """The model inputs, arrays of shape (n,), float64: ``spot`` (currency units), ``rate``,
     ``dividend_yield`` and ``volatility`` (annualised decimals, continuous); for the Heston
-    model also ``v0`` and ``theta`` (variances, annualised), ``kappa`` (per year), ``xi``
-    (volatility of variance) and ``rho`` (correlation, -1..1), else None."""
+    model also ``v0`` and ``long_run_variance`` (variances, annualised; the model's v0 and
+    theta), ``kappa`` (mean-reversion speed, per year), ``xi`` (volatility of variance) and
+    ``correlation`` (of the spot with its variance, -1..1; the model's rho), else None."""
 
     spot: np.ndarray
     rate: np.ndarray
@@ -324,9 +345,9 @@ class Market:
     volatility: np.ndarray
     v0: np.ndarray | None = None
     kappa: np.ndarray | None = None
-    theta: np.ndarray | None = None
+    long_run_variance: np.ndarray | None = None
     xi: np.ndarray | None = None
-    rho: np.ndarray | None = None
+    correlation: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

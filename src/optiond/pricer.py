@@ -38,7 +38,8 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 import numpy as np
 import pandas as pd
 
-from .models import CONTRACT_FIELDS, HESTON_FIELDS, MARKET_FIELDS, ImpliedVol, Method, Result, object_full
+from .models import (CONTRACT_FIELDS, HESTON_FIELDS, HESTON_RENAMED, MARKET_FIELDS, ImpliedVol, Method, Result,
+                     heston_columns, object_full)
 
 #: the device of an implied-vol answer that does not name one (the earlier ``(vol, status)`` pair)
 UNKNOWN_DEVICE = "unknown"
@@ -229,6 +230,17 @@ PORTFOLIO_COLUMNS = CONTRACT_FIELDS + MARKET_FIELDS + ("method", "steps")
 OPTIONAL_COLUMNS = ("eps", "payoff") + HESTON_FIELDS
 
 
+def portfolio_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a Heston portfolio's earlier column names ``theta`` and ``rho`` renamed to
+    ``long_run_variance`` and ``correlation`` (:func:`optiond.models.heston_columns`, with its
+    DeprecationWarning), so that the Greeks theta and rho can sit beside them; ``df`` itself
+    when there is nothing to rename."""
+    names = list(df.columns)
+    kept = heston_columns(dict.fromkeys(names))
+    renamed = {old: new for old, new in HESTON_RENAMED.items() if old in names and old not in kept}
+    return df.rename(columns=renamed) if renamed else df
+
+
 def portfolio_request(df: pd.DataFrame, columns: Iterable[str] = PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS) -> dict:
     """The request columns of a portfolio table: those of ``columns`` it has, as arrays."""
     return {c: df[c].to_numpy() for c in columns if c in df.columns}
@@ -236,8 +248,8 @@ def portfolio_request(df: pd.DataFrame, columns: Iterable[str] = PORTFOLIO_COLUM
 
 def result_column(name: str, inputs: Iterable[str]) -> str:
     """The output name of the result column ``name`` beside the input columns ``inputs``:
-    ``model_<name>`` where an input column has that name (the Greek ``theta`` beside the Heston
-    long-run variance ``theta``, which is kept as it is), else ``name``."""
+    ``model_<name>`` where an input column has that name (an input ``price`` column, say,
+    is kept as it is), else ``name``."""
     return f"model_{name}" if name in inputs else name
 
 

@@ -103,7 +103,8 @@ class Arg:
         doc: the function wizard's text for it (at most 255 characters).
         field: what it fills: a batch column of :mod:`optiond.models` (``spot``, ``strike``,
             ``expiry``, ``rate``, ``dividend_yield``, ``volatility``, ``kind``, ``style``, the
-            Heston ``v0``, ``kappa``, ``theta``, ``xi``, ``rho``; the MLMC ``eps``, ``payoff``),
+            Heston ``v0``, ``kappa``, ``long_run_variance``, ``xi``, ``correlation`` (the
+            arguments keep the model's letters ``theta`` and ``rho``); the MLMC ``eps``, ``payoff``),
             ``steps`` (CRR steps), ``price`` (the option price of an implied volatility),
             ``seed`` (MLMC) or ``scheme`` (ADI), the last two settings of the request's
             :class:`optiond.models.Method`; ``call_price``, ``put_price`` (a strip's mids,
@@ -222,10 +223,10 @@ V0 = Arg("v0", "Heston initial variance (>= 0), annualised: today's volatility s
          "v0")
 KAPPA = Arg("kappa", "Heston mean-reversion speed of the variance, per year (> 0), e.g. 1.5.", "kappa")
 THETA = Arg("theta", "Heston long-run variance (>= 0), annualised (0.04 = 20% volatility). The variance stays off "
-            "zero when 2 x kappa x theta >= xi^2 (Feller condition).", "theta")
+            "zero when 2 x kappa x theta >= xi^2 (Feller condition).", "long_run_variance")
 XI = Arg("xi", "Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", "xi")
 RHO = Arg("rho", "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives "
-          "the equity skew.", "rho")
+          "the equity skew.", "correlation")
 SCHEME = Arg("scheme", 'Optional. ADI time-stepping scheme: "mcs" (Modified Craig-Sneyd, the default), "hv" '
              '(Hundsdorfer-Verwer), "cs" (Craig-Sneyd) or "do" (Douglas).', "scheme", parse="scheme", default="mcs")
 
@@ -344,7 +345,8 @@ BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
 ARG_OPTIONS: Mapping[str, Any] = {"ndim": 2, "err_to_str": True}
 
 _FIELDS = {"spot", "strike", "expiry", "rate", "dividend_yield", "volatility", "kind", "style", "steps", "price",
-           "eps", "seed", "payoff", "scheme", "v0", "kappa", "theta", "xi", "rho", "call_price", "put_price"}
+           "eps", "seed", "payoff", "scheme", "v0", "kappa", "long_run_variance", "xi", "correlation",
+           "call_price", "put_price"}
 _PARSES = ("number", "kind", "american", "payoff", "scheme")
 _OPS = ("price", "greeks", "iv", "stderr", "forward")
 _METHODS = ("binomial", "black-scholes", "mlmc", "adi", "parity")

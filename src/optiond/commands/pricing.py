@@ -13,8 +13,9 @@ import pandas as pd
 from .. import _moved
 from .. import chain as chain_job
 from ..columns import TableFileError, read_csv_table
-from ..models import Method
-from ..pricer import OPTIONAL_COLUMNS, PORTFOLIO_COLUMNS, DaemonPricer, LocalPricer, merge_portfolio, portfolio_request
+from ..models import HESTON_RENAMED, Method
+from ..pricer import (OPTIONAL_COLUMNS, PORTFOLIO_COLUMNS, DaemonPricer, LocalPricer, merge_portfolio, portfolio_frame,
+                      portfolio_request)
 
 #: a file of more rows than this is priced on the daemon as a followed job (progress bar; the
 #: client waits while the daemon lives and moves, and cancels the job if it stops waiting)
@@ -90,7 +91,8 @@ class _JobBar:
 
 
 def cmd_price(args: argparse.Namespace) -> int:
-    df = read_csv_table(args.file, PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS)
+    df = read_csv_table(args.file, PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS + tuple(HESTON_RENAMED))
+    df = portfolio_frame(df)  # a Heston file's earlier theta / rho columns, renamed (a warning)
     warn_ignored_columns("price", df)
     required = ("kind", "spot", "strike", "expiry", "rate") + (() if "v0" in df.columns else ("volatility",))
     missing = [c for c in required if c not in df.columns]

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels import gpu
 from ..models import ImpliedVol
 from . import wire
 
@@ -148,7 +149,7 @@ def mpiexec_command(ranks: int, argv: list[str]) -> list[str]:
 def default_backoff() -> str:
     """``MPI4PY_FUTURES_BACKOFF`` for this host when none is set: ``1e-4`` with a GPU, else
     ``1e-3`` (see the module docstring)."""
-    return GPU_BACKOFF if _gpu_count() > 0 else CPU_BACKOFF
+    return GPU_BACKOFF if gpu.device_count() > 0 else CPU_BACKOFF
 
 
 def _import_mpi():
@@ -157,15 +158,6 @@ def _import_mpi():
     from mpi4py import MPI  # noqa: PLC0415 (only when a pool is asked for)
 
     return MPI
-
-
-def _gpu_count() -> int:
-    try:
-        from ..kernels import gpu
-
-        return gpu.device_count()
-    except Exception:  # noqa: BLE001
-        return 0
 
 
 def configure_rank(local_rank: int, local_size: int) -> dict[str, Any]:
@@ -183,12 +175,10 @@ def configure_rank(local_rank: int, local_size: int) -> dict[str, Any]:
         threads = numba.get_num_threads()
     except Exception:  # noqa: BLE001
         threads = threads or 1
-    n_gpus = _gpu_count()
+    n_gpus = gpu.device_count()
     device = "cpu"
     if n_gpus:
         try:
-            from ..kernels import gpu
-
             gpu.cupy().cuda.Device(local_rank % n_gpus).use()
             device = gpu.device_label()
         except Exception as e:  # noqa: BLE001 (a broken GPU: this rank prices on the CPU)

@@ -69,6 +69,7 @@ from typing import Any, Callable
 import zmq
 
 from .. import __version__, costs
+from ..kernels import gpu
 from ..models import InvalidInputError, Method
 from . import connections, paths, pool, sdnotify
 from .cache import ReplyCache
@@ -110,12 +111,6 @@ SWITCH_INTERVAL_S = 0.0005
 GUARD_S = 1.0
 
 Handler = Callable[[Message, float], "tuple[dict, list] | _Req | None"]
-
-
-def _gpu_available() -> bool:
-    from ..kernels import gpu
-
-    return gpu.available()
 
 
 class Server(PricingOps, ControlOps):
@@ -299,7 +294,7 @@ class Server(PricingOps, ControlOps):
         self._hb_ctl.bind(f"inproc://optiond-hb-{tag}")
         hb_ctl_peer = ctx.socket(zmq.PAIR)
         hb_ctl_peer.connect(f"inproc://optiond-hb-{tag}")
-        self._gpu = _gpu_available()
+        self._gpu = gpu.available()
         self.coalesce = self.coalesce_mode == "always" or (self.coalesce_mode == "auto" and self._gpu)
         if self._gpu:
             try:

@@ -32,7 +32,8 @@ import pandas as pd
 
 from .. import chain as chain_job
 from ..models import GREEK_FIELDS, Method, Result
-from ..pricer import PORTFOLIO_COLUMNS, Cancelled, DaemonPricer, merge_portfolio, portfolio_request, result_column
+from ..pricer import (PORTFOLIO_COLUMNS, Cancelled, DaemonPricer, merge_portfolio, portfolio_frame, portfolio_request,
+                      result_column)
 from . import devices
 
 NA = "n/a"
@@ -478,8 +479,9 @@ def _price_chain_part(part: pd.DataFrame, pricer: PanelPricer, s: BatchSettings,
 def _price_portfolio_part(part: pd.DataFrame, pricer: PanelPricer, s: BatchSettings, market: None = None) -> pd.DataFrame:
     """Price one part of a portfolio: its contract and market columns (the model, steps and
     MLMC target error are the settings'), joined to the part as ``optiond price`` joins them
-    (:func:`optiond.pricer.merge_portfolio`: the Greek theta beside a Heston ``theta`` column is
-    ``model_theta``)."""
+    (:func:`optiond.pricer.merge_portfolio`; a Heston file's earlier ``theta`` / ``rho`` columns
+    renamed first, :func:`optiond.pricer.portfolio_frame`)."""
+    part = portfolio_frame(part)
     res = pricer.price_table(portfolio_request(part, PORTFOLIO_COLUMNS), make_method(name="binomial", steps=s.steps))
     return merge_portfolio(part, res)
 

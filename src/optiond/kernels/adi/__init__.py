@@ -140,7 +140,7 @@ def price(batch: Batch, method: Method, device: str) -> Result:
         return res
     try:
         out = heston_price_batch(batch.kind, batch.style, batch.spot, batch.strike, batch.expiry, batch.rate,
-                                 batch.dividend_yield, batch.v0, batch.kappa, batch.theta, batch.xi, batch.rho,
+                                 batch.dividend_yield, batch.v0, batch.kappa, batch.long_run_variance, batch.xi, batch.correlation,
                                  scheme=method.scheme, grid=method.grid, time_steps=method.time_steps,
                                  rannacher=method.rannacher, device=device)
     except InvalidInputError:

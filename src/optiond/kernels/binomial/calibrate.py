@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import costs
 from .. import gpu as gpus
 from . import cpu as bc
 from . import gpu as bg
@@ -81,7 +82,7 @@ def calibrate(quick: bool = False, save: bool = True, path: Path | str | None = 
         [(1, 100), (1, 500), (1, 1000), (1, 2000), (10, 1000), (100, 500), (100, 1000), (1000, 1000), (4000, 1000)]
     for n, N in sizes:
         a = puts(n, N)
-        nodes = n * (N + 1) * (N + 2) / 2
+        nodes = n * costs.tree_nodes(N)
         tc = _best(lambda a=a: bc.crr_batch(*a, greeks=False), reps)
         tg = _best(lambda a=a: bg.crr_batch_gpu(*a, greeks=False), reps)
         meas["cpu"].append([nodes, tc])

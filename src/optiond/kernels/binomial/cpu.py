@@ -37,6 +37,7 @@ import threading
 import numba as nb
 import numpy as np
 
+from ... import costs
 from ...columns import as_columns
 from ..rootfind import B, FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, brent_init, brent_step
 
@@ -252,7 +253,7 @@ def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
         p = float(probabilities(T[i], r[i], q[i], s[i], N[i]))
         raise CRRProbabilityError(f"option {i}: {probability_message(p)}")
     if parallel is None:
-        nodes = float(np.sum((N.astype(np.float64) + 1.0) * (N + 2.0) / 2.0)) * (5.0 if greeks else 1.0)
+        nodes = costs.tree_nodes(N) * costs.trees(greeks)
         parallel = nodes >= PARALLEL_MIN_NODES and S.shape[0] > 1
     if not parallel:
         return _batch_serial(kind, style, S, K, T, r, q, s, N, bool(greeks))

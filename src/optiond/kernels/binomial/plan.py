@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import costs
 from .. import gpu as gpus
 from . import cpu as bc
 from .gpu import clusters_supported
@@ -185,12 +186,6 @@ def pipeline_plan(cal: dict | None = None) -> PipelinePlan:
     return PipelinePlan(**plan)
 
 
-def tree_nodes(steps: Any) -> float:
-    """Total nodes of CRR trees with these step counts, sum of (N + 1)(N + 2) / 2."""
-    N = np.asarray(steps, dtype=np.float64).ravel()
-    return float(np.sum((N + 1.0) * (N + 2.0) / 2.0))
-
-
 def choose(n_options: int, steps: Any, greeks: bool = True, calibration: dict | None = None,
            gpu: bool | None = None, force_gpu: bool = False) -> str:
     """The engine for a binomial request: ``"cpu"``, ``"gpu-batch"`` or ``"gpu-pipeline"``.
@@ -217,7 +212,7 @@ def choose(n_options: int, steps: Any, greeks: bool = True, calibration: dict | 
     N = np.asarray(steps, dtype=np.int64).ravel()
     if N.size == 1 and n_options > 1:
         N = np.full(n_options, int(N[0]))
-    nodes = tree_nodes(N) * (5.0 if greeks else 1.0)
+    nodes = costs.tree_nodes(N) * costs.trees(greeks)  # the work model's count
     if nodes < float(cal["gpu_min_nodes"]) and not force_gpu:
         return "cpu"
     if n_options <= int(cal["pipeline_max_options"]) and int(N.max()) >= int(cal["pipeline_min_steps"]):
