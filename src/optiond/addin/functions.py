@@ -50,8 +50,8 @@ Behaviour, the same for every function:
   :func:`optiond.daemon.client.get_client`; when no daemon answers, the client prices
   in-process (set ``OPTIOND_FALLBACK=0`` to get an error message instead). A CRR or
   Black–Scholes request of at most ``OPTIOND_LOCAL_NODES`` tree nodes in all (default
-  :data:`LOCAL_MAX_NODES` = 2e5, about 70 us of one core; a loopback round trip to the daemon
-  measured 150-400 us) is priced in this process by the same engine, with the same bits, as
+  :data:`LOCAL_MAX_NODES` = 2e5, less work than a loopback round trip to the daemon costs:
+  BENCHMARKS.md, "The daemon") is priced in this process by the same engine, with the same bits, as
   the daemon would (a single ``=BOPM_PUT`` with N up to ~630, a range of a few small trees);
   larger CRR work, MLMC and Heston go to the daemon (its GPU, MPI pool and shared cache).
   ``OPTIOND_LOCAL_NODES=0`` sends everything to the daemon.

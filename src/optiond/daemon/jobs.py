@@ -4,8 +4,8 @@ A request whose estimated work is more than a few milliseconds (and every ``subm
 :class:`Job`. The :class:`JobManager`'s thread splits it into chunks of at least
 :data:`MIN_CHUNK_S` seconds of single-core work, shrinking towards the end of the job (guided
 self-scheduling, :func:`guided_works`, so the slots finish within about one small chunk of each
-other: with four equal chunks a slot the slower rank's last chunk was the tail, and two ranks
-on two cores measured 84 % parallel efficiency, 90-94 % guided), and keeps every slot busy: one
+other: with four equal chunks the slower rank's last chunk is the tail; BENCHMARKS.md gives
+the parallel efficiency of each), and keeps every slot busy: one
 slot is a thread of the front end itself (rank 0 prices too), the others are the MPI worker
 ranks (``mpi4py.futures``). Each option is priced by the same kernel whatever chunk it falls
 in, so the numbers are those of one in-process call, bit for bit, on any number of ranks.
@@ -272,8 +272,8 @@ def slot_shares(total_work: float, slots: int, local_speed: float | None, worker
     dispatched first), rank 0's last, all in proportion to the slots' measured speeds: work
     per second from a chunk's dispatch to its result's arrival at rank 0, so that a worker's
     transfers and rank 0's serving and gathering are part of its slot's speed and every
-    chunk comes back at about the same time (measured on 4 H200s with speeds of pricing time
-    alone: rank 0 idled 5-6 ms waiting for the workers' results). Equal shares until both
+    chunk comes back at about the same time (with speeds of pricing time alone, rank 0 idles
+    while the workers' results travel). Equal shares until both
     speeds are known; the ratio is clamped to [0.5, 1.5]."""
     ratio = 1.0
     if local_speed and worker_speed:

@@ -79,8 +79,7 @@ class LimitExceeded(ValueError):
 @dataclass(frozen=True)
 class Limits:
     """The daemon's limits (see the module docstring). Defaults suit a desk workstation:
-    a million options, 6e11 tree nodes (one N = 1e6 tree, 5.0e11 nodes, fits: about 2.5 minutes on
-    one core, 64 ms on an H200), a quarter of the machine's memory per request and half of it for
+    a million options, 6e11 tree nodes (one N = 1e6 tree, 5.0e11 nodes, fits), a quarter of the machine's memory per request and half of it for
     all accepted work."""
 
     max_options: int = 1_000_000

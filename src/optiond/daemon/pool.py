@@ -26,11 +26,8 @@ thread polling for results) is left as set; unset, it is :func:`default_backoff`
 on a GPU host, where chunks take milliseconds and a millisecond lost per chunk would cost 10 %
 of the scaling (at 1e-5 rank 0's polling thread took the interpreter lock so often that rank
 0's own GPU chunk of a 4-GPU job ran 7 % longer than the workers'), and ``1e-3`` s on a
-CPU-only host. Measured on the 2-core machine with two
-ranks: at 1e-5 each idle rank polls away a quarter of a core, and rank 0's polling thread
-contends for the interpreter lock with the request loop, adding ~150 us (+35 %) to every
-one-option round trip; at 1e-3 both costs vanish, and a >= 10 ms CPU chunk waits at most 1 ms
-more for its turn.
+CPU-only host, where a shorter back-off lets idle ranks poll away CPU and contend with the
+request loop for the interpreter lock (the measurements: BENCHMARKS.md, "The daemon").
 """
 
 from __future__ import annotations

@@ -318,8 +318,8 @@ class PricingOps:
     @staticmethod
     def _time_cpu_kernel() -> float:
         """Single-core CRR speed, ns per tree node (the cost model's unit): the best of 7 runs of
-        about 0.7 ms (runs of 0.2 ms, best of 3, measured 0.26-0.47 ns/node over 25 starts of
-        one idle machine, and a high figure makes the limits refuse requests they should take)."""
+        about 0.7 ms (shorter runs scatter more, and a high figure makes the limits refuse
+        requests they should take), clamped to [0.05, 10]."""
         from ..kernels.binomial import cpu as binomial_cpu
 
         n, N = 8, 800
