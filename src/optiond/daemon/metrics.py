@@ -80,8 +80,8 @@ def gpu_memory_here() -> list[dict[str, Any]]:
     try:
         from ..kernels import gpu
 
-        if not gpu.available() or not any(isinstance(k, tuple) and k[0] == "info" for k in list(gpu._state)):
-            return []  # no device queried yet: this process has not used the GPU
+        if not gpu.available() or not gpu.in_use():
+            return []  # this process has not used the GPU
         import cupy
 
         free, total = cupy.cuda.runtime.memGetInfo()

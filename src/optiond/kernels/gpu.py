@@ -99,6 +99,14 @@ def device_info() -> dict:
         return _state[key]
 
 
+def in_use() -> bool:
+    """Whether this process has used a GPU already (a device queried or a module compiled), so
+    that a monitor can read its memory without creating a CUDA context just to answer. Never
+    raises."""
+    with _lock:
+        return any(isinstance(k, tuple) and k[0] in ("info", "module") for k in _state)
+
+
 def device_label() -> str:
     """``"gpu:<id> <name>"``: the device field of a result priced on this GPU.
 
