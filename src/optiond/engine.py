@@ -1,8 +1,10 @@
 """Dispatch: one call, :func:`price`, from a validated batch and a method to a result.
 
 Every front end (CLI, daemon, Excel functions, panel) goes through this module, so a price is
-the same whoever asks. The CPU kernels are the reference; the GPU backend plugs in behind
-:func:`select_device` without changing the call.
+the same whoever asks. Each method is a front door in ``kernels/<method>`` (:data:`FRONT_DOORS`:
+a :class:`~optiond.models.Result` or :class:`~optiond.models.ImpliedVol` back, its CPU path the
+gold reference); this module picks the device once (:func:`_wants_gpu`) and falls back from a
+failed GPU to the CPU in one place (:func:`_gpu_or_cpu`).
 
 * :func:`price` (``Batch``, ``Method``) -> ``Result``: rows the method cannot price (CRR
   probability outside [0, 1], American exercise under the closed form) are marked
