@@ -95,7 +95,7 @@ def test_price_cli_mixed_methods_keeps_every_row_and_input(tmp_path):
     assert "correlation" in out.error[3]
 
 
-def test_price_cli_reads_the_earlier_heston_column_names_with_a_warning(tmp_path):
+def test_price_cli_reads_the_earlier_heston_column_names_with_a_warning(tmp_path, capsys):
     """A Heston file that still names the long-run variance ``theta`` and the correlation ``rho``
     prices as before (a DeprecationWarning), its columns renamed in the output beside the Greeks."""
     head = "kind,style,spot,strike,expiry,rate,dividend_yield,method,v0,kappa,{},xi,{}\n"
@@ -108,6 +108,7 @@ def test_price_cli_reads_the_earlier_heston_column_names_with_a_warning(tmp_path
         assert cli_main(["price", str(old), "-o", str(tmp_path / "a.csv"), *args]) == 0
     said = " ".join(str(w.message) for w in seen)
     assert "'long_run_variance'" in said and "'correlation'" in said
+    assert "theta as long_run_variance, rho as correlation" in capsys.readouterr().err  # the CLI's user is told
     assert cli_main(["price", str(new), "-o", str(tmp_path / "b.csv"), *args]) == 0
     a, b = pd.read_csv(tmp_path / "a.csv"), pd.read_csv(tmp_path / "b.csv")
     assert list(a.columns) == list(b.columns) and "theta" in a.columns and "correlation" in a.columns

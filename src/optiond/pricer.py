@@ -233,12 +233,16 @@ OPTIONAL_COLUMNS = ("eps", "payoff") + HESTON_FIELDS
 def portfolio_frame(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with a Heston portfolio's earlier column names ``theta`` and ``rho`` renamed to
     ``long_run_variance`` and ``correlation`` (:func:`optiond.models.heston_columns`, with its
-    DeprecationWarning), so that the Greeks theta and rho can sit beside them; ``df`` itself
-    when there is nothing to rename."""
+    DeprecationWarning; ``attrs["renamed_columns"]`` says which), so that the Greeks theta and
+    rho can sit beside them; ``df`` itself when there is nothing to rename."""
     names = list(df.columns)
     kept = heston_columns(dict.fromkeys(names))
     renamed = {old: new for old, new in HESTON_RENAMED.items() if old in names and old not in kept}
-    return df.rename(columns=renamed) if renamed else df
+    if not renamed:
+        return df
+    out = df.rename(columns=renamed)
+    out.attrs["renamed_columns"] = renamed  # for a front end to tell its user
+    return out
 
 
 def portfolio_request(df: pd.DataFrame, columns: Iterable[str] = PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS) -> dict:

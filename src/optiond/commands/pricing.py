@@ -93,6 +93,11 @@ class _JobBar:
 def cmd_price(args: argparse.Namespace) -> int:
     df = read_csv_table(args.file, PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS + tuple(HESTON_RENAMED))
     df = portfolio_frame(df)  # a Heston file's earlier theta / rho columns, renamed (a warning)
+    renamed = df.attrs.get("renamed_columns") or {}
+    if renamed:
+        print("optiond price: warning: reading the Heston column" + ("s " if len(renamed) > 1 else " ")
+              + ", ".join(f"{old} as {new}" for old, new in renamed.items())
+              + " (the old names go in the next release)", file=sys.stderr)
     warn_ignored_columns("price", df)
     required = ("kind", "spot", "strike", "expiry", "rate") + (() if "v0" in df.columns else ("volatility",))
     missing = [c for c in required if c not in df.columns]
