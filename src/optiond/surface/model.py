@@ -1,0 +1,152 @@
+"""A fitted volatility surface: one raw-SVI slice per expiry with the market it was fitted on
+and the fit's statistics, its JSON form (versioned schema), and volatility at any (K, T).
+
+Between two slices the total variance is interpolated linearly in T at fixed
+log-moneyness ``k = ln(K / F_T)`` (Gatheral & Jacquier 2014, §5: the interpolation keeps the
+absence of calendar arbitrage when the slices are ordered, ``w(k, t1) <= w(k, t2)``), and the
+forward ``F_T`` log-linearly in T; before the first slice the first slice's total variance is
+scaled by ``T / T1``; after the last, the last slice's ``k``-shape at ``w T / T_n``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .svi import SVI, total_variance
+
+#: the JSON schema's name and version (a reader refuses another major version)
+SCHEMA = "optiond.surface"
+SCHEMA_VERSION = "1.0"
+
+
+@dataclass
+class Slice:
+    """One expiry's fitted smile.
+
+    Attributes:
+        expiry: the expiry's label (``YYYY-MM-DD``).
+        T: time to expiry, years (the chain job's clock).
+        forward: the expiry's forward ``F_T`` (currency units).
+        rate: the zero rate to the expiry (annualised, continuously compounded).
+        svi: raw SVI parameters in total variance (:class:`optiond.surface.svi.SVI`).
+        stats: the fit's statistics (errors in vol points, share of mids inside the fitted
+            bid/ask, confidence in [0, 1], the arbitrage checks' results, quotes used).
+    """
+
+    expiry: str
+    T: float
+    forward: float
+    rate: float
+    svi: SVI
+    stats: dict = field(default_factory=dict)
+
+    def total_variance(self, k) -> np.ndarray:
+        return total_variance(self.svi, k)
+
+
+@dataclass
+class Surface:
+    """Slices ordered by ``T`` (strictly increasing), the underlying and the chain's quote time."""
+
+    underlying: str
+    quote_time: str
+    slices: list[Slice]
+    method: str = "svi"
+    stats: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.slices = sorted(self.slices, key=lambda s: s.T)
+        Ts = [s.T for s in self.slices]
+        if any(b <= a for a, b in zip(Ts, Ts[1:])):
+            raise ValueError("a surface needs one slice per expiry with distinct times to expiry")
+
+    def forward(self, T: float) -> float:
+        """``F_T``: log-linear in T through the slices' forwards, extended along the nearest
+        two slices' slope beyond them (flat with one slice)."""
+        Ts = np.array([s.T for s in self.slices])
+        lf = np.log([s.forward for s in self.slices])
+        if len(Ts) == 1:
+            return float(math.exp(lf[0]))
+        j = int(np.clip(np.searchsorted(Ts, T), 1, len(Ts) - 1))
+        slope = (lf[j] - lf[j - 1]) / (Ts[j] - Ts[j - 1])
+        return float(math.exp(lf[j - 1] + slope * (T - Ts[j - 1])))
+
+    def total_variance(self, k, T: float) -> np.ndarray:
+        """``w(k, T)``: total implied variance at log-moneyness ``k`` (array) and time ``T`` > 0."""
+        s = self.slices
+        if T <= s[0].T:
+            return s[0].total_variance(k) * (T / s[0].T)
+        if T >= s[-1].T:
+            return s[-1].total_variance(k) * (T / s[-1].T)
+        j = int(np.searchsorted([x.T for x in s], T))
+        lo, hi = s[j - 1], s[j]
+        t = (T - lo.T) / (hi.T - lo.T)
+        return (1.0 - t) * lo.total_variance(k) + t * hi.total_variance(k)
+
+    def vol(self, strike, T: float) -> np.ndarray:
+        """Implied volatility (annualised decimal) at ``strike`` (array, currency units) and ``T``."""
+        k = np.log(np.asarray(strike, dtype=np.float64) / self.forward(T))
+        w = self.total_variance(k, T)
+        with np.errstate(invalid="ignore"):
+            return np.sqrt(np.where(w >= 0, w, np.nan) / T)
+
+    # ------------------------------------------------------------------ JSON
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "version": SCHEMA_VERSION, "underlying": self.underlying,
+                "quote_time": self.quote_time, "method": self.method, "stats": self.stats,
+                "slices": [{"expiry": s.expiry, "T": s.T, "forward": s.forward, "rate": s.rate,
+                            "svi": s.svi._asdict(), "stats": s.stats} for s in self.slices]}
+
+    def to_json(self, path: str | None = None) -> str:
+        text = json.dumps(_plain(self.to_dict()), indent=1, allow_nan=False)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+        return text
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Surface":
+        """The surface of :meth:`to_dict`.
+
+        Raises:
+            ValueError: not an ``optiond.surface`` document, or another major version.
+        """
+        if d.get("schema") != SCHEMA or str(d.get("version", "")).split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+            raise ValueError(f"not an {SCHEMA} {SCHEMA_VERSION} document")
+        slices = [Slice(s["expiry"], float(s["T"]), float(s["forward"]), float(s["rate"]), SVI(**s["svi"]),
+                        dict(s.get("stats", {}))) for s in d["slices"]]
+        return cls(d["underlying"], d["quote_time"], slices, d.get("method", "svi"), dict(d.get("stats", {})))
+
+    @classmethod
+    def from_json(cls, text_or_path: str) -> "Surface":
+        text = text_or_path
+        if not text_or_path.lstrip().startswith("{"):
+            with open(text_or_path, encoding="utf-8") as f:
+                text = f.read()
+        return cls.from_dict(json.loads(text))
+
+
+def _plain(obj: Any) -> Any:
+    """JSON-ready: NumPy scalars and arrays as Python numbers and lists, NaN and inf as None."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _plain(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "Slice", "Surface"]
