@@ -3,10 +3,22 @@
 * :mod:`.svi`: raw SVI (Gatheral 2004) in total variance, its derivatives, Gatheral &
   Jacquier's density function g and Lee's wing slopes;
 * :mod:`.model`: :class:`Surface` / :class:`Slice` (the fitted parameters with the market and
-  the statistics of each expiry), volatility at any (K, T), the versioned JSON form.
+  the statistics of each expiry), volatility at any (K, T), the versioned JSON form;
+* :mod:`.arbitrage`: the static-arbitrage checks (butterfly, Lee's wings, minimum variance,
+  calendar) of a slice and of a surface;
+* :mod:`.theo`: ``iv_fit``, the theo price and Greeks at it and the edge for each row of a
+  priced chain (:func:`optiond.surface.theo.apply_surface`);
+* :mod:`.plots`: the smiles, term structure and heatmap pictures (matplotlib; imported only
+  where used).
+
+The fit of a chain (one SVI slice per expiry, the checks as constraints) is the next step of
+this package; until it lands a :class:`Surface` is built from known parameters or read from
+its JSON form.
 """
 
+from .arbitrage import Check, butterfly, calendar, check_slice, check_surface
 from .model import SCHEMA, SCHEMA_VERSION, Slice, Surface
 from .svi import SVI
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "SVI", "Slice", "Surface"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "SVI", "Check", "Slice", "Surface", "butterfly", "calendar", "check_slice",
+           "check_surface"]

@@ -1,0 +1,126 @@
+"""Static-arbitrage checks of raw-SVI slices and of a surface.
+
+* **Butterfly** (Gatheral & Jacquier 2014, "Arbitrage-free SVI volatility surfaces",
+  Quantitative Finance 14(1), §2, eq. (2.1) and Lemma 2.2): a slice is free of butterfly
+  arbitrage iff ``g(k) >= 0`` everywhere (with ``w > 0``). Checked on a dense grid
+  (:func:`check_grid`: one unit of ``k`` beyond the quoted range on each side, at least
+  ``[-1.5, 1.5]``), the grid's minimum refined by a bounded scalar minimiser (``scipy.optimize``).
+* **Lee's moment bound** (Lee 2004, "The moment formula for implied volatility at extreme
+  strikes", Mathematical Finance 14(3)): the wings' slopes ``b (1 +- rho) <= 2``, i.e.
+  ``b (1 + |rho|) <= 2``.
+* **Minimum variance** ``a + b sigma sqrt(1 - rho^2) >= 0`` (Gatheral 2004).
+* **Calendar** (Gatheral & Jacquier 2014, §2, Definition 2.1 / Lemma 2.1): ``w(k, t)``
+  non-decreasing in ``t`` at every ``k``; checked between consecutive slices on the grid.
+
+Each check returns a :class:`Check` (``ok``, the worst value and where it occurs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+from .svi import SVI, density_g, lee_slopes, min_variance, total_variance
+
+#: the grid's fixed span and its extension beyond the quoted range (log-moneyness)
+GRID_SPAN = 1.5
+GRID_MARGIN = 1.0
+GRID_POINTS = 2001
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's result.
+
+    Attributes:
+        name: ``butterfly``, ``lee``, ``min_variance`` or ``calendar``.
+        ok: no violation (the value at or beyond its bound, within ``tol``).
+        value: butterfly: min ``g``; lee: ``b (1 + |rho|)`` (bound 2); min_variance: the minimum
+            total variance; calendar: min over ``k`` of ``w(k, t_{i+1}) - w(k, t_i)``.
+        where: the ``k`` of the worst value (None for lee).
+        tol: the tolerance ``ok`` used.
+    """
+
+    name: str
+    ok: bool
+    value: float
+    where: float | None = None
+    tol: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_grid(k_min: float = 0.0, k_max: float = 0.0, n: int = GRID_POINTS) -> np.ndarray:
+    """The check's ``k`` grid (shape ``(n,)``): ``[min(-1.5, k_min - 1), max(1.5, k_max + 1)]``."""
+    if not (np.isfinite(k_min) and np.isfinite(k_max)) or k_max < k_min:
+        raise ValueError(f"quoted range must be finite with k_min <= k_max, got [{k_min}, {k_max}]")
+    return np.linspace(min(-GRID_SPAN, k_min - GRID_MARGIN), max(GRID_SPAN, k_max + GRID_MARGIN), n)
+
+
+def butterfly(p: SVI, k_min: float = 0.0, k_max: float = 0.0, *, tol: float = 0.0) -> Check:
+    """Butterfly check of a slice: min of Gatheral & Jacquier's ``g`` on :func:`check_grid`,
+    refined by a bounded scalar minimiser between the grid neighbours of the grid minimum.
+    A slice whose total variance is not positive on the grid fails with ``value = -inf``."""
+    p = SVI(*map(float, p))
+    k = check_grid(k_min, k_max)
+    w = total_variance(p, k)
+    if not np.all(w > 0):
+        return Check("butterfly", False, float("-inf"), float(k[int(np.argmin(w))]), tol)
+    g = density_g(p, k)
+    i = int(np.argmin(g))
+    lo, hi = k[max(i - 1, 0)], k[min(i + 1, len(k) - 1)]
+    gk, gv = float(k[i]), float(g[i])
+    if hi > lo:
+        r = minimize_scalar(lambda x: float(density_g(p, x)), bounds=(lo, hi), method="bounded",
+                            options={"xatol": 1e-10})
+        if r.fun < gv:
+            gk, gv = float(r.x), float(r.fun)
+    return Check("butterfly", gv >= -tol, gv, gk, tol)
+
+
+def lee(p: SVI, *, tol: float = 0.0) -> Check:
+    """Lee's moment bound: ``b (1 + |rho|) <= 2`` (both wings' slopes at most 2)."""
+    v = max(lee_slopes(SVI(*map(float, p))))
+    return Check("lee", v <= 2.0 + tol, float(v), None, tol)
+
+
+def min_var(p: SVI, *, tol: float = 0.0) -> Check:
+    """Non-negative minimum total variance; ``where`` is the ``k`` of the minimum,
+    ``m - rho sigma / sqrt(1 - rho^2)``."""
+    p = SVI(*map(float, p))
+    v = min_variance(p)
+    where = p.m - p.rho * p.sigma / np.sqrt(max(1.0 - p.rho * p.rho, 1e-300))
+    return Check("min_variance", v >= -tol, float(v), float(where), tol)
+
+
+def calendar(p1: SVI, p2: SVI, k_min: float = 0.0, k_max: float = 0.0, *, tol: float = 0.0) -> Check:
+    """Calendar check between an earlier slice ``p1`` and a later ``p2``: min over the grid of
+    ``w2(k) - w1(k)`` (negative: the slices cross, calendar arbitrage) and where it occurs."""
+    k = check_grid(k_min, k_max)
+    d = total_variance(SVI(*map(float, p2)), k) - total_variance(SVI(*map(float, p1)), k)
+    i = int(np.argmin(d))
+    return Check("calendar", bool(d[i] >= -tol), float(d[i]), float(k[i]), tol)
+
+
+def check_slice(p: SVI, k_min: float = 0.0, k_max: float = 0.0, *, tol: float = 0.0) -> dict[str, Check]:
+    """The three per-slice checks: ``{"butterfly", "lee", "min_variance"}`` -> :class:`Check`."""
+    return {"butterfly": butterfly(p, k_min, k_max, tol=tol), "lee": lee(p, tol=tol),
+            "min_variance": min_var(p, tol=tol)}
+
+
+def check_surface(surface, *, tol: float = 0.0) -> dict:
+    """All checks of a :class:`~optiond.surface.model.Surface`: ``{"slices": [per-slice
+    checks], "calendar": [Check between slice i and i + 1], "ok": bool}``. The quoted range of a
+    slice is read from its ``stats["k_min"]``, ``stats["k_max"]`` (0 when absent)."""
+    rng = [(float(s.stats.get("k_min", 0.0)), float(s.stats.get("k_max", 0.0))) for s in surface.slices]
+    per = [check_slice(s.svi, *r, tol=tol) for s, r in zip(surface.slices, rng)]
+    cal = [calendar(a.svi, b.svi, min(ra[0], rb[0]), max(ra[1], rb[1]), tol=tol)
+           for a, b, ra, rb in zip(surface.slices, surface.slices[1:], rng, rng[1:])]
+    ok = all(c.ok for d in per for c in d.values()) and all(c.ok for c in cal)
+    return {"slices": per, "calendar": cal, "ok": ok}
+
+
+__all__ = ["Check", "butterfly", "calendar", "check_grid", "check_slice", "check_surface", "lee", "min_var"]

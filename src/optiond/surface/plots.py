@@ -1,0 +1,222 @@
+"""Pictures of a fitted surface against the chain it was fitted on (matplotlib, PNG and SVG).
+
+Three figures, each written as ``<underlying>_<name>.png`` and ``.svg``:
+
+* ``smiles``: small multiples, one smile per expiry in log-moneyness ``k = ln(K / F_T)``: the
+  bid/ask implied-vol bar (``iv_bid`` .. ``iv_ask``) of every out-of-the-money contract (puts
+  below the forward, calls at or above it), the mid's implied vol (``iv``) as a dot, the fitted
+  smile ``sqrt(w(k) / T)`` as a line and the forward (``k = 0``) as a vertical line;
+* ``term_structure``: the ATM volatility ``sqrt(w(0) / T)`` and the ATM skew
+  ``d sigma / dk`` at ``k = 0``, ``w'(0) / (2 sqrt(w(0) T))`` (from the raw-SVI derivative,
+  Gatheral 2004), per slice against ``T``;
+* ``heatmap``: the surface's implied volatility over ``(k, T)`` (:func:`surface_grid`; between
+  slices the surface's own interpolation in total variance).
+
+The figures are drawn on matplotlib's ``Figure`` with the Agg canvas, never through pyplot, so
+writing them touches no global backend (the panel's Qt one included).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .model import Surface
+from .svi import derivatives, implied_vol
+
+#: the file formats each figure is written in
+FORMATS = ("png", "svg")
+#: the figures' names (file ``<underlying>_<name>.<format>``)
+FIGURES = ("smiles", "term_structure", "heatmap")
+#: default half-width of the log-moneyness range where the chain gives none
+DEFAULT_K_HALF_WIDTH = 0.3
+
+
+def otm_quotes(out: pd.DataFrame, forward: float, expiry: str) -> pd.DataFrame:
+    """The out-of-the-money rows of one expiry of the chain job's output with ``k`` added:
+    puts with ``K < F``, calls with ``K >= F``; columns ``k, iv_bid, iv, iv_ask``, sorted by
+    ``k``. Empty when ``out`` has no row of that expiry."""
+    rows = out[out["expiry"].astype(str) == str(expiry)]
+    kind = rows["type"].astype(str).str.strip().str.lower()
+    K = pd.to_numeric(rows["strike"], errors="coerce")
+    otm = rows[((kind == "put") & (K < forward)) | ((kind == "call") & (K >= forward))]
+    k = np.log(pd.to_numeric(otm["strike"], errors="coerce").to_numpy(dtype=np.float64) / forward)
+    res = pd.DataFrame({"k": k, **{c: pd.to_numeric(otm[c], errors="coerce").to_numpy(dtype=np.float64)
+                                   for c in ("iv_bid", "iv", "iv_ask")}})
+    return res.sort_values("k", kind="stable").reset_index(drop=True)
+
+
+def k_range(out: pd.DataFrame | None, surface: Surface) -> tuple[float, float]:
+    """The log-moneyness range of the pictures: the 1st to 99th percentile of the quoted
+    out-of-the-money ``k`` with a mid IV over all slices, else ``+-`` :data:`DEFAULT_K_HALF_WIDTH`."""
+    ks: list[np.ndarray] = []
+    if out is not None and len(out):
+        for s in surface.slices:
+            q = otm_quotes(out, s.forward, s.expiry)
+            ks.append(q["k"].to_numpy()[np.isfinite(q["iv"].to_numpy())])
+    k = np.concatenate(ks) if ks else np.empty(0)
+    k = k[np.isfinite(k)]
+    if k.size < 2:
+        return -DEFAULT_K_HALF_WIDTH, DEFAULT_K_HALF_WIDTH
+    lo, hi = np.percentile(k, [1.0, 99.0])
+    return (float(lo), float(hi)) if hi > lo else (-DEFAULT_K_HALF_WIDTH, DEFAULT_K_HALF_WIDTH)
+
+
+def surface_grid(surface: Surface, k: np.ndarray | None = None, T: np.ndarray | None = None, *,
+                 k_lim: tuple[float, float] = (-DEFAULT_K_HALF_WIDTH, DEFAULT_K_HALF_WIDTH), n_k: int = 121,
+                 n_T: int = 80) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The heatmap's data: ``(k, T, vol)`` with ``vol[i, j] = sqrt(w(k[j], T[i]) / T[i])``,
+    ``w`` = :meth:`Surface.total_variance` (NaN where ``w < 0``).
+
+    Args:
+        surface: the fitted surface (at least one slice).
+        k: log-moneyness points, shape ``(n_k,)``; default ``n_k`` points evenly over ``k_lim``.
+        T: times to expiry in years, > 0, shape ``(n_T,)``; default ``n_T`` points evenly in
+            ``log T`` from the first slice's ``T`` to the last's (the slices' own times when the
+            surface has one slice).
+
+    Returns:
+        ``k`` shape ``(n_k,)``, ``T`` shape ``(n_T,)``, ``vol`` shape ``(n_T, n_k)``
+        (annualised decimals).
+
+    Raises:
+        ValueError: a surface without slices, or a ``T`` that is not > 0.
+    """
+    if not surface.slices:
+        raise ValueError("the surface has no slices")
+    k = np.linspace(k_lim[0], k_lim[1], n_k) if k is None else np.asarray(k, dtype=np.float64)
+    if T is None:
+        t0, t1 = surface.slices[0].T, surface.slices[-1].T
+        T = np.array([t0]) if t1 <= t0 else np.exp(np.linspace(math.log(t0), math.log(t1), n_T))
+    T = np.asarray(T, dtype=np.float64)
+    if not np.all(T > 0):
+        raise ValueError("the grid's times to expiry must be > 0")
+    w = np.stack([surface.total_variance(k, float(t)) for t in T])
+    with np.errstate(invalid="ignore"):
+        vol = np.sqrt(np.where(w >= 0, w, np.nan) / T[:, None])
+    return k, T, vol
+
+
+def atm_term_structure(surface: Surface) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per slice ``(T, atm_vol, atm_skew)``: ``sqrt(w(0) / T)`` and ``d sigma / dk`` at
+    ``k = 0``, ``w'(0) / (2 sqrt(w(0) T))`` (NaN where ``w(0) <= 0``); shapes ``(n_slices,)``."""
+    T = np.array([s.T for s in surface.slices])
+    w, w1 = np.empty_like(T), np.empty_like(T)
+    for i, s in enumerate(surface.slices):
+        w0, d1, _ = derivatives(s.svi, 0.0)
+        w[i], w1[i] = w0, d1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pos = np.where(w > 0, w, np.nan)
+        return T, np.sqrt(pos / T), w1 / (2.0 * np.sqrt(pos * T))
+
+
+def smiles_figure(out: pd.DataFrame, surface: Surface, k_lim: tuple[float, float] | None = None) -> Figure:
+    """Small multiples, one smile per slice (see the module docstring); x: log-moneyness, each
+    panel over its own quoted range within ``k_lim`` (default :func:`k_range`)."""
+    n = len(surface.slices)
+    ncols = max(1, math.ceil(math.sqrt(n)))
+    nrows = max(1, math.ceil(n / ncols))
+    fig = Figure(figsize=(2.6 * ncols + 0.6, 2.1 * nrows + 0.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    lo, hi = k_lim or k_range(out, surface)
+    for ax, s in zip(axes.flat, surface.slices):
+        q = otm_quotes(out, s.forward, s.expiry)
+        q = q[(q["k"] >= lo) & (q["k"] <= hi)]
+        quoted = q["k"][np.isfinite(q["iv"]) | np.isfinite(q["iv_ask"])]
+        a, b = (quoted.min(), quoted.max()) if len(quoted) > 1 else (lo, hi)
+        pad = 0.05 * (b - a)
+        bars = q[np.isfinite(q["iv_bid"]) & np.isfinite(q["iv_ask"])]
+        ax.vlines(bars["k"], 100 * bars["iv_bid"], 100 * bars["iv_ask"], color="0.45", linewidth=1.2,
+                  label="bid/ask IV")
+        ax.plot(q["k"], 100 * q["iv"], ".", color="C0", markersize=2, label="mid IV")
+        kk = np.linspace(a - pad, b + pad, 200)
+        ax.plot(kk, 100 * implied_vol(s.svi, kk, s.T), color="C3", linewidth=1.2, label="fit")
+        ax.axvline(0.0, color="k", linestyle=":", linewidth=0.8, label="forward")
+        ax.set_title(f"{s.expiry}  T={s.T:.3f}", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("k = ln(K / F)", fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("IV (%)", fontsize=7)
+    handles, lbls = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, lbls, loc="outside upper right", ncols=4, fontsize=8)
+    fig.suptitle(f"{surface.underlying} {surface.quote_time}: smiles, out-of-the-money quotes", fontsize=10)
+    return fig
+
+
+def term_structure_figure(surface: Surface) -> Figure:
+    """The ATM volatility and ATM skew against ``T`` (:func:`atm_term_structure`)."""
+    T, vol, skew = atm_term_structure(surface)
+    fig = Figure(figsize=(9, 3.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    a1, a2 = fig.subplots(1, 2)
+    a1.plot(T, 100 * vol, "o-", markersize=3)
+    a1.set(xlabel="T (years)", ylabel="ATM IV (%)", title="ATM volatility sqrt(w(0)/T)")
+    a2.plot(T, skew, "o-", markersize=3, color="C2")
+    a2.axhline(0.0, color="k", linewidth=0.6)
+    a2.set(xlabel="T (years)", ylabel="d sigma / dk", title="ATM skew at k = 0")
+    fig.suptitle(f"{surface.underlying} {surface.quote_time}: term structure", fontsize=10)
+    return fig
+
+
+def heatmap_figure(surface: Surface, k_lim: tuple[float, float] = (-DEFAULT_K_HALF_WIDTH, DEFAULT_K_HALF_WIDTH)
+                   ) -> Figure:
+    """The implied volatility over ``(k, T)`` of :func:`surface_grid` as a colour map (``T`` on
+    a log axis)."""
+    k, T, vol = surface_grid(surface, k_lim=k_lim)
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    mesh = ax.pcolormesh(k, T, 100 * vol, shading="nearest", cmap="viridis")
+    if len(T) > 1:
+        ax.set_yscale("log")
+    ax.set(xlabel="k = ln(K / F_T)", ylabel="T (years)",
+           title=f"{surface.underlying} {surface.quote_time}: implied volatility (%)")
+    fig.colorbar(mesh, ax=ax, label="IV (%)")
+    return fig
+
+
+def plot_surface(out: pd.DataFrame, surface: Surface, directory: str | Path) -> list[Path]:
+    """Write :data:`FIGURES` in :data:`FORMATS` into ``directory`` (created with its parents).
+
+    Args:
+        out: the chain job's output the surface was fitted on (columns ``expiry, type, strike,
+            iv_bid, iv, iv_ask``).
+        surface: the fitted surface (at least one slice).
+        directory: where the files go.
+
+    Returns:
+        the paths written, ``<underlying>_<figure>.<format>`` (underlying lower-cased).
+
+    Raises:
+        OSError: ``directory`` cannot be created or written (a file of that name, no permission).
+        ValueError: a surface without slices.
+        KeyError: ``out`` lacks a column above.
+    """
+    if not surface.slices:
+        raise ValueError("the surface has no slices")
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    lim = k_range(out, surface)
+    figs = {"smiles": smiles_figure(out, surface, lim), "term_structure": term_structure_figure(surface),
+            "heatmap": heatmap_figure(surface, lim)}
+    stem = "".join(c if c.isalnum() else "_" for c in (surface.underlying or "surface").lower())
+    paths = []
+    for name in FIGURES:
+        for fmt in FORMATS:
+            p = d / f"{stem}_{name}.{fmt}"
+            figs[name].savefig(p, format=fmt, dpi=110, metadata={"Date": None} if fmt == "svg" else None)
+            paths.append(p)
+    return paths
+
+
+__all__ = ["FIGURES", "FORMATS", "atm_term_structure", "heatmap_figure", "k_range", "otm_quotes", "plot_surface",
+           "smiles_figure", "surface_grid", "term_structure_figure"]

@@ -1,0 +1,115 @@
+"""Theo values on a fitted surface: the model price and Greeks of every contract of a priced
+chain at the surface's volatility, and the edge of the market's mid against it.
+
+For each row of the chain job's output (:func:`optiond.chain.price_chain`) at strike ``K`` and
+time to expiry ``T`` (``expiry_years``), ``iv_fit`` is :meth:`Surface.vol` (``k = ln(K / F_T)``
+with the surface's forward, total variance interpolated between slices as
+:mod:`optiond.surface.model` says). The price at ``iv_fit`` uses the method the chain job uses
+for the model price at the mid's volatility: the CRR tree (Cox, Ross & Rubinstein 1979) for
+American rows (every row whose ``style`` is not ``european``, as in the chain job), the closed
+form (Black & Scholes 1973, Merton 1973) for European ones, on the row's own ``spot``, ``rate`` and ``dividend_yield``; one batched pricer call per method.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import pricer as _pricer
+from ..chain import DEFAULT_STEPS, labels
+from ..models import GREEK_FIELDS, Method
+from .model import Surface
+
+#: the Greeks at ``iv_fit``, named ``theo_<greek>`` (units of :class:`optiond.models.Result`)
+THEO_GREEKS = tuple(f"theo_{g}" for g in GREEK_FIELDS)
+#: the columns :func:`apply_surface` appends, in order
+THEO_COLUMNS = ("iv_fit", "theo", "edge") + THEO_GREEKS
+#: relative slack on the surface's time range: a row's ``T`` this close to the first or last
+#: slice's counts as inside (the chain's clock and the surface's are the same numbers)
+T_SLACK = 1e-9
+
+
+def fitted_vol(out: pd.DataFrame, surface: Surface) -> np.ndarray:
+    """``iv_fit`` per row, shape ``(n,)``, annualised decimal.
+
+    NaN where the row's strike or ``expiry_years`` is missing or not positive, where ``T`` lies
+    outside ``[T_first, T_last]`` of the surface's slices (no extrapolation in time), or where
+    the surface's total variance is negative.
+
+    Raises:
+        KeyError: ``out`` lacks ``strike`` or ``expiry_years``.
+    """
+    K = pd.to_numeric(out["strike"], errors="coerce").to_numpy(dtype=np.float64)
+    T = pd.to_numeric(out["expiry_years"], errors="coerce").to_numpy(dtype=np.float64)
+    vol = np.full(len(out), np.nan)
+    if not surface.slices:
+        return vol
+    t_lo, t_hi = surface.slices[0].T * (1 - T_SLACK), surface.slices[-1].T * (1 + T_SLACK)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(K) & (K > 0) & np.isfinite(T) & (T >= t_lo) & (T <= t_hi) & (T > 0)
+    rows = np.flatnonzero(ok)
+    for t in np.unique(T[rows]):  # one call per expiry: the forward and the slice weights are per T
+        r = rows[T[rows] == t]
+        vol[r] = surface.vol(K[r], float(t))
+    return vol
+
+
+def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | None = None,
+                  steps: int = DEFAULT_STEPS) -> pd.DataFrame:
+    """``out`` with :data:`THEO_COLUMNS` appended (a copy; every row kept, in order).
+
+    Args:
+        out: the chain job's output (:func:`optiond.chain.price_chain`): reads ``type``,
+            ``style``, ``strike``, ``expiry_years``, ``spot``, ``rate``, ``dividend_yield`` and
+            ``mid``.
+        surface: the fitted surface.
+        pricer: in-process engine (default) or a daemon client; one ``price_table`` call per
+            method (``binomial`` for American rows, ``black-scholes`` for European).
+        steps: CRR steps for American rows (the chain job's default).
+
+    Returns:
+        the frame with ``iv_fit`` (annualised decimal, :func:`fitted_vol`), ``theo`` (the model
+        price at ``iv_fit``, currency units), ``edge = mid - theo`` and ``theo_delta``,
+        ``theo_gamma``, ``theo_theta``, ``theo_vega``, ``theo_rho`` (the Greeks at ``iv_fit``,
+        units of :class:`optiond.models.Result`). NaN where ``iv_fit`` is NaN, where the row has
+        no call/put type or no finite spot, rate or dividend yield, or where the pricer marks
+        the row as an error; ``edge`` is NaN where ``mid`` is.
+
+    Raises:
+        KeyError: a column above is missing.
+    """
+    pricer = pricer or _pricer.LocalPricer()
+    n = len(out)
+    iv_fit = fitted_vol(out, surface)
+    cols = {c: np.full(n, np.nan) for c in ("theo",) + THEO_GREEKS}
+    kind, style = labels(out["type"]), labels(out["style"])
+    num = {c: pd.to_numeric(out[c], errors="coerce").to_numpy(dtype=np.float64)
+           for c in ("strike", "expiry_years", "spot", "rate", "dividend_yield", "mid")}
+    with np.errstate(invalid="ignore"):
+        usable = (np.isfinite(iv_fit) & (iv_fit > 0) & np.isin(kind, ("call", "put")) & (num["spot"] > 0)
+                  & np.isfinite(num["rate"]) & np.isfinite(num["dividend_yield"]))
+    method_name = np.where(style == "european", "black-scholes", "binomial")
+    for name in ("binomial", "black-scholes"):
+        r = np.flatnonzero(usable & (method_name == name))
+        if r.size == 0:
+            continue
+        exercise = "european" if name == "black-scholes" else "american"
+        res = pricer.price_table(dict(kind=kind[r], style=np.full(r.size, exercise, dtype=object),
+                                      spot=num["spot"][r], strike=num["strike"][r],
+                                      expiry=num["expiry_years"][r], rate=num["rate"][r],
+                                      dividend_yield=num["dividend_yield"][r], volatility=iv_fit[r]),
+                                 Method(name=name, steps=steps))
+        ok = np.asarray(res.status) == "ok"
+        cols["theo"][r[ok]] = np.asarray(res.price)[ok]
+        for g in GREEK_FIELDS:
+            cols[f"theo_{g}"][r[ok]] = np.asarray(getattr(res, g))[ok]
+    result = out.copy()
+    result["iv_fit"] = iv_fit
+    result["theo"] = cols["theo"]
+    result["edge"] = num["mid"] - cols["theo"]
+    for g in THEO_GREEKS:
+        result[g] = cols[g]
+    return result
+
+
+__all__ = ["THEO_COLUMNS", "THEO_GREEKS", "apply_surface", "fitted_vol"]

@@ -1,0 +1,100 @@
+"""Pictures of a surface: files written, and the data each picture shows."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from optiond.surface import SVI, Slice, Surface  # noqa: E402
+from optiond.surface.plots import (FIGURES, atm_term_structure, heatmap_figure, otm_quotes, plot_surface,  # noqa: E402
+                                   surface_grid)
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # PNG specification (ISO/IEC 15948), §5.2
+P1 = SVI(0.01, 0.05, -0.4, 0.0, 0.2)
+P2 = SVI(0.03, 0.10, -0.5, 0.05, 0.3)
+
+
+def svi_w(p: SVI, k):
+    """Raw SVI total variance written out (Gatheral 2004)."""
+    k = np.asarray(k, dtype=float)
+    return p.a + p.b * (p.rho * (k - p.m) + np.sqrt((k - p.m) ** 2 + p.sigma ** 2))
+
+
+@pytest.fixture(scope="module")
+def surface():
+    return Surface("TEST", "2026-01-02", [Slice("2026-04-03", 0.25, 100.5, 0.03, P1),
+                                         Slice("2027-01-02", 1.0, 102.0, 0.03, P2)])
+
+
+@pytest.fixture(scope="module")
+def chain_out(surface):
+    rows = []
+    for s in surface.slices:
+        for K in np.arange(70.0, 131.0, 5.0):
+            for kind in ("call", "put"):
+                iv = math.sqrt(svi_w(s.svi, math.log(K / s.forward)) / s.T)
+                rows.append(dict(expiry=s.expiry, type=kind, strike=K, iv_bid=iv - 0.01, iv=iv, iv_ask=iv + 0.01))
+    return pd.DataFrame(rows)
+
+
+def test_files_written_png_and_svg(surface, chain_out, tmp_path):
+    paths = plot_surface(chain_out, surface, tmp_path / "new" / "dir")
+    assert sorted(p.name for p in paths) == sorted(f"test_{f}.{e}" for f in FIGURES for e in ("png", "svg"))
+    for p in paths:
+        data = p.read_bytes()
+        assert len(data) > 5000
+        if p.suffix == ".png":
+            assert data[:8] == PNG_SIGNATURE
+        else:
+            assert ET.fromstring(data).tag == "{http://www.w3.org/2000/svg}svg"
+
+
+def test_plot_into_a_file_raises_oserror(surface, chain_out, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    with pytest.raises(OSError):
+        plot_surface(chain_out, surface, f)
+
+
+def test_grid_is_the_surfaces_vol(surface):
+    k, T, vol = surface_grid(surface, k_lim=(-0.2, 0.2), n_k=41, n_T=30)
+    assert vol.shape == (30, 41) and T[0] == pytest.approx(0.25) and T[-1] == pytest.approx(1.0)
+    assert np.all(np.diff(np.log(T)) > 0)
+    for i, t in enumerate(T):
+        np.testing.assert_array_equal(vol[i], np.sqrt(surface.total_variance(k, t) / t))
+    # at the slices' own times: the raw SVI formula
+    np.testing.assert_allclose(vol[0], np.sqrt(svi_w(P1, k) / 0.25), rtol=1e-14)
+    np.testing.assert_allclose(vol[-1], np.sqrt(svi_w(P2, k) / 1.0), rtol=1e-14)
+
+
+def test_heatmap_shows_the_grid(surface):
+    fig = heatmap_figure(surface, k_lim=(-0.2, 0.2))
+    (mesh,) = fig.axes[0].collections
+    _, _, vol = surface_grid(surface, k_lim=(-0.2, 0.2))
+    np.testing.assert_allclose(np.asarray(mesh.get_array()).reshape(vol.shape), 100 * vol, rtol=1e-15)
+
+
+def test_atm_term_structure_against_finite_differences(surface):
+    T, vol, skew = atm_term_structure(surface)
+    np.testing.assert_array_equal(T, [0.25, 1.0])
+    h = 1e-5
+    for i, p in enumerate((P1, P2)):
+        assert vol[i] == pytest.approx(math.sqrt(svi_w(p, 0.0) / T[i]), rel=1e-14)
+        fd = (math.sqrt(svi_w(p, h) / T[i]) - math.sqrt(svi_w(p, -h) / T[i])) / (2 * h)
+        assert skew[i] == pytest.approx(fd, rel=1e-7)
+    assert np.all(skew < 0)  # rho < 0: the equity skew
+
+
+def test_otm_quotes_take_puts_below_and_calls_above_the_forward(chain_out):
+    q = otm_quotes(chain_out, 100.5, "2026-04-03")
+    assert len(q) == 13  # one per strike 70 ... 130
+    rows = chain_out[chain_out.expiry == "2026-04-03"]
+    puts = rows[(rows.type == "put") & (rows.strike < 100.5)]
+    np.testing.assert_allclose(q["k"][q["k"] < 0], np.log(np.sort(puts.strike.to_numpy()) / 100.5))
+    assert np.all(np.diff(q["k"]) > 0)
