@@ -15,7 +15,7 @@ import pytest
 from optiond import costs, engine
 from optiond.cli import EXIT_DAEMON, EXIT_INPUT
 from optiond.cli import main as cli_main
-from optiond.daemon import limits
+from optiond import limits
 from optiond.kernels.binomial.cpu import crr_price
 from optiond.models import Method
 

@@ -7,7 +7,7 @@ import pytest
 
 from optiond import costs
 from optiond.addin import table
-from optiond.daemon import limits
+from optiond import limits
 from optiond.models import Method
 
 CELL = {"kind": "put", "style": "american", "spot": 100.0, "strike": 100.0, "expiry": 1.0, "rate": 0.03,

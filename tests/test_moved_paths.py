@@ -57,7 +57,7 @@ def test_optiond_kernels_mlmc_keeps_its_names():
         assert hasattr(mlmc, name), name
 
 
-# ---- the work model: optiond.daemon.limits -> optiond.costs ---------------------------------
+# ---- the work model: optiond.limits -> optiond.costs ---------------------------------
 
 _LIMITS_MOVED = ("IV_TREES", "GREEK_TREES", "BYTES_PER_OPTION", "DEFAULT_NS_PER_NODE", "CLOSED_FORM_WORK",
                  "MLMC_STEPS_EPS2", "COST_MODELS", "adi_work", "mlmc_path_steps", "row_weights", "tree_nodes",
@@ -67,7 +67,7 @@ _LIMITS_MOVED = ("IV_TREES", "GREEK_TREES", "BYTES_PER_OPTION", "DEFAULT_NS_PER_
 @pytest.mark.parametrize("name", _LIMITS_MOVED)
 def test_limits_work_model_names_warn_and_are_the_costs_objects(name):
     from optiond import costs
-    from optiond.daemon import limits
+    from optiond import limits
 
     with pytest.warns(DeprecationWarning, match=f"optiond.costs.{name}"):
         old = getattr(limits, name)
@@ -76,7 +76,7 @@ def test_limits_work_model_names_warn_and_are_the_costs_objects(name):
 
 def test_limits_costed_tree_work_rows_keeps_its_per_option_limit():
     from optiond import costs
-    from optiond.daemon import limits
+    from optiond import limits
 
     with pytest.warns(DeprecationWarning, match="optiond.costs.costed_tree_work_rows"):
         old = limits.costed_tree_work_rows
@@ -88,7 +88,7 @@ def test_limits_costed_tree_work_rows_keeps_its_per_option_limit():
 
 
 def test_limits_kept_names_do_not_warn():
-    from optiond.daemon import limits
+    from optiond import limits
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
@@ -108,7 +108,7 @@ def test_addin_table_generator_command_still_runs_and_warns():
 
 # --------------------------------------------------------------------------- the daemon's rooms
 
-DAEMON_MOVES = [("optiond.daemon.pricing_ops", "optiond.daemon.pricing")]
+DAEMON_MOVES = [("optiond.daemon.pricing_ops", "optiond.daemon.pricing"), ("optiond.daemon.limits", "optiond.limits")]
 
 
 @pytest.mark.parametrize("old, new", DAEMON_MOVES)

@@ -87,7 +87,7 @@ def expected_error(e: BaseException, args: argparse.Namespace | None = None) -> 
         return EXIT_INPUT, str(e)
     if type(e).__module__.startswith("optiond.daemon"):  # the client is imported only where used
         from .daemon.client import DaemonError, DaemonUnavailable
-        from .daemon.limits import LimitExceeded
+        from .limits import LimitExceeded
 
         if isinstance(e, DaemonUnavailable):
             hint = ""

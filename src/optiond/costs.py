@@ -16,7 +16,7 @@ Work is counted in each method's own unit:
 
 :func:`estimate` costs a whole request (a :class:`Cost`: work, single-core seconds, memory);
 new pricing methods add their work function to :data:`COST_MODELS`. The limits themselves
-(how much work a request or a row may ask for) are :mod:`optiond.daemon.limits`; the
+(how much work a request or a row may ask for) are :mod:`optiond.limits`; the
 functions here take them as ``caps`` where a row over a per-option limit, which is a row
 error and never priced, costs nothing.
 
@@ -59,7 +59,7 @@ MLMC_MIN_PATH_STEPS = 1e4
 
 class Caps(Protocol):
     """The per-option work limits a row must be within to be priced (an
-    :class:`optiond.daemon.limits.Limits`, e.g. ``DEFAULT_LIMITS``, the engine's)."""
+    :class:`optiond.limits.Limits`, e.g. ``DEFAULT_LIMITS``, the engine's)."""
 
     max_tree_nodes: float
     max_mlmc_cost: float
@@ -118,7 +118,7 @@ def tree_work_rows(steps: Any, greeks: bool, op: str = "price") -> np.ndarray:
 def costed_tree_work_rows(steps: Any, greeks: bool, op: str = "price", caps: Caps | None = None) -> np.ndarray:
     """:func:`tree_work_rows` as a request's cost counts it: a priced option over the
     per-option limit (``caps.max_tree_nodes``; None: no limit) costs nothing, as it is a row
-    error (:func:`optiond.daemon.limits.row_limit_errors`) and is never priced."""
+    error (:func:`optiond.limits.row_limit_errors`) and is never priced."""
     rows = tree_work_rows(steps, greeks, op)
     if caps is None or op != "price":
         return rows
@@ -302,8 +302,8 @@ def estimate(op: str, columns: Mapping[str, Any], method: Method, n: int, messag
         message_bytes: size of the request message (it is held while the request is priced).
         ns_per_node: measured single-core speed of the CRR kernel.
         threads: pricing threads (each holds two tree rows).
-        caps: the per-option work limits (:data:`optiond.daemon.limits.DEFAULT_LIMITS`, as
-            :func:`optiond.daemon.limits.estimate` passes): a priced row over one is a row
+        caps: the per-option work limits (:data:`optiond.limits.DEFAULT_LIMITS`, as
+            :func:`optiond.limits.estimate` passes): a priced row over one is a row
             error and costs nothing. None: every row counts.
 
     Returns:

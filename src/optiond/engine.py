@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, TypeVar
 import numpy as np
 
 from . import costs
-from .daemon import limits
+from . import limits
 from .kernels import black_scholes
 from .kernels import gpu as gpus
 from .kernels.binomial import cpu as binomial_cpu
@@ -230,7 +230,7 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
         :class:`optiond.models.Result`, one row per input row, in input order; rows with an
         invalid value have ``status="error"`` and a reason naming the field and value; so have
         rows whose own work is over a work limit
-        (:func:`optiond.daemon.limits.row_limit_errors`: CRR tree nodes, MLMC path steps, ADI
+        (:func:`optiond.limits.row_limit_errors`: CRR tree nodes, MLMC path steps, ADI
         grid), the same rows on the daemon and in-process.
 
     Raises:

@@ -34,7 +34,7 @@ import pandas as pd
 from .. import chain, costs
 from ..market.curve import DAYS_PER_YEAR
 from ..models import GREEK_FIELDS, MAX_STEPS, InvalidInputError, Method
-from . import limits as limits_mod
+from .. import limits as limits_mod
 from .protocol import (ProtocolError, decode_column, decode_sparse_strings, encode_array, encode_column,
                        encode_sparse_strings)
 
@@ -153,7 +153,7 @@ def decode_request(content: Any, buffers: list, max_rows: int) -> tuple[pd.DataF
 
 def cost(df: pd.DataFrame, kw: Mapping[str, Any], message_bytes: int, ns_per_node: float) -> costs.Cost:
     """What a chain request costs: :data:`CHAIN_SOLVES` tree implied-volatility solves per
-    American contract (the daemon's cost model, :func:`optiond.daemon.limits.estimate`)."""
+    American contract (the daemon's cost model, :func:`optiond.limits.estimate`)."""
     n = len(df)
     style = chain.labels(df["style"])
     cols = {"kind": "put", "style": np.where(style == "american", "american", "european").astype(object),

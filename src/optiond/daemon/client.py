@@ -91,9 +91,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import zmq
 
-from .. import costs
+from .. import costs, limits
 from ..models import ImpliedVol, InvalidInputError, Method, Result
-from . import limits, paths
+from . import paths
 # the other two modules of the client; their public names are re-exported from here
 from .client_jobs import JOB_LEASE_S, JOB_POLL_S, JOB_STALL_S, RESULT_POLL_S, Event, JobsMixin, Subscription
 from .client_replies import (DaemonError, DaemonUnavailable, DeadlineExceeded, JobCancelled, JobPending, RequestRefused,

@@ -63,7 +63,7 @@ def _serve_argv(args: argparse.Namespace, conn: Path) -> list[str]:
 
 
 def _limits(args: argparse.Namespace):
-    from .limits import Limits
+    from ..limits import Limits
 
     kw = {}
     if args.max_options is not None:

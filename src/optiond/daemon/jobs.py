@@ -408,7 +408,7 @@ class JobManager:
         Raises:
             LimitExceeded: too many jobs or too much memory already accepted.
         """
-        from .limits import LimitExceeded
+        from ..limits import LimitExceeded
 
         with self._cv:
             if self._stop:

@@ -13,7 +13,7 @@ operations, status and health in :mod:`optiond.daemon.control_ops`.
 Pricing requests (``price``, ``implied_vol``, ``submit``) take, beside ``columns`` and
 ``method``: ``force`` (skip the reply cache), ``deadline_s`` (seconds the client allows) and
 ``job_id`` (the client's name for the work, which ``cancel`` then accepts). Each is costed
-and checked against the limits (:mod:`optiond.daemon.limits`) before anything is priced, and
+and checked against the limits (:mod:`optiond.limits`) before anything is priced, and
 refused with ``ename`` ``LimitExceeded`` (or ``DaemonDraining``, ``JobCancelled``) when over.
 Identical requests are answered from a bounded cache (:mod:`optiond.daemon.cache`).
 """
@@ -31,12 +31,12 @@ import zmq
 
 from .. import costs, engine
 from ..models import Batch, InvalidInputError, Method, scalar_row
-from . import limits as limits_mod
+from .. import limits as limits_mod
 from . import chain_op, pool, wire
 from .cache import Entry, request_key
 from .control_ops import devices
 from .jobs import FINAL_STATES, Job, Waiter
-from .limits import LimitExceeded
+from ..limits import LimitExceeded
 from .protocol import (PROTOCOL_VERSION, Message, ProtocolError, Session, date_in_window, decode_column,
                        is_array_spec, send_frames)
 from .server_parts import _Counters, _invalid_details, _nbytes, _Refused, _Req, _short

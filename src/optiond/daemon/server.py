@@ -75,7 +75,7 @@ from . import connections, paths, pool, sdnotify
 from .cache import ReplyCache
 from .control_ops import ControlOps, devices
 from .jobs import Job, JobManager, Waiter
-from .limits import LimitExceeded, Limits
+from ..limits import LimitExceeded, Limits
 from .metrics import HTTP_MAX_CONNECTIONS, HttpEndpoint, Metrics
 from .pricing import CHAIN_RUNNERS, COALESCE_MIN, PricingOps
 from .protocol import (PROTOCOL_VERSION, REPLAY_WINDOW_S, SIGNATURE_SCHEME, AuthenticationError,
@@ -124,7 +124,7 @@ class Server(PricingOps, ControlOps):
         warmup: price a few tiny batches at start (and time the CPU kernel for the cost model)
             so the first real request does not pay for loading the compiled kernels.
         max_bytes: largest message accepted (bytes); larger ones get an error reply.
-        limits: per-request limits (:class:`optiond.daemon.limits.Limits`).
+        limits: per-request limits (:class:`optiond.limits.Limits`).
         cache_entries, cache_bytes: size of the reply cache (0 entries: no cache).
         coalesce: price concurrent one-option requests together: ``"auto"`` where a GPU is
             present (a batch of them can go to the GPU in one launch), ``"always"`` (True),
