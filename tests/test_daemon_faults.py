@@ -16,8 +16,8 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from optiond import engine
-from optiond.daemon import jobs, limits
+from optiond import engine, limits
+from optiond.daemon import jobs
 from optiond.daemon.client import Client, DaemonUnavailable
 from optiond.daemon.server import Server
 from optiond.models import Method

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import zmq
 
-from optiond import costs, engine
-from optiond.daemon import cache, jobs, limits, paths, protocol
+from optiond import costs, engine, limits
+from optiond.daemon import cache, jobs, paths, protocol
 from optiond.daemon.client import (Client, DaemonError, DaemonUnavailable, DeadlineExceeded, JobCancelled, JobPending,
                                    RequestRefused)
 from optiond.daemon.protocol import Session
