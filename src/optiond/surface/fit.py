@@ -48,7 +48,7 @@ from scipy.optimize import least_squares, minimize
 
 from . import arbitrage
 from .model import Slice, Surface
-from .svi import SVI, density_g, total_variance
+from .svi import SVI, min_variance, total_variance
 
 #: the fitted range in ATM standard deviations, and its smallest half-width (log-moneyness)
 RANGE_SD = 2.5
@@ -56,13 +56,29 @@ RANGE_MIN = 0.12
 #: weight of the pull to the mid against the distance outside the band (both in vol)
 MID_PULL = 0.1
 #: weight of the no-arbitrage penalties (residual units: vol per unit of violation)
-PENALTY = 10.0
+PENALTY = 1e3
 #: refits with ten times the penalty when a check still fails
 RETRIES = 3
-#: points of the penalty grid
-PENALTY_POINTS = 121
+#: points of the butterfly penalty's grid (the calendar's is the check's own grid)
+PENALTY_POINTS = 401
+#: margins the penalties keep: g >= G_MARGIN, w_i - w_{i-1} >= CAL_MARGIN * T_i (implied variance)
+G_MARGIN = 1e-4
+CAL_MARGIN = 1e-7
+#: the smallest minimum implied variance (v / T; a 1 % volatility), the wings' largest slope
+V_MIN = 1e-4
+LEE_MAX = 1.99
+#: bounds of rho and sigma
+RHO_MAX = 0.995
+SIGMA_MIN = 1e-3
+#: starts of the final fit (the quasi-explicit one and the next best of its grid) and the
+#: optimiser's evaluation budget per start
+STARTS = 4
+MAX_NFEV = 400
 #: fewest quotes a slice needs
 MIN_QUOTES = 5
+#: an outlier's distance to the median of its neighbours: relative, and in spreads
+OUTLIER_REL = 0.25
+OUTLIER_SPREADS = 3.0
 #: near the money for the statistics (log-moneyness)
 NEAR_K = 0.1
 #: the chain output's columns the fit reads
@@ -70,10 +86,37 @@ COLUMNS = ("expiry", "type", "strike", "expiry_years", "forward", "rate", "iv", 
 
 
 
+def _inner(k: np.ndarray, w: np.ndarray, sw: np.ndarray, m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Zeliade's inner problem for a batch of ``(m, sigma)``: the weighted least squares in
+    ``(a, d, c)`` clipped to the domain; returns ``(params (G, 3), objective (G,))``."""
+    y = (k[None, :] - m[:, None]) / s[:, None]
+    X = np.stack([np.ones_like(y), y, np.sqrt(y * y + 1.0)], axis=2) * sw[None, :, None]
+    t = w * sw
+    sol = np.linalg.solve(np.einsum("gni,gnj->gij", X, X) + 1e-14 * np.eye(3),
+                          np.einsum("gni,n->gi", X, t)[:, :, None])[:, :, 0]
+    c = np.clip(sol[:, 2], 0.0, 2.0 * s)
+    e = np.minimum(c, 2.0 * s - c)
+    d = np.clip(sol[:, 1], -e, e)
+    a = np.einsum("gn,n->g", t[None, :] - (X[:, :, 1] * d[:, None] + X[:, :, 2] * c[:, None]), sw) / (sw @ sw)
+    p = np.stack([a, d, c], 1)
+    r = np.einsum("gni,gi->gn", X, p) - t[None, :]
+    return p, np.einsum("gn,gn->g", r, r)
+
+
+def _qe_grid(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mg, sg = np.meshgrid(np.linspace(k.min(), k.max(), 12), np.geomspace(1e-3, 1.0, 12))
+    return mg.ravel(), sg.ravel()
+
+
+def _to_svi(m: float, s: float, adc: np.ndarray) -> SVI:
+    a, d, c = map(float, adc)
+    return SVI(a, c / s, d / c if c > 0 else 0.0, float(m), float(s))
+
+
 def quasi_explicit(k: np.ndarray, w: np.ndarray, weights: np.ndarray | None = None) -> SVI:
     """Zeliade's quasi-explicit start: for each ``(m, sigma)`` the weighted least squares in
     ``(a, d, c)`` (clipped to ``0 <= c <= 2 sigma``, ``|d| <= min(c, 2 sigma - c)``: Lee and
-    ``|rho| <= 1``), the best ``(m, sigma)`` of a grid refined by Nelder-Mead.
+    ``|rho| <= 1``), the best ``(m, sigma)`` of a 12 x 12 grid refined by Nelder-Mead.
 
     Args:
         k: log-moneyness, shape (n,); w: total implied variance, shape (n,);
@@ -86,60 +129,84 @@ def quasi_explicit(k: np.ndarray, w: np.ndarray, weights: np.ndarray | None = No
     if k.size < MIN_QUOTES:
         raise ValueError(f"a slice needs at least {MIN_QUOTES} quotes, got {k.size}")
     sw = np.sqrt(np.ones_like(k) if weights is None else np.asarray(weights, dtype=np.float64))
-
-    def inner(m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        y = (k[None, :] - m[:, None]) / s[:, None]
-        X = np.stack([np.ones_like(y), y, np.sqrt(y * y + 1.0)], axis=2) * sw[None, :, None]
-        t = w * sw
-        sol = np.linalg.solve(np.einsum("gni,gnj->gij", X, X) + 1e-14 * np.eye(3),
-                              np.einsum("gni,n->gi", X, t)[:, :, None])[:, :, 0]
-        c = np.clip(sol[:, 2], 0.0, 2.0 * s)
-        d = np.clip(sol[:, 1], -np.minimum(c, 2.0 * s - c), np.minimum(c, 2.0 * s - c))
-        a = np.einsum("gn,n->g", t[None, :] - (X[:, :, 1] * d[:, None] + X[:, :, 2] * c[:, None]), sw) / (sw @ sw)
-        p = np.stack([a, d, c], 1)
-        r = np.einsum("gni,gi->gn", X, p) - t[None, :]
-        return p, np.einsum("gn,gn->g", r, r)
-
-    mg, sg = np.meshgrid(np.linspace(k.min(), k.max(), 12), np.geomspace(1e-3, 1.0, 12))
-    _, f = inner(mg.ravel(), sg.ravel())
+    mg, sg = _qe_grid(k)
+    _, f = _inner(k, w, sw, mg, sg)
     j = int(np.argmin(f))
-    x0 = np.array([mg.ravel()[j], math.log(sg.ravel()[j])])
-    res = minimize(lambda x: float(inner(np.array([x[0]]), np.array([math.exp(x[1])]))[1][0]), x0,
+    x0 = np.array([mg[j], math.log(sg[j])])
+    res = minimize(lambda x: float(_inner(k, w, sw, np.array([x[0]]), np.array([math.exp(x[1])]))[1][0]), x0,
                    method="Nelder-Mead", options={"xatol": 1e-9, "fatol": 1e-16, "maxiter": 800})
     m, s = float(res.x[0]), math.exp(float(res.x[1]))
-    (a, d, c), = inner(np.array([m]), np.array([s]))[0]
-    b = c / s
-    return SVI(float(a), float(b), float(d / c) if c > 0 else 0.0, m, s)
+    return _to_svi(m, s, _inner(k, w, sw, np.array([m]), np.array([s]))[0][0])
 
 
-def _penalties(p: np.ndarray, grid: np.ndarray, prev: SVI | None, T: float) -> np.ndarray:
-    """The no-arbitrage violations of slice ``p`` on ``grid`` (zero where none): ``g < 0``,
-    Lee's bound, a negative total variance and, against ``prev``, a lower total variance; the
-    variances in implied-variance units (divided by ``T``)."""
-    q = SVI(*p)
-    w = total_variance(q, grid)
-    g = np.nan_to_num(density_g(q, grid), nan=-1.0)
-    out = [np.minimum(g, 0.0), [min(0.0, 2.0 - q.b * (1.0 + abs(q.rho)))], np.minimum(w, 0.0) / T]
-    if prev is not None:
-        out.append(np.minimum(w - total_variance(prev, grid), 0.0) / T)
-    return np.concatenate(out)
+def _starts(k: np.ndarray, w: np.ndarray, n: int) -> list[SVI]:
+    """Starts of the final fit: the quasi-explicit solution and the inner solutions of the
+    next best ``(m, sigma)`` of its grid (at most one per ``sigma`` row), plus a fixed symmetric
+    seed; irregular short smiles have several basins."""
+    sw = np.ones_like(k)
+    out = [quasi_explicit(k, w)]
+    mg, sg = _qe_grid(k)
+    P, f = _inner(k, w, sw, mg, sg)
+    seen: set[float] = set()
+    for j in np.argsort(f, kind="stable"):
+        if len(out) >= n:
+            break
+        if sg[j] in seen:
+            continue
+        seen.add(sg[j])
+        out.append(_to_svi(mg[j], sg[j], P[j]))
+    atm = float(np.interp(0.0, k, w)) if k.min() < 0 < k.max() else float(np.median(w))
+    out.append(SVI(0.5 * atm, 0.2 * atm / 0.1 + 1e-6, -0.3, 0.0, 0.1))
+    return out
+
+
+def _w(x: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Total variance in the fit's parameters ``x = (v, b, rho, m, sigma)`` (``v`` the slice's
+    minimum total variance): ``v + b (rho (k - m) + sqrt((k - m)^2 + sigma^2) - sigma sqrt(1 - rho^2))``."""
+    v, b, r, m, s = x
+    d = k - m
+    return v + b * (r * d + np.sqrt(d * d + s * s) - s * math.sqrt(1.0 - r * r))
+
+
+def _g(x: np.ndarray, k: np.ndarray) -> np.ndarray:
+    v, b, r, m, s = x
+    d = k - m
+    q = np.sqrt(d * d + s * s)
+    w = v + b * (r * d + q - s * math.sqrt(1.0 - r * r))
+    w1 = b * (r + d / q)
+    w2 = b * s * s / (q * q * q)
+    return (1.0 - k * w1 / (2.0 * w)) ** 2 - 0.25 * w1 * w1 * (1.0 / w + 0.25) + 0.5 * w2
+
+
+def _svi_of(x: np.ndarray) -> SVI:
+    v, b, r, m, s = map(float, x)
+    return SVI(v - b * s * math.sqrt(1.0 - r * r), b, r, m, s)
+
+
+def _x_of(p: SVI) -> np.ndarray:
+    return np.array([min_variance(p), p.b, p.rho, p.m, p.sigma])
 
 
 def fit_slice(k, iv_mid, iv_bid=None, iv_ask=None, T: float = 1.0, *, prev: SVI | None = None,
-              k_grid: tuple[float, float] | None = None) -> tuple[SVI, dict]:
+              k_grid: tuple[float, float] | None = None, prev_k_grid: tuple[float, float] | None = None
+              ) -> tuple[SVI, dict]:
     """Fit one expiry's raw SVI slice to quotes (see the module docstring).
 
     Args:
         k: log-moneyness ``ln(K / F_T)`` of the quotes, shape (n,).
         iv_mid: mid implied volatilities (annualised decimals), shape (n,).
-        iv_bid, iv_ask: the band, shape (n,); NaN or None: open on that side (default: the mid).
+        iv_bid, iv_ask: the band, shape (n,); NaN or None: open on that side (default: the mid,
+            a zero-width band).
         T: time to expiry, years (> 0).
         prev: the earlier expiry's fitted slice, for the calendar condition.
         k_grid: the quoted ``(k_min, k_max)`` the checks' grid extends (default: ``k``'s).
+        prev_k_grid: ``prev``'s quoted range (default: ``k_grid``); the calendar is imposed on
+            the grid of both ranges together, the one :func:`~optiond.surface.arbitrage.check_surface`
+            checks.
 
     Returns:
         ``(SVI, info)``; ``info`` holds the checks (``arbitrage.Check`` per name, ``calendar``
-        against ``prev``), ``nfev`` and the final penalty weight.
+        against ``prev``), ``nfev``, the final penalty weight and ``ok`` (every check passes).
 
     Raises:
         ValueError: fewer than :data:`MIN_QUOTES` finite quotes, ``T <= 0``, or a band that
@@ -151,41 +218,90 @@ def fit_slice(k, iv_mid, iv_bid=None, iv_ask=None, T: float = 1.0, *, prev: SVI 
     ask = mid if iv_ask is None else np.asarray(iv_ask, dtype=np.float64)
     if not (T > 0):
         raise ValueError(f"time to expiry must be > 0, got {T}")
+    if not (k.shape == mid.shape == bid.shape == ask.shape and k.ndim == 1):
+        raise ValueError("k, iv_mid, iv_bid and iv_ask must be 1-D arrays of one length")
     ok = np.isfinite(k) & np.isfinite(mid) & (mid > 0)
     k, mid, bid, ask = k[ok], mid[ok], bid[ok], ask[ok]
     if k.size < MIN_QUOTES:
         raise ValueError(f"a slice needs at least {MIN_QUOTES} quotes, got {k.size}")
+    o = np.argsort(k, kind="stable")
+    k, mid, bid, ask = k[o], mid[o], bid[o], ask[o]
     lo = np.where(np.isfinite(bid), bid, 0.0)
     hi = np.where(np.isfinite(ask), ask, np.inf)
     if np.any((lo > mid + 1e-12) | (hi < mid - 1e-12)):
         raise ValueError("each band [iv_bid, iv_ask] must contain its mid")
     k_min, k_max = k_grid if k_grid is not None else (float(k.min()), float(k.max()))
     grid = arbitrage.check_grid(k_min, k_max, PENALTY_POINTS)
-    # the optimiser works in implied variance (a / T, b / T, rho, m, sigma): the same scale for
-    # a 4-day and a 3-year slice
+    if prev is not None:
+        pk = prev_k_grid if prev_k_grid is not None else (k_min, k_max)
+        cgrid = arbitrage.check_grid(min(k_min, pk[0]), max(k_max, pk[1]))  # the check's own grid
+        w_prev = total_variance(prev, cgrid)
+    # the optimiser works in implied variance (v / T, b / T, rho, m, sigma): one scale for a
+    # 4-day and a 3-year slice; v >= V_MIN keeps w > 0 everywhere, so g is finite everywhere
     scale = np.array([T, T, 1.0, 1.0, 1.0])
-    lo_x = np.array([-5.0, 0.0, -0.999, -2.0, 1e-4])
-    hi_x = np.array([5.0, 2.0 / T, 0.999, 2.0, 3.0])
-    x0 = np.clip(np.array(quasi_explicit(k, mid * mid * T)) / scale, lo_x + 1e-12, hi_x - 1e-12)
-    penalty, nfev = PENALTY, 0
-    for attempt in range(RETRIES + 1):
-        def residuals(x: np.ndarray, penalty: float = penalty) -> np.ndarray:
-            q = x * scale
-            f = np.sqrt(np.maximum(total_variance(SVI(*q), k), 1e-16) / T)
-            band = np.maximum(lo - f, 0.0) + np.maximum(f - hi, 0.0)
-            return np.concatenate([band, MID_PULL * (f - mid), penalty * _penalties(q, grid, prev, T)])
+    lo_x = np.array([V_MIN, 0.0, -RHO_MAX, -2.0, SIGMA_MIN])
+    hi_x = np.array([5.0, 2.0 / T, RHO_MAX, 2.0, 3.0])
+    wq = np.sqrt(1.0 / k.size)  # the quotes' terms as a mean, the penalties' as a mean over the grid
+    wg = np.sqrt(1.0 / grid.size)
 
-        r = least_squares(residuals, x0, bounds=(lo_x, hi_x), x_scale="jac", xtol=1e-14, ftol=1e-14, gtol=1e-14,
-                          max_nfev=2000)
-        nfev += int(r.nfev)
-        p = SVI(*map(float, r.x * scale))
-        checks = arbitrage.check_slice(p, k_min, k_max)
+    def residuals(x: np.ndarray, penalty: float) -> np.ndarray:
+        q = x * scale
+        f = np.sqrt(_w(q, k) / T)
+        band = np.maximum(lo - f, 0.0) + np.maximum(f - hi, 0.0)
+        pen = [np.minimum(_g(q, grid) - G_MARGIN, 0.0) * wg,
+               [min(0.0, LEE_MAX - q[1] * (1.0 + abs(q[2])))]]
         if prev is not None:
-            checks["calendar"] = arbitrage.calendar(prev, p, k_min, k_max)
-        if all(c.ok for c in checks.values()):
-            break
-        x0, penalty = r.x, penalty * 10.0
-    return p, {"checks": checks, "nfev": nfev, "penalty": penalty}
+            pen.append(np.minimum(_w(q, cgrid) - w_prev - CAL_MARGIN * T, 0.0) / T * np.sqrt(1.0 / cgrid.size))
+        return np.concatenate([band * wq, MID_PULL * wq * (f - mid), penalty * np.concatenate(pen)])
+
+    def checks_of(p: SVI) -> dict:
+        c = arbitrage.check_slice(p, k_min, k_max)
+        if prev is not None:
+            c["calendar"] = arbitrage.calendar(prev, p, min(k_min, pk[0]), max(k_max, pk[1]))
+        return c
+
+    best = None
+    nfev = 0
+    for p0 in _starts(k, mid * mid * T, STARTS):
+        x0 = np.clip(_x_of(p0) / scale, lo_x, hi_x)
+        x0 = np.clip(x0, lo_x + 1e-9 * (hi_x - lo_x), hi_x - 1e-9 * (hi_x - lo_x))
+        penalty = PENALTY
+        for attempt in range(RETRIES + 1):
+            r = least_squares(residuals, x0, bounds=(lo_x, hi_x), args=(penalty,), x_scale="jac",
+                              xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=MAX_NFEV)
+            nfev += int(r.nfev)
+            p = _svi_of(r.x * scale)
+            checks = checks_of(p)
+            good = all(c.ok for c in checks.values())
+            if good:
+                break
+            x0, penalty = r.x, penalty * 10.0
+        fit = float(np.sum(residuals(r.x, 0.0) ** 2))
+        key = (not good, fit)
+        if best is None or key < best[0]:
+            best = (key, p, checks, penalty)
+    (_, _), p, checks, penalty = best
+    return p, {"checks": checks, "nfev": nfev, "penalty": penalty, "ok": all(c.ok for c in checks.values())}
+
+
+def outliers(k: np.ndarray, iv: np.ndarray, spread: np.ndarray | None = None) -> np.ndarray:
+    """Quotes far from their neighbours: ``|iv - median of the 5 nearest in k| > OUTLIER_REL x
+    that median`` and more than :data:`OUTLIER_SPREADS` spreads (a stale or mistyped quote, such
+    as a 136 % IV among 29 % neighbours). Shape (n,) booleans, in the order of ``k``."""
+    k, iv = np.asarray(k, dtype=np.float64), np.asarray(iv, dtype=np.float64)
+    n = k.size
+    if n < 5:
+        return np.zeros(n, dtype=bool)
+    o = np.argsort(k, kind="stable")
+    s = iv[o]
+    idx = np.clip(np.arange(n)[:, None] + np.arange(-2, 3)[None, :], 0, n - 1)
+    idx = np.where(idx == np.arange(n)[:, None], np.clip(idx + 3, 0, n - 1), idx)  # the neighbours only
+    med = np.median(s[idx], axis=1)
+    sp = np.zeros(n) if spread is None else np.nan_to_num(np.asarray(spread, dtype=np.float64)[o], nan=0.0)
+    bad = (np.abs(s - med) > OUTLIER_REL * med) & (np.abs(s - med) > OUTLIER_SPREADS * sp)
+    out = np.zeros(n, dtype=bool)
+    out[o] = bad
+    return out
 
 
 def _otm_quotes(g: pd.DataFrame, F: float) -> pd.DataFrame:
@@ -252,6 +368,7 @@ def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote
     slices: list[Slice] = []
     skipped: list[str] = []
     prev: SVI | None = None
+    prev_range: tuple[float, float] | None = None
     order = chain_out.groupby("expiry", sort=False)["expiry_years"].first().sort_values()
     for expiry, T in order.items():
         g = chain_out[chain_out["expiry"] == expiry]
@@ -267,14 +384,15 @@ def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote
             continue
         o = np.argsort(k)
         atm = float(np.interp(0.0, k[o], mid[o]))
-        fitted = np.abs(k) <= max(RANGE_SD * atm * math.sqrt(T), RANGE_MIN)
+        fitted = (np.abs(k) <= max(RANGE_SD * atm * math.sqrt(T), RANGE_MIN)) & ~outliers(k, mid, ask - bid)
         if fitted.sum() < MIN_QUOTES:
             fitted = np.argsort(np.argsort(np.abs(k))) < MIN_QUOTES  # the nearest quotes
         k_min, k_max = float(k.min()), float(k.max())
-        p, info = fit_slice(k[fitted], mid[fitted], bid[fitted], ask[fitted], T, prev=prev, k_grid=(k_min, k_max))
+        p, info = fit_slice(k[fitted], mid[fitted], bid[fitted], ask[fitted], T, prev=prev, k_grid=(k_min, k_max),
+                            prev_k_grid=prev_range)
         stats = _slice_stats(p, T, k, mid, bid, ask, fitted, info, k_min, k_max)
         slices.append(Slice(str(expiry), T, F, float(g["rate"].iloc[0]), p, stats))
-        prev = p
+        prev, prev_range = p, (k_min, k_max)
     if not slices:
         raise ValueError("no expiry has enough quotes to fit")
     und = underlying or (str(chain_out["underlying"].iloc[0]) if "underlying" in chain_out.columns else "")
