@@ -60,7 +60,7 @@ PENALTY = 1e3
 #: refits with ten times the penalty when a check still fails
 RETRIES = 3
 #: points of the butterfly penalty's grid (the calendar's is the check's own grid)
-PENALTY_POINTS = 401
+PENALTY_POINTS = 2001
 #: margins the penalties keep: g >= G_MARGIN, w_i - w_{i-1} >= CAL_MARGIN * T_i (implied variance)
 G_MARGIN = 1e-4
 CAL_MARGIN = 1e-7
@@ -74,6 +74,8 @@ SIGMA_MIN = 1e-3
 #: optimiser's evaluation budget per start
 STARTS = 4
 MAX_NFEV = 400
+SCOUT_NFEV = 40
+TOL = 1e-10
 #: fewest quotes a slice needs
 MIN_QUOTES = 5
 #: an outlier's distance to the median of its neighbours: relative, and in spreads
@@ -260,16 +262,28 @@ def fit_slice(k, iv_mid, iv_bid=None, iv_ask=None, T: float = 1.0, *, prev: SVI 
             c["calendar"] = arbitrage.calendar(prev, p, min(k_min, pk[0]), max(k_max, pk[1]))
         return c
 
-    best = None
     nfev = 0
+
+    def run(x0: np.ndarray, penalty: float, max_nfev: int):
+        nonlocal nfev
+        r = least_squares(residuals, x0, bounds=(lo_x, hi_x), args=(penalty,), x_scale="jac",
+                          xtol=TOL, ftol=TOL, gtol=TOL, max_nfev=max_nfev)
+        nfev += int(r.nfev)
+        return r
+
+    # a short run from each start, the rest from the best of them
+    tries = []
     for p0 in _starts(k, mid * mid * T, STARTS):
         x0 = np.clip(_x_of(p0) / scale, lo_x, hi_x)
         x0 = np.clip(x0, lo_x + 1e-9 * (hi_x - lo_x), hi_x - 1e-9 * (hi_x - lo_x))
+        r = run(x0, PENALTY, SCOUT_NFEV)
+        tries.append((float(r.cost), len(tries), r.x))
+    tries.sort(key=lambda t: t[:2])
+    best = None
+    for _, _, x0 in tries[:2]:
         penalty = PENALTY
         for attempt in range(RETRIES + 1):
-            r = least_squares(residuals, x0, bounds=(lo_x, hi_x), args=(penalty,), x_scale="jac",
-                              xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=MAX_NFEV)
-            nfev += int(r.nfev)
+            r = run(x0, penalty, MAX_NFEV)
             p = _svi_of(r.x * scale)
             checks = checks_of(p)
             good = all(c.ok for c in checks.values())
@@ -280,7 +294,27 @@ def fit_slice(k, iv_mid, iv_bid=None, iv_ask=None, T: float = 1.0, *, prev: SVI 
         key = (not good, fit)
         if best is None or key < best[0]:
             best = (key, p, checks, penalty)
+        if good:
+            break
     (_, _), p, checks, penalty = best
+    if not all(c.ok for c in checks.values()):
+        # the penalties left a violation: the constraints as such (SLSQP) from the best point
+        def cons(x: np.ndarray) -> np.ndarray:
+            q = x * scale
+            out = [_g(q, grid) - G_MARGIN, [LEE_MAX - q[1] * (1.0 + abs(q[2]))]]
+            if prev is not None:
+                out.append((_w(q, cgrid) - w_prev) / T - CAL_MARGIN)
+            return np.concatenate(out)
+
+        x0 = np.clip(_x_of(p) / scale, lo_x, hi_x)
+        r = minimize(lambda x: float(np.sum(residuals(x, 0.0) ** 2)), x0, method="SLSQP",
+                     bounds=list(zip(lo_x, hi_x)), constraints=[{"type": "ineq", "fun": cons}],
+                     options={"maxiter": 200, "ftol": 1e-14})
+        nfev += int(r.nfev)
+        q = _svi_of(r.x * scale)
+        c2 = checks_of(q)
+        if all(c.ok for c in c2.values()):
+            p, checks = q, c2
     return p, {"checks": checks, "nfev": nfev, "penalty": penalty, "ok": all(c.ok for c in checks.values())}
 
 
