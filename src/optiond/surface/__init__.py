@@ -17,8 +17,9 @@ its JSON form.
 """
 
 from .arbitrage import Check, butterfly, calendar, check_slice, check_surface
+from .fit import fit_surface
 from .model import SCHEMA, SCHEMA_VERSION, Slice, Surface
 from .svi import SVI
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "SVI", "Check", "Slice", "Surface", "butterfly", "calendar", "check_slice",
-           "check_surface"]
+           "check_surface", "fit_surface"]

@@ -180,6 +180,38 @@ def _g(x: np.ndarray, k: np.ndarray) -> np.ndarray:
     return (1.0 - k * w1 / (2.0 * w)) ** 2 - 0.25 * w1 * w1 * (1.0 / w + 0.25) + 0.5 * w2
 
 
+def _w_jac(x: np.ndarray, k: np.ndarray, second: bool = False):
+    """``w`` and its gradient in ``x = (v, b, rho, m, sigma)``, shape (n, 5); with ``second``
+    also ``w'``, ``w''`` (in ``k``) and their gradients (closed forms of raw SVI)."""
+    v, b, r, m, s = x
+    d = k - m
+    R = np.sqrt(d * d + s * s)
+    c = math.sqrt(1.0 - r * r)
+    w = v + b * (r * d + R - s * c)
+    one = np.ones_like(k)
+    J = np.stack([one, r * d + R - s * c, b * (d + s * r / c) * one, -b * (r + d / R), b * (s / R - c)], axis=1)
+    if not second:
+        return w, J
+    R3 = R * R * R
+    w1 = b * (r + d / R)
+    w2 = b * s * s / R3
+    J1 = np.stack([0.0 * one, r + d / R, b * one, -b * s * s / R3, -b * d * s / R3], axis=1)
+    J2 = np.stack([0.0 * one, s * s / R3, 0.0 * one, 3.0 * b * s * s * d / (R3 * R * R),
+                   b * (2.0 * s / R3 - 3.0 * s ** 3 / (R3 * R * R))], axis=1)
+    return w, J, w1, J1, w2, J2
+
+
+def _g_jac(x: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gatheral & Jacquier's ``g`` and its gradient in ``x``, shape (n, 5) (chain rule through
+    ``w``, ``w'``, ``w''``)."""
+    w, J, w1, J1, w2, J2 = _w_jac(x, k, True)
+    u = 1.0 - k * w1 / (2.0 * w)
+    g = u * u - 0.25 * w1 * w1 * (1.0 / w + 0.25) + 0.5 * w2
+    dg_dw = u * k * w1 / (w * w) + 0.25 * w1 * w1 / (w * w)
+    dg_dw1 = -u * k / w - 0.5 * w1 * (1.0 / w + 0.25)
+    return g, dg_dw[:, None] * J + dg_dw1[:, None] * J1 + 0.5 * J2
+
+
 def _svi_of(x: np.ndarray) -> SVI:
     v, b, r, m, s = map(float, x)
     return SVI(v - b * s * math.sqrt(1.0 - r * r), b, r, m, s)
@@ -244,17 +276,40 @@ def fit_slice(k, iv_mid, iv_bid=None, iv_ask=None, T: float = 1.0, *, prev: SVI 
     lo_x = np.array([V_MIN, 0.0, -RHO_MAX, -2.0, SIGMA_MIN])
     hi_x = np.array([5.0, 2.0 / T, RHO_MAX, 2.0, 3.0])
     wq = np.sqrt(1.0 / k.size)  # the quotes' terms as a mean, the penalties' as a mean over the grid
-    wg = np.sqrt(1.0 / grid.size)
 
     def residuals(x: np.ndarray, penalty: float) -> np.ndarray:
         q = x * scale
         f = np.sqrt(_w(q, k) / T)
         band = np.maximum(lo - f, 0.0) + np.maximum(f - hi, 0.0)
-        pen = [np.minimum(_g(q, grid) - G_MARGIN, 0.0) * wg,
-               [min(0.0, LEE_MAX - q[1] * (1.0 + abs(q[2])))]]
+        # each condition's violations as one residual, the root of their mean square: the same
+        # objective as one residual per grid point, a short vector
+        pen = [math.sqrt(float(np.mean(np.minimum(_g(q, grid) - G_MARGIN, 0.0) ** 2))),
+               min(0.0, LEE_MAX - q[1] * (1.0 + abs(q[2])))]
         if prev is not None:
-            pen.append(np.minimum(_w(q, cgrid) - w_prev - CAL_MARGIN * T, 0.0) / T * np.sqrt(1.0 / cgrid.size))
-        return np.concatenate([band * wq, MID_PULL * wq * (f - mid), penalty * np.concatenate(pen)])
+            pen.append(math.sqrt(float(np.mean(np.minimum(_w(q, cgrid) - w_prev - CAL_MARGIN * T, 0.0) ** 2))) / T)
+        return np.concatenate([band * wq, MID_PULL * wq * (f - mid), penalty * np.array(pen)])
+
+    def jacobian(x: np.ndarray, penalty: float) -> np.ndarray:
+        q = x * scale
+        w, Jw = _w_jac(q, k)
+        f = np.sqrt(w / T)
+        Jf = Jw / (2.0 * f * T)[:, None]
+        sgn = np.where(lo > f, -1.0, 0.0) + np.where(f > hi, 1.0, 0.0)
+        rows = [sgn[:, None] * Jf * wq, MID_PULL * wq * Jf]
+        g, Jg = _g_jac(q, grid)
+        viol = np.minimum(g - G_MARGIN, 0.0)
+        rg = math.sqrt(float(np.mean(viol ** 2)))
+        rows.append((viol @ Jg / (grid.size * rg) if rg > 0 else np.zeros(5))[None, :] * penalty)
+        lee_row = np.zeros(5)
+        if LEE_MAX - q[1] * (1.0 + abs(q[2])) < 0:
+            lee_row[1], lee_row[2] = -(1.0 + abs(q[2])), -q[1] * math.copysign(1.0, q[2])
+        rows.append(lee_row[None, :] * penalty)
+        if prev is not None:
+            wc, Jc = _w_jac(q, cgrid)
+            vc = np.minimum(wc - w_prev - CAL_MARGIN * T, 0.0)
+            rc = math.sqrt(float(np.mean(vc ** 2)))
+            rows.append((vc @ Jc / (cgrid.size * rc * T) if rc > 0 else np.zeros(5))[None, :] * penalty)
+        return np.concatenate(rows) * scale[None, :]
 
     def checks_of(p: SVI) -> dict:
         c = arbitrage.check_slice(p, k_min, k_max)
@@ -266,7 +321,7 @@ def fit_slice(k, iv_mid, iv_bid=None, iv_ask=None, T: float = 1.0, *, prev: SVI 
 
     def run(x0: np.ndarray, penalty: float, max_nfev: int):
         nonlocal nfev
-        r = least_squares(residuals, x0, bounds=(lo_x, hi_x), args=(penalty,), x_scale="jac",
+        r = least_squares(residuals, x0, jac=jacobian, bounds=(lo_x, hi_x), args=(penalty,), x_scale="jac",
                           xtol=TOL, ftol=TOL, gtol=TOL, max_nfev=max_nfev)
         nfev += int(r.nfev)
         return r
