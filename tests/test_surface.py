@@ -158,8 +158,9 @@ def test_fit_rejects_bad_input():
 CHAINS = {"spy": ("spy_chain_2026-02-13.csv", "10:50"), "qqq": ("qqq_chain_2026-02-13.csv", "10:50"),
           "spx": ("spx_chain_2025-10-01.csv", None)}
 #: near-the-money (|k| < 0.1) two-sided quotes inside the fitted spread: measured SPX 62.6 %,
-#: QQQ 45.5 %, SPY 20.1 % (the bounds a few points under); the quotes of SPY and QQQ carry butterfly arbitrage themselves (12.2 % and 5.0 % of
-#: consecutive-strike triplets at bid/ask), so no arbitrage-free smile lies inside every spread
+#: QQQ 46.3 %, SPY 20.2 % (the bounds a few points under); the quotes of SPY and QQQ carry
+#: butterfly arbitrage themselves (12.2 % and 5.0 % of consecutive-strike triplets at bid/ask),
+#: so no arbitrage-free smile lies inside every spread
 INSIDE_BOUND = {"spx": 0.58, "qqq": 0.42, "spy": 0.17}
 
 

@@ -39,8 +39,8 @@ Measured on the bundled chains (the chain job's output; two-sided out-of-the-mon
 with ``|k| < 0.1``): every slice passes every check of
 :func:`~optiond.surface.arbitrage.check_surface` at tolerance 0 (butterfly, Lee, minimum
 variance, calendar); inside the fitted bid/ask SPX 2025-10-01 62.6 % (13 expiries, median RMS
-error over the fitted range 0.040 vol points), QQQ 2026-02-13 45.5 % (29 expiries, 0.127) and
-SPY 2026-02-13 20.1 % (32 expiries, 0.117). The fit is deterministic: two fits of one chain
+error over the fitted range 0.040 vol points), QQQ 2026-02-13 46.3 % (29 expiries, 0.127) and
+SPY 2026-02-13 20.2 % (32 expiries, 0.117). The fit is deterministic: two fits of one chain
 give the same parameters to the bit.
 
 Why per-expiry SVI with the calendar as a constraint, not SSVI (Gatheral & Jacquier 2014, §4):
@@ -95,7 +95,7 @@ SIGMA_MIN = 1e-3
 STARTS = 4
 MAX_NFEV = 400
 SCOUT_NFEV = 40
-TOL = 1e-10
+TOL = 1e-8
 #: fewest quotes a slice needs
 MIN_QUOTES = 5
 #: an outlier's distance to the median of its neighbours: relative, and in spreads
