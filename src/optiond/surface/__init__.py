@@ -11,14 +11,15 @@
 * :mod:`.plots`: the smiles, term structure and heatmap pictures (matplotlib; imported only
   where used).
 
-The fit of a chain (one SVI slice per expiry, the checks as constraints) is the next step of
-this package; until it lands a :class:`Surface` is built from known parameters or read from
-its JSON form.
+* :mod:`.fit`: the fit of a priced chain (:func:`fit_surface`): one raw-SVI slice per expiry
+  from a quasi-explicit start, no butterfly, Lee, minimum-variance or calendar arbitrage
+  (the checks as constraints).
 """
 
 from .arbitrage import Check, butterfly, calendar, check_slice, check_surface
+from .fit import fit_surface
 from .model import SCHEMA, SCHEMA_VERSION, Slice, Surface
 from .svi import SVI
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "SVI", "Check", "Slice", "Surface", "butterfly", "calendar", "check_slice",
-           "check_surface"]
+           "check_surface", "fit_surface"]
