@@ -7,6 +7,8 @@ CHAIN  ?= examples/data/spy_chain_2026-02-13.csv
 # the snapshot time of the bundled Yahoo chains (examples/data/README.md), New York time
 QUOTE_TIME ?= 10:50
 OUTDIR ?= out
+# where demo writes the surface's pictures (the README shows them from here)
+PLOTDIR ?= docs/surface
 
 # system libraries Qt needs for the panel and its offscreen tests (Debian/Ubuntu names)
 QT_SYSTEM_LIBS := libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0
@@ -23,8 +25,9 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	@mkdir -p $(OUTDIR)
-	@echo "== 1. main job in-process (no daemon) =="
-	$(VENV)/bin/optiond chain $(CHAIN) -o $(OUTDIR)/spy_chain_priced.csv --quote-time $(QUOTE_TIME) --no-daemon
+	@echo "== 1. main job in-process (no daemon), with the volatility surface and its pictures =="
+	$(VENV)/bin/optiond chain $(CHAIN) -o $(OUTDIR)/spy_chain_priced.csv --quote-time $(QUOTE_TIME) --no-daemon \
+	  --surface $(OUTDIR)/spy_surface.json --plot $(PLOTDIR)
 	@echo "== 2. the same job through a daemon =="
 	$(VENV)/bin/optiond serve --detach
 	$(VENV)/bin/optiond status

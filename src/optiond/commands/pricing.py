@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from typing import Any
 
@@ -135,6 +137,84 @@ def forwards_path(output: str | None, explicit: str | None) -> str | None:
     return f"{base}.forwards.csv"
 
 
+def surface_paths_problem(surface_path: str | None, plot_dir: str | None) -> str | None:
+    """Why ``--surface FILE.json`` or ``--plot DIR`` cannot be written (one line), or None;
+    checked before pricing so a bad path costs no work. ``DIR`` may not exist yet (it is
+    created with its parents) but must not be a file or lie under one."""
+    if surface_path:
+        parent = os.path.dirname(surface_path) or "."
+        if os.path.isdir(surface_path):
+            return f"--surface {surface_path}: a directory, not a file"
+        if not os.path.isdir(parent):
+            return f"--surface {surface_path}: no directory {parent}"
+    if plot_dir:
+        d = os.path.abspath(plot_dir)
+        while not os.path.exists(d) and os.path.dirname(d) != d:
+            d = os.path.dirname(d)
+        if not os.path.isdir(d):
+            return f"--plot {plot_dir}: {d} is a file, not a directory"
+    return None
+
+
+def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path: str | None,
+                    plot_dir: str | None) -> tuple[pd.DataFrame, Any, list]:
+    """Fit the priced chain's surface (:func:`optiond.surface.fit.fit_surface`), add the theo
+    columns (:func:`optiond.surface.theo.apply_surface`, priced on ``pricer``), write the JSON
+    to ``surface_path`` and the pictures into ``plot_dir`` (each if given).
+
+    Returns:
+        ``(out with the theo columns, the surface, the picture paths)``.
+
+    Raises:
+        ImportError: matplotlib, for the pictures, is not installed.
+        ValueError: the chain has no expiry the fit can use.
+        OSError: a file cannot be written.
+    """
+    from ..surface.fit import fit_surface
+    from ..surface.theo import apply_surface
+
+    surface = fit_surface(out)
+    out = apply_surface(out, surface, pricer, steps=steps)
+    if surface_path:
+        surface.to_json(surface_path)
+    plots = []
+    if plot_dir:
+        try:
+            from ..surface.plots import plot_surface
+        except ImportError as e:
+            raise ImportError(f"--plot needs matplotlib ({e})") from e
+        plots = plot_surface(out, surface, plot_dir)
+    return out, surface, plots
+
+
+def _pct(x: Any) -> str:
+    return f"{100 * x:.0f}%" if isinstance(x, (int, float)) and math.isfinite(x) else "-"
+
+
+def surface_lines(surface: Any) -> list[str]:
+    """The fit in a few lines: the whole surface (expiries, share of two-sided out-of-the-money
+    mids whose fitted IV lies inside ``[iv_bid, iv_ask]``, RMS error in vol points, arbitrage
+    checks), then one line per expiry (ATM vol, in-spread share, RMS error, confidence). Reads
+    the statistics :func:`optiond.surface.fit.fit_surface` records; a missing one prints ``-``."""
+    st = surface.stats or {}
+
+    def num(x: Any, fmt: str) -> str:
+        return format(x, fmt) if isinstance(x, (int, float)) and math.isfinite(x) else "-"
+
+    arb = st.get("arbitrage_free")
+    lines = [f"surface {surface.underlying} ({surface.method}): {len(surface.slices)} expiries, "
+             f"fitted IV inside the quoted spread {_pct(st.get('inside_share_near'))} of two-sided quotes with |k|<0.1, "
+             f"median rms {num(st.get('rms_vol_pts'), '.2f')} vol pts"
+             + ("" if arb is None else f", {'no arbitrage' if arb else 'ARBITRAGE'}")]
+    lines.append(f"  {'expiry':<10} {'T':>7} {'atm iv':>6} {'in spr':>6} {'rms':>5} {'conf':>4}")
+    for s in surface.slices:
+        w0 = float(s.total_variance(0.0))
+        atm = math.sqrt(w0 / s.T) if w0 > 0 else float("nan")
+        lines.append(f"  {s.expiry:<10} {s.T:>7.4f} {_pct(atm):>6} {_pct(s.stats.get('inside_share')):>6} "
+                     f"{num(s.stats.get('rms_vol_pts'), '.2f'):>5} {num(s.stats.get('confidence'), '.2f'):>4}")
+    return lines
+
+
 def cmd_chain(args: argparse.Namespace) -> int:
     from ..market.curve import CurveError, ZeroCurve
 
@@ -151,6 +231,10 @@ def cmd_chain(args: argparse.Namespace) -> int:
     except (CurveError, ValueError) as e:
         print(f"optiond chain: {e}", file=sys.stderr)
         return 2
+    problem = surface_paths_problem(args.surface, args.plot)
+    if problem:
+        print(f"optiond chain: {problem}", file=sys.stderr)
+        return 2
     pricer = make_pricer(args)
     market = dict(steps=args.steps, rate=args.rate, dividend_yield=args.dividend_yield, curve=curve, carry=args.carry,
                   quote_time=args.quote_time, settlement=args.settlement, spot_mode=args.spot)
@@ -162,21 +246,32 @@ def cmd_chain(args: argparse.Namespace) -> int:
             out, summary = chain_job.price_chain(df, pricer, progress=update, **market)
         finally:
             bar.close()
+    surface = None
+    if args.surface or args.plot:
+        try:
+            out, surface, plots = surface_outputs(out, pricer, steps=args.steps, surface_path=args.surface,
+                                                  plot_dir=args.plot)
+        except (ImportError, ValueError) as e:
+            print(f"optiond chain: surface: {' '.join(str(e).split())}", file=sys.stderr)
+            return 2
     fwd_path = forwards_path(args.output, args.forwards)
     if args.output:
         out.to_csv(args.output, index=False)
     if fwd_path:
         summary.forwards.to_csv(fwd_path, index=False)
     if args.json:
-        print(json.dumps({"contracts": summary.contracts, "by_status": summary.by_status, "elapsed_s": summary.elapsed_s,
-                          "contracts_per_s": summary.contracts_per_s, "device": summary.device, "via": summary.via,
-                          "forwards": json.loads(summary.forwards.to_json(orient="records"))}))
+        doc = {"contracts": summary.contracts, "by_status": summary.by_status, "elapsed_s": summary.elapsed_s,
+               "contracts_per_s": summary.contracts_per_s, "device": summary.device, "via": summary.via,
+               "forwards": json.loads(summary.forwards.to_json(orient="records"))}
+        if surface is not None:
+            doc["surface"] = json.loads(surface.to_json())
+        print(json.dumps(doc))
     else:
         print("\n".join(summary.lines()))
-        if args.output:
-            print(f"wrote {args.output}")
-        if fwd_path:
-            print(f"wrote {fwd_path}")
+        if surface is not None:
+            print("\n".join(surface_lines(surface)))
+        for path in filter(None, [args.output, fwd_path, args.surface, *(plots if surface is not None else [])]):
+            print(f"wrote {path}")
     return 0
 
 
@@ -235,6 +330,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="per-expiry forward table (default: <output>.forwards.csv beside --output)")
     c.add_argument("--steps", type=int, default=chain_job.DEFAULT_STEPS,
                    help=f"CRR steps for American contracts (default {chain_job.DEFAULT_STEPS})")
+    c.add_argument("--surface", metavar="FILE.json",
+                   help="fit the volatility surface (one arbitrage-free SVI slice per expiry), write it here "
+                        "(schema optiond.surface) and add iv_fit, theo, edge and theo_<greek> to the output CSV")
+    c.add_argument("--plot", metavar="DIR",
+                   help="fit the surface and write its pictures here (PNG and SVG: smiles per expiry, ATM "
+                        "term structure, heatmap over log-moneyness and T); DIR is created if needed")
     c.add_argument("--json", action="store_true", help="print the summary as JSON")
     _add_pricer_flags(c)
     c.set_defaults(func=cmd_chain)
