@@ -3,10 +3,11 @@ forward/carry solve (``carry="parity"``, the default) beside the flat market (``
 in the same run, in-process and through a running daemon (both ways: a request per
 implied-volatility solve, ``daemon``, and the whole job in one ``chain`` request,
 ``daemon-chain-request``, whose ``server_s`` is the daemon's own time); and the CLI's wall time split into
-start-up, pricing and the rest. Prints JSON.
+start-up, pricing and the rest; with ``--surface``, the volatility surface's fit of the priced
+chain. Prints JSON.
 
     python bench/chain.py [--chain examples/data/spy_chain_2026-02-13.csv] [--quote-time 10:50]
-                          [--daemon] [--cli] [--repeats 3]
+                          [--daemon] [--cli] [--surface] [--repeats 3]
 
 ``--daemon`` needs a running daemon (``optiond serve``); its requests are sent with
 ``force=True`` so the reply cache does not answer the repeats.
@@ -69,6 +70,21 @@ def _cli(args, daemon: bool) -> dict:
             "rest_s": wall - startup - summary["elapsed_s"], "device": summary["device"], "via": summary["via"]}
 
 
+def _surface(df, steps: int, quote_time, repeats: int) -> dict:
+    """The surface fit of the priced chain: best of ``repeats`` (seconds), with its quality."""
+    from optiond.surface import fit_surface
+
+    priced, _ = chain.price_chain(df, LocalPricer(), steps=steps, quote_time=quote_time)
+    best, surface = float("inf"), None
+    for _ in range(max(repeats, 1)):
+        t = time.perf_counter()
+        surface = fit_surface(priced)
+        best = min(best, time.perf_counter() - t)
+    st = surface.stats
+    return {"fit_s": best, "expiries": len(surface.slices), "arbitrage_free": st["arbitrage_free"],
+            "inside_share_near": st["inside_share_near"], "median_rms_vol_pts": st["rms_vol_pts"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--chain", default=str(ROOT / "examples/data/spy_chain_2026-02-13.csv"))
@@ -77,6 +93,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--daemon", action="store_true", help="also through a running daemon")
     ap.add_argument("--cli", action="store_true", help="also time the optiond chain command")
+    ap.add_argument("--surface", action="store_true",
+                    help="also time the surface fit of the priced chain (optiond.surface.fit_surface), one core")
     args = ap.parse_args()
     qt = args.quote_time or None
     df = chain.read_chain(args.chain)
@@ -94,6 +112,8 @@ def main() -> None:
         r = {carry: _best(df, pricer, args.steps, carry, qt, args.repeats, one) for carry in ("flat", "parity")}
         r["parity_over_flat"] = r["parity"]["elapsed_s"] / r["flat"]["elapsed_s"]
         out["runs"][name] = r
+    if args.surface:
+        out["surface"] = _surface(df, args.steps, qt, args.repeats)
     if args.cli:
         out["cli"] = {"in-process": _cli(args, daemon=False)}
         if args.daemon:
