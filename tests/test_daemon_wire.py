@@ -102,9 +102,12 @@ def test_an_implied_vol_reply_without_reasons_is_read_from_its_status_text():
 
 def test_the_earlier_pair_becomes_an_implied_vol_result():
     vol = np.array([0.2, np.nan])
-    got = wire.as_implied_vol((vol, np.array(["ok", "invalid: spot=0: must be > 0"], dtype=object)), "cpu")
+    got = ImpliedVol.from_status_text(vol, np.array(["ok", "invalid: spot=0: must be > 0"], dtype=object), "cpu")
     assert got.status.tolist() == ["ok", "invalid"] and got.error.tolist() == ["", "spot=0: must be > 0"]
-    assert wire.as_implied_vol(iv_result()).device == "gpu:0 Fake"
+    assert got.status_text().tolist() == ["ok", "invalid: spot=0: must be > 0"]  # the inverse of status_text
+    buffers: list = []
+    content = wire.implied_vol_body(iv_result(), 0.0, buffers)
+    assert wire.decode_implied_vol(*over_the_wire(content, buffers)).device == "gpu:0 Fake"  # the solver's label kept
 
 
 @pytest.mark.parametrize("content", [{"n": 2}, {"n": 2, "values": {"__nd__": ["<f8", [6, 1], 0]}}])

@@ -645,6 +645,19 @@ class ImpliedVol:
     def ok(self) -> np.ndarray:
         return self.status == "ok"
 
+    @classmethod
+    def from_status_text(cls, vol: Any, text: Any, device: str = "cpu", via: str = "in-process") -> "ImpliedVol":
+        """The inverse of :meth:`status_text`: from volatilities and the earlier status strings
+        (``"invalid: strike=-1: must be > 0"``), each split at its first ``": "`` into a status
+        of :data:`IV_STATUSES` and the reason; a string whose head is no such status stays whole."""
+        text = np.array(text, dtype=object).reshape(-1)
+        status, error = text.copy(), object_full(text.shape[0], "")
+        for i in np.flatnonzero(text != "ok").tolist():
+            head, sep, reason = str(text[i]).partition(": ")
+            if sep and head in IV_STATUSES:
+                status[i], error[i] = head, reason
+        return cls(np.asarray(vol, dtype=np.float64), status, error, device=device, via=via)
+
     def status_text(self) -> np.ndarray:
         """Status and reason as one string per row, the earlier form: ``"invalid: strike=-1: must
         be > 0"`` where a reason is known, else the status alone."""

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .models import (CONTRACT_FIELDS, HESTON_FIELDS, HESTON_RENAMED, MARKET_FIELDS, ImpliedVol, Method, Result,
-                     heston_columns, object_full)
+                     heston_columns)
 
 #: the device of an implied-vol answer that does not name one (the earlier ``(vol, status)`` pair)
 UNKNOWN_DEVICE = "unknown"
@@ -55,28 +55,13 @@ class Pricer(Protocol):
 
 
 def implied_vol_result(answer: Any, *, via: str, device: str = UNKNOWN_DEVICE) -> ImpliedVol:
-    """An implied-vol answer as an :class:`~optiond.models.ImpliedVol`.
-
-    An ``ImpliedVol`` is returned as it is (with its own device and via). The earlier
-    ``(vol, status)`` pair, whose status strings carry the reason after a colon (``"invalid:
-    strike=-1: must be > 0"``), is split into ``status`` (the text before the first colon) and
-    ``error`` (the rest, stripped), with ``device`` and ``via`` as given; so
-    :meth:`ImpliedVol.status_text` gives back the strings of the pair.
-    """
+    """An implied-vol answer as an :class:`~optiond.models.ImpliedVol`: one as it is (with its
+    own device and via); a pricer's earlier ``(vol, status)`` pair split by
+    :meth:`ImpliedVol.from_status_text`, with ``device`` and ``via`` as given."""
     if isinstance(answer, ImpliedVol):
         return answer
     vol, text = answer
-    vol = np.asarray(vol, dtype=np.float64)
-    status = np.array(text, dtype=object).reshape(-1)
-    error = object_full(status.shape[0], "")
-    bad = np.flatnonzero(status != "ok")
-    if bad.size:  # a few distinct texts, but an invalid row's reason is its own: split each distinct one once
-        codes, distinct = pd.factorize(status[bad])
-        parts = [str(s).partition(":") for s in distinct]
-        head = np.array([h for h, _, _ in parts], dtype=object)
-        tail = np.array([t.strip() for _, _, t in parts], dtype=object)
-        status[bad], error[bad] = head[codes], tail[codes]
-    return ImpliedVol(vol, status, error, device=device, via=via)
+    return ImpliedVol.from_status_text(vol, text, device=device, via=via)
 
 
 class LocalPricer:

@@ -727,9 +727,9 @@ class Client(JobsMixin):
             msg = self._call("implied_vol", content, buffers, fallback, timeout, job_id, force, deadline_s,
                              on_progress)
         if isinstance(msg, Exception):  # no daemon: solved here
-            from .pool import implied_vol
+            from .. import engine
 
-            iv = implied_vol(prices, columns, method or Method())
+            iv = engine.implied_vol_table(prices, columns, method or Method())
             iv.via = "in-process"
             iv.diagnostics["fallback_reason"] = str(msg)
             return iv

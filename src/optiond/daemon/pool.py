@@ -44,7 +44,6 @@ from typing import Any
 import numpy as np
 
 from ..kernels import gpu
-from ..models import ImpliedVol
 from . import wire
 
 log = logging.getLogger("optiond.daemon.pool")
@@ -228,18 +227,6 @@ prices_only = wire.prices_only
 sparse_column = wire.sparse
 
 
-def implied_vol(prices: Any, columns: dict, method: Any) -> ImpliedVol:
-    """The engine's implied volatilities of a table as :class:`optiond.models.ImpliedVol`,
-    ``device`` naming what solved them (an engine answering with the earlier ``(vol, status)``
-    pair does not say: the device it would choose for the request is named then)."""
-    from .. import engine
-
-    out = engine.implied_vol_table(prices, columns, method)
-    if isinstance(out, ImpliedVol):
-        return out
-    return wire.as_implied_vol(out, engine.select_device(None, method))
-
-
 def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
     """Price one chunk (on any rank, or in the front end's own pricing thread).
 
@@ -272,7 +259,7 @@ def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
         if getattr(res, "std_error", None) is not None:  # MLMC: the estimate's standard error
             out["std_error"] = np.asarray(res.std_error, dtype=np.float64)
     else:
-        iv = implied_vol(task["prices"], task["columns"], task["method"])
+        iv = engine.implied_vol_table(task["prices"], task["columns"], task["method"])
         out.update(vol=iv.vol, status=wire.sparse(iv.status, "ok"), error=wire.sparse(iv.error, ""), device=iv.device,
                    diagnostics=dict(iv.diagnostics))
     t1 = time.perf_counter()
@@ -290,4 +277,4 @@ def ping(_: Any = None) -> dict[str, Any]:
 
 
 __all__ = ["launched_by_mpi", "find_mpiexec", "find_local_launcher", "launcher_warning", "loopback_env", "mpiexec_command", "bootstrap", "worker_loop", "configure_rank",
-           "host", "run_chunk", "rank_info", "sparse_column", "prices_only", "implied_vol"]
+           "host", "run_chunk", "rank_info", "sparse_column", "prices_only"]

@@ -695,7 +695,7 @@ class PricingOps:
                 device = res.device
             else:
                 t = time.perf_counter()
-                iv = pool.implied_vol(req.prices, req.columns, req.method)
+                iv = engine.implied_vol_table(req.prices, req.columns, req.method)
                 content = wire.implied_vol_body(iv, time.perf_counter() - t, out)
                 device = iv.device
                 fallback = "gpu_fallback" in iv.diagnostics

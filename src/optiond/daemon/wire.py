@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..models import GREEK_FIELDS, IV_STATUSES, ImpliedVol, Result, object_full
+from ..models import GREEK_FIELDS, ImpliedVol, Result
 from .protocol import ProtocolError, decode_array, decode_sparse_strings, encode_array, encode_sparse_rows
 
 #: the rows of a reply's value block
@@ -193,22 +193,6 @@ def _notes(c: dict) -> dict:
 # ---------------------------------------------------------------------------- implied-vol replies
 
 
-def as_implied_vol(out: Any, device: str = "cpu") -> ImpliedVol:
-    """An engine's implied-volatility answer as :class:`optiond.models.ImpliedVol`: as it is,
-    or, from the earlier ``(vol, status text)`` pair, split into status and reason and labelled
-    ``device`` (a pair does not say what solved it)."""
-    if isinstance(out, ImpliedVol):
-        return out
-    vol, text = out
-    text = np.asarray(text, dtype=object)
-    status, error = text.copy(), object_full(text.shape[0], "")
-    for i in np.flatnonzero(text != "ok").tolist():
-        head, sep, reason = str(text[i]).partition(": ")
-        if sep and head in IV_STATUSES:
-            status[i], error[i] = head, reason
-    return ImpliedVol(np.asarray(vol, dtype=np.float64), status, error, device=device)
-
-
 def iv_body(n: int, vol: np.ndarray, status: tuple[Any, Sequence], error: tuple[Any, Sequence], device: str,
             elapsed_s: float, buffers: list) -> dict:
     """The body of an implied-vol reply from its parts: ``status`` and ``error`` as sparse
@@ -242,7 +226,7 @@ def decode_implied_vol(content: dict, buffers: Sequence) -> ImpliedVol:
         if vol.shape != (n,):
             raise ProtocolError("bad vol shape")
         if "iv_error" not in c:  # a daemon that sends the status text alone
-            iv = as_implied_vol((vol, text), str(c.get("device", "unknown")))
+            iv = ImpliedVol.from_status_text(vol, text, str(c.get("device", "unknown")))
         else:
             error = decode_sparse_strings(c["iv_error"], n, b)
             status = text.copy()
@@ -264,5 +248,5 @@ def decode(content: dict, buffers: Sequence) -> Result | ImpliedVol:
 
 
 __all__ = ["VALUE_FIELDS", "ALL_OK", "NO_ERRORS", "ONE_VALUES", "pack_one", "plain", "prices_only", "sparse",
-           "value_block", "one_option_body", "price_body", "result_body", "decode_price", "as_implied_vol",
+           "value_block", "one_option_body", "price_body", "result_body", "decode_price",
            "iv_body", "implied_vol_body", "decode_implied_vol", "decode"]
