@@ -135,3 +135,23 @@ def test_gpu_failure_prices_on_the_cpu_with_the_same_numbers(name, monkeypatch, 
     assert res.status.tolist() == ["ok"] and res.device == "cpu"
     assert res.diagnostics["gpu_fallback"] == "ImportError: simulated" and "priced on the CPU" in caplog.text
     np.testing.assert_array_equal(res.price, on_cpu.price)
+
+
+def test_a_gpu_fallback_note_survives_a_table_with_a_bad_row(monkeypatch):
+    """price_table and implied_vol_table merge the valid rows' result into the table's: the
+    GPU failure's note stays (a table without a bad row keeps it as well)."""
+    from optiond.kernels import gpu
+
+    def no_cupy():
+        raise gpu.GPUError("CuPy not importable: simulated") from ImportError("simulated")
+
+    monkeypatch.setattr(gpu, "cupy", no_cupy)
+    cols = dict(BASE, kind="put", style="american", spot=[100.0, -1.0, 105.0])
+    m = Method(steps=50, device="gpu")
+    res = engine.price_table(cols, m)
+    assert res.status.tolist() == ["ok", "error", "ok"] and res.device == "cpu"
+    assert res.diagnostics["gpu_fallback"] == "ImportError: simulated"
+    ref = engine.price_table(cols, Method(steps=50, device="cpu"))
+    np.testing.assert_array_equal(res.price, ref.price)
+    iv = engine.implied_vol_table(np.nan_to_num(ref.price, nan=5.0), {k: v for k, v in cols.items() if k != "volatility"}, m)
+    assert iv.status.tolist() == ["ok", "invalid", "ok"] and iv.diagnostics["gpu_fallback"] == "ImportError: simulated"

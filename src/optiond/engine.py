@@ -297,7 +297,6 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
             m = dataclasses.replace(method, name=names[rows[0]], steps=steps[rows], eps=eps[rows], payoff=payoff[rows[0]])
             part = price(sub, m)
             part.scatter(res, rows)
-            res.device = part.device
     res.elapsed_s = time.perf_counter() - t0
     return res
 
@@ -398,7 +397,6 @@ def implied_vol_table(prices: Any, columns: Mapping[str, Any], method: Method | 
         m = method if steps is None else dataclasses.replace(method, steps=steps[valid])
         part = implied_vol(prices[valid], batch, m, bracket=_bracket(columns, n, valid))
         part.scatter(out, valid)
-        out.device, out.diagnostics = part.device, part.diagnostics
     return out
 
 

@@ -589,9 +589,12 @@ class Result:
         return out
 
     def scatter(self, into: "Result", rows: np.ndarray) -> None:
-        """Write this result's rows into ``into`` at positions ``rows``."""
+        """Write this result's rows into ``into`` at positions ``rows``, with its device and
+        its diagnostics (a GPU fallback's note among them) merged into ``into``'s."""
         for k in ("price",) + GREEK_FIELDS + ("status", "error"):
             getattr(into, k)[rows] = getattr(self, k)
+        into.device = self.device
+        into.diagnostics.update(self.diagnostics)
         if self.std_error is not None:
             if into.std_error is None:
                 into.std_error = np.full(len(into), np.nan)
@@ -674,6 +677,9 @@ class ImpliedVol:
         return (self.vol, self.status_text())[i]
 
     def scatter(self, into: "ImpliedVol", rows: np.ndarray) -> None:
-        """Write this result's rows into ``into`` at positions ``rows``."""
+        """Write this result's rows into ``into`` at positions ``rows``, with its device and
+        its diagnostics (a GPU fallback's note among them) merged into ``into``'s."""
         for k in ("vol", "status", "error"):
             getattr(into, k)[rows] = getattr(self, k)
+        into.device = self.device
+        into.diagnostics.update(self.diagnostics)
