@@ -39,9 +39,13 @@ def cupy():
     Raises:
         GPUError: CuPy is not installed or its CUDA libraries fail to load.
     """
+    failed = _state.get("cupy_error")
+    if failed is not None:  # tried once in this process: a failed import is not retried per call
+        raise GPUError(f"CuPy not importable: {failed}") from failed
     try:
         import cupy as cp
     except Exception as e:  # ImportError, or a CUDA library that fails to load
+        _state["cupy_error"] = e
         raise GPUError(f"CuPy not importable: {e}") from e
     return cp
 
@@ -144,9 +148,3 @@ def module(source: Path, options: Sequence[str] = (), name_expressions: Sequence
                 raise GPUError(f"compiling {Path(source).name} failed: {e}") from e
             _state[key] = mod
         return mod
-
-
-def forget() -> None:
-    """Drop the cached probe, device facts and modules (tests that fake or hide a GPU)."""
-    with _lock:
-        _state.clear()
