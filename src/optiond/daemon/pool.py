@@ -222,11 +222,6 @@ def rank_info() -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the task
 
 
-#: defined here before the reply format had a module of its own (:mod:`optiond.daemon.wire`)
-prices_only = wire.prices_only
-sparse_column = wire.sparse
-
-
 def run_chunk(task: dict[str, Any]) -> dict[str, Any]:
     """Price one chunk (on any rank, or in the front end's own pricing thread).
 
@@ -277,4 +272,4 @@ def ping(_: Any = None) -> dict[str, Any]:
 
 
 __all__ = ["launched_by_mpi", "find_mpiexec", "find_local_launcher", "launcher_warning", "loopback_env", "mpiexec_command", "bootstrap", "worker_loop", "configure_rank",
-           "host", "run_chunk", "rank_info", "sparse_column", "prices_only"]
+           "host", "run_chunk", "rank_info"]

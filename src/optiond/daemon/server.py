@@ -81,12 +81,8 @@ from .pricing import CHAIN_RUNNERS, COALESCE_MIN, PricingOps
 from .protocol import (PROTOCOL_VERSION, REPLAY_WINDOW_S, SIGNATURE_SCHEME, AuthenticationError,
                        Message, ProtocolError, Session, date_in_window, packb, readable, send_frames, spin_seconds,
                        spin_until_readable, unpackb, utcnow)
-from .server_parts import REPLY_CACHE_BYTES, REPLY_CACHE_ENTRIES, ReplyMemory  # noqa: F401
+from .server_parts import ReplyMemory
 from .server_parts import _Counters, _invalid_details, _nbytes, _Refused, _Req, _short
-# defined here before the pricing pipeline and the reply format had modules of their own: still importable from here
-from .pricing import CHAIN_QUEUE, JOB_ID_CHARS, MAX_COLUMNS, METHOD_FIELDS, TIMELINE_CHUNKS  # noqa: F401
-from .server_parts import MAX_ERROR_CHARS  # noqa: F401
-from .wire import VALUE_FIELDS  # noqa: F401
 
 log = logging.getLogger("optiond.daemon")
 
