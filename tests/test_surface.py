@@ -190,3 +190,12 @@ def test_bundled_chain_surface_passes_every_check_and_fits_near_the_money(fitted
 def test_bundled_fit_is_reproducible(priced, fitted):
     again = fit_surface(priced["spy"])
     assert again.to_json() == fitted["spy"].to_json()
+
+
+def test_out_of_the_money_rows_read_the_labels_as_the_chain_job_does():
+    from optiond.surface.fit import otm_mask
+
+    rows = pd.DataFrame({"type": [" Put", "put", "CALL", "call", "put", "call", "straddle"],
+                         "strike": [90.0, 100.0, 100.0, 110.0, 110.0, 90.0, 120.0]})
+    # F = 100: puts below the forward, calls at or above it; a label that is neither is never out of the money
+    assert otm_mask(rows, 100.0).tolist() == [True, False, True, True, False, False, False]

@@ -66,6 +66,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, minimize
 
+from ..chain import labels
 from . import arbitrage
 from .model import Slice, Surface
 from .svi import SVI, min_variance, total_variance
@@ -415,12 +416,18 @@ def outliers(k: np.ndarray, iv: np.ndarray, spread: np.ndarray | None = None) ->
     return out
 
 
+def otm_mask(rows: pd.DataFrame, forward: float) -> np.ndarray:
+    """Which rows of the chain job's output are out of the money on the expiry's ``forward``:
+    puts with ``K < F``, calls with ``K >= F`` (the ``type`` labels as the chain job reads them,
+    :func:`optiond.chain.labels`); shape (len(rows),), bool."""
+    kind = labels(rows["type"])
+    K = pd.to_numeric(rows["strike"], errors="coerce").to_numpy(dtype=np.float64)
+    return np.where(K >= forward, kind == "call", (kind == "put") & (K < forward))
+
+
 def _otm_quotes(g: pd.DataFrame, F: float) -> pd.DataFrame:
-    kind = g["type"].astype(str).str.lower().str[0].to_numpy()
-    K = g["strike"].to_numpy(dtype=np.float64)
-    otm = np.where(K >= F, kind == "c", kind == "p")
     ok = (g["status"].to_numpy() == "ok") & np.isfinite(g["iv"].to_numpy(dtype=np.float64))
-    return g[otm & ok]
+    return g[otm_mask(g, F) & ok]
 
 
 def _slice_stats(p: SVI, T: float, k: np.ndarray, mid: np.ndarray, bid: np.ndarray, ask: np.ndarray,

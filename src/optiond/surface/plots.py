@@ -26,6 +26,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .fit import otm_mask
 from .model import Surface
 from .svi import derivatives, implied_vol
 
@@ -42,9 +43,7 @@ def otm_quotes(out: pd.DataFrame, forward: float, expiry: str) -> pd.DataFrame:
     puts with ``K < F``, calls with ``K >= F``; columns ``k, iv_bid, iv, iv_ask``, sorted by
     ``k``. Empty when ``out`` has no row of that expiry."""
     rows = out[out["expiry"].astype(str) == str(expiry)]
-    kind = rows["type"].astype(str).str.strip().str.lower()
-    K = pd.to_numeric(rows["strike"], errors="coerce")
-    otm = rows[((kind == "put") & (K < forward)) | ((kind == "call") & (K >= forward))]
+    otm = rows[otm_mask(rows, forward)]
     k = np.log(pd.to_numeric(otm["strike"], errors="coerce").to_numpy(dtype=np.float64) / forward)
     res = pd.DataFrame({"k": k, **{c: pd.to_numeric(otm[c], errors="coerce").to_numpy(dtype=np.float64)
                                    for c in ("iv_bid", "iv", "iv_ask")}})
