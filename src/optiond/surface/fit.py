@@ -39,7 +39,7 @@ Measured on the bundled chains (the chain job's output; two-sided out-of-the-mon
 with ``|k| < 0.1``): every slice passes every check of
 :func:`~optiond.surface.arbitrage.check_surface` at tolerance 0 (butterfly, Lee, minimum
 variance, calendar); inside the fitted bid/ask SPX 2025-10-01 62.6 % (13 expiries, median RMS
-error over the fitted range 0.040 vol points), QQQ 2026-02-13 46.3 % (29 expiries, 0.127) and
+error over the fitted range 0.040 vol points), QQQ 2026-02-13 46.7 % (29 expiries, 0.127) and
 SPY 2026-02-13 20.2 % (32 expiries, 0.117). The fit is deterministic: two fits of one chain
 give the same parameters to the bit.
 
@@ -69,7 +69,7 @@ from scipy.optimize import least_squares, minimize
 from ..chain import labels
 from . import arbitrage
 from .model import Slice, Surface
-from .svi import SVI, min_variance, total_variance
+from .svi import SVI, density_g, min_variance, total_variance
 
 #: the fitted range in ATM standard deviations, and its smallest half-width (log-moneyness)
 RANGE_SD = 2.5
@@ -80,8 +80,6 @@ MID_PULL = 0.1
 PENALTY = 1e3
 #: refits with ten times the penalty when a check still fails
 RETRIES = 3
-#: points of the butterfly penalty's grid (the calendar's is the check's own grid)
-PENALTY_POINTS = 2001
 #: margins the penalties keep: g >= G_MARGIN, w_i - w_{i-1} >= CAL_MARGIN * T_i (implied variance)
 G_MARGIN = 1e-4
 CAL_MARGIN = 1e-7
@@ -185,20 +183,13 @@ def _starts(k: np.ndarray, w: np.ndarray, n: int) -> list[SVI]:
 
 def _w(x: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Total variance in the fit's parameters ``x = (v, b, rho, m, sigma)`` (``v`` the slice's
-    minimum total variance): ``v + b (rho (k - m) + sqrt((k - m)^2 + sigma^2) - sigma sqrt(1 - rho^2))``."""
-    v, b, r, m, s = x
-    d = k - m
-    return v + b * (r * d + np.sqrt(d * d + s * s) - s * math.sqrt(1.0 - r * r))
+    minimum total variance; :func:`_svi_of` gives the raw parameters)."""
+    return total_variance(_svi_of(x), k)
 
 
 def _g(x: np.ndarray, k: np.ndarray) -> np.ndarray:
-    v, b, r, m, s = x
-    d = k - m
-    q = np.sqrt(d * d + s * s)
-    w = v + b * (r * d + q - s * math.sqrt(1.0 - r * r))
-    w1 = b * (r + d / q)
-    w2 = b * s * s / (q * q * q)
-    return (1.0 - k * w1 / (2.0 * w)) ** 2 - 0.25 * w1 * w1 * (1.0 / w + 0.25) + 0.5 * w2
+    """Gatheral & Jacquier's ``g`` in the fit's parameters (``w > 0`` by construction)."""
+    return density_g(_svi_of(x), k)
 
 
 def _w_jac(x: np.ndarray, k: np.ndarray, second: bool = False):
@@ -286,7 +277,7 @@ def fit_slice(k, iv_mid, iv_bid=None, iv_ask=None, T: float = 1.0, *, prev: SVI 
     if np.any((lo > mid + 1e-12) | (hi < mid - 1e-12)):
         raise ValueError("each band [iv_bid, iv_ask] must contain its mid")
     k_min, k_max = k_grid if k_grid is not None else (float(k.min()), float(k.max()))
-    grid = arbitrage.check_grid(k_min, k_max, PENALTY_POINTS)
+    grid = arbitrage.check_grid(k_min, k_max)
     if prev is not None:
         pk = prev_k_grid if prev_k_grid is not None else (k_min, k_max)
         cgrid = arbitrage.check_grid(min(k_min, pk[0]), max(k_max, pk[1]))  # the check's own grid
