@@ -25,7 +25,6 @@ Use::
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -36,15 +35,10 @@ GATE_SOURCE = Path(__file__).with_name("gate.cu")
 #: the gate's spin gives up after this long (no launch sequence here takes the host as long)
 GATE_TIMEOUT_NS = 200_000_000
 
-_lock = threading.Lock()
-_state: dict = {}
-
-
 def _gate_kernel():
-    with _lock:
-        if "kernel" not in _state:
-            _state["kernel"] = gpus.module(GATE_SOURCE).get_function("crr_gate")
-        return _state["kernel"]
+    """The gate kernel of the current device (its module compiled once per device by
+    :func:`optiond.kernels.gpu.module`)."""
+    return gpus.module(GATE_SOURCE).get_function("crr_gate")
 
 
 class DeviceTimer:
