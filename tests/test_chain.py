@@ -26,6 +26,7 @@ def test_every_row_present_with_a_status(spy_result):
     df, out, summary = spy_result
     assert len(out) == len(df) == summary.contracts
     pd.testing.assert_frame_equal(out[df.columns], df)  # input kept as is, in order
+    assert list(out.columns) == list(df.columns) + list(chain.OUTPUT_COLUMNS)  # the listed columns, in order
     assert set(out["status"]).issubset(set(chain.STATUSES))
     assert sum(summary.by_status.values()) == len(df)
     # the statuses mean what they say

@@ -79,6 +79,12 @@ STATUSES = ("ok", "no-bid", "no-ask", "crossed", "below-intrinsic", "below-model
 #: columns of the per-expiry market table (``--forwards`` file)
 FORWARD_COLUMNS = ("expiry", "settlement", "T", "spot", "rate", "discount_factor", "forward", "carry", "method", "pairs",
                    "call_minus_put_iv_pts", "note")
+#: the columns :func:`price_chain` appends to the chain, in order: numbers, then labels (with
+#: the value most rows hold); the daemon's chain reply and the panel's empty result read them
+NUMERIC_OUTPUT_COLUMNS = ("expiry_years", "spot", "rate", "dividend_yield", "forward", "mid", "iv_bid", "iv", "iv_ask",
+                          "iv_otm", "model_price") + GREEK_FIELDS
+STRING_OUTPUT_COLUMNS = (("status", "ok"), ("error", ""), ("device", ""))
+OUTPUT_COLUMNS = NUMERIC_OUTPUT_COLUMNS + tuple(c for c, _ in STRING_OUTPUT_COLUMNS)
 
 
 #: ``Pricer`` and ``LocalPricer`` moved to :mod:`optiond.pricer` (the old names warn, one release)

@@ -13,7 +13,7 @@ Request content::
 
 every market field optional (the chain job's defaults). Reply content::
 
-    {"n": int, "columns": {name: encoded column} (OUTPUT_COLUMNS), "forwards": {column: list}
+    {"n": int, "columns": {name: encoded column} (:data:`optiond.chain.OUTPUT_COLUMNS`), "forwards": {column: list}
      (chain.FORWARD_COLUMNS), "by_status": {status: count}, "elapsed_s": float (the daemon's
      pricing time), "market_s": float, "device": str, "via": "daemon"}
 
@@ -33,7 +33,7 @@ import pandas as pd
 
 from .. import chain, costs
 from ..market.curve import DAYS_PER_YEAR
-from ..models import GREEK_FIELDS, MAX_STEPS, InvalidInputError, Method
+from ..models import MAX_STEPS, InvalidInputError, Method
 from .. import limits as limits_mod
 from .protocol import (ProtocolError, decode_column, decode_sparse_strings, encode_array, encode_column,
                        encode_sparse_strings)
@@ -42,12 +42,8 @@ from .protocol import (ProtocolError, decode_column, decode_sparse_strings, enco
 MARKET_DEFAULTS: dict[str, Any] = {"rate": chain.DEFAULT_RATE, "dividend_yield": chain.DEFAULT_DIVIDEND_YIELD,
                                    "steps": chain.DEFAULT_STEPS, "carry": "parity", "spot_mode": "implied",
                                    "quote_time": None, "settlement": None, "curve": None}
-#: numeric result columns of the reply, in the order price_chain appends them
-NUMERIC_COLUMNS = ("expiry_years", "spot", "rate", "dividend_yield", "forward", "mid", "iv_bid", "iv", "iv_ask",
-                   "iv_otm", "model_price") + GREEK_FIELDS
-#: string result columns (sparse: most rows hold the default)
-STRING_COLUMNS = (("status", "ok"), ("error", ""), ("device", ""))
-OUTPUT_COLUMNS = NUMERIC_COLUMNS + tuple(c for c, _ in STRING_COLUMNS)
+#: the reply's result columns: price_chain's (numbers; strings sparse, most rows hold the default)
+NUMERIC_COLUMNS, STRING_COLUMNS = chain.NUMERIC_OUTPUT_COLUMNS, chain.STRING_OUTPUT_COLUMNS
 #: tree solves a chain costs per contract: the mid's, the bid's and the ask's implied
 #: volatilities and the Greeks (the carry search's few near-the-money pairs are noise beside them)
 CHAIN_SOLVES = 4

@@ -580,9 +580,8 @@ def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, c
 
 def _empty_result(df: pd.DataFrame, kind: str) -> pd.DataFrame:
     out = df.iloc[:0].copy()
-    extra = (["expiry_years", "spot", "rate", "dividend_yield", "forward", "mid", "iv_bid", "iv", "iv_ask", "iv_otm",
-              "model_price", *GREEK_FIELDS, "status", "error", "device", "model_minus_mid"]
-             if kind == "chain" else ["price", *GREEK_FIELDS, "status", "error", "device"])
+    extra = ([*chain_job.OUTPUT_COLUMNS, "model_minus_mid"] if kind == "chain"
+             else ["price", *GREEK_FIELDS, "status", "error", "device"])
     for c in extra:  # a portfolio's result columns named as merge_portfolio names them
         out[c if kind == "chain" else result_column(c, df.columns)] = pd.Series(
             dtype=object if c in ("status", "error", "device") else float)
