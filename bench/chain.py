@@ -4,10 +4,15 @@ in the same run, in-process and through a running daemon (both ways: a request p
 implied-volatility solve, ``daemon``, and the whole job in one ``chain`` request,
 ``daemon-chain-request``, whose ``server_s`` is the daemon's own time); and the CLI's wall time split into
 start-up, pricing and the rest; with ``--surface``, the volatility surface's fit of the priced
-chain. Prints JSON.
+chain (``--surface-only``: that alone), and of a synthetic chain of ``--synthetic-expiries``
+expiries with ``--synthetic-strikes`` strikes each, a call and a put at every strike: the
+chain job's output made from the fitted surface (mid IV at each strike with a seeded 0.3 vol
+point noise, a 0.5 to 1.5 vol point spread around it), so the fit's time on a large chain is
+measured without pricing one. Prints JSON.
 
     python bench/chain.py [--chain examples/data/spy_chain_2026-02-13.csv] [--quote-time 10:50]
-                          [--daemon] [--cli] [--surface] [--repeats 3]
+                          [--daemon] [--cli] [--surface | --surface-only] [--repeats 3]
+                          [--synthetic-expiries 60 --synthetic-strikes 130]
 
 ``--daemon`` needs a running daemon (``optiond serve``); its requests are sent with
 ``force=True`` so the reply cache does not answer the repeats.
@@ -70,19 +75,54 @@ def _cli(args, daemon: bool) -> dict:
             "rest_s": wall - startup - summary["elapsed_s"], "device": summary["device"], "via": summary["via"]}
 
 
-def _surface(df, steps: int, quote_time, repeats: int) -> dict:
-    """The surface fit of the priced chain: best of ``repeats`` (seconds), with its quality."""
+def _fit_timed(priced, repeats: int) -> dict:
     from optiond.surface import fit_surface
 
-    priced, _ = chain.price_chain(df, LocalPricer(), steps=steps, quote_time=quote_time)
+    fit_surface(priced.head(300))  # warm-up: the compiled solver from its cache
     best, surface = float("inf"), None
     for _ in range(max(repeats, 1)):
         t = time.perf_counter()
         surface = fit_surface(priced)
         best = min(best, time.perf_counter() - t)
     st = surface.stats
-    return {"fit_s": best, "expiries": len(surface.slices), "arbitrage_free": st["arbitrage_free"],
-            "inside_share_near": st["inside_share_near"], "median_rms_vol_pts": st["rms_vol_pts"]}
+    return {"fit_s": best, "contracts": len(priced), "expiries": len(surface.slices),
+            "arbitrage_free": st["arbitrage_free"], "inside_share_near": st["inside_share_near"],
+            "median_rms_vol_pts": st["rms_vol_pts"]}, surface
+
+
+def synthetic_chain(surface, expiries: int, strikes: int, seed: int = 1):
+    """The chain job's output for a chain of ``expiries`` expiries (T from 2 days to 3 years,
+    geometric) and ``strikes`` strikes each (``k`` from -4 to +3 ATM standard deviations), a call
+    and a put at each, from ``surface``: mid IV = the surface's plus N(0, 0.3 vol points), the
+    bid and ask 0.25 to 0.75 vol points either side (seeded)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for T in np.geomspace(2 / 365, 3.0, expiries):
+        F = surface.forward(T)
+        atm = float(surface.vol(np.array([F]), T)[0])
+        k = np.linspace(-4.0, 3.0, strikes) * atm * np.sqrt(T)
+        K = F * np.exp(k)
+        iv = surface.vol(K, T) + 0.003 * rng.standard_normal(strikes)
+        half = 0.0025 + 0.005 * rng.random(strikes)
+        for kind in ("call", "put"):
+            rows.append(pd.DataFrame({"expiry": f"T{T:.6f}", "type": kind, "strike": K, "expiry_years": T,
+                                      "forward": F, "rate": surface.slices[0].rate, "iv": iv, "iv_bid": iv - half,
+                                      "iv_ask": iv + half, "status": "ok"}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def _surface(df, steps: int, quote_time, repeats: int, synthetic: tuple[int, int] | None) -> dict:
+    """The surface fit of the priced chain (and of a synthetic chain made from its surface):
+    best of ``repeats`` (seconds), with its quality."""
+    priced, _ = chain.price_chain(df, LocalPricer(), steps=steps, quote_time=quote_time)
+    out, surface = _fit_timed(priced, repeats)
+    if synthetic:
+        out["synthetic"], _ = _fit_timed(synthetic_chain(surface, *synthetic), repeats)
+        out["synthetic"]["strikes_per_expiry"] = synthetic[1]
+    return out
 
 
 def main() -> None:
@@ -95,6 +135,9 @@ def main() -> None:
     ap.add_argument("--cli", action="store_true", help="also time the optiond chain command")
     ap.add_argument("--surface", action="store_true",
                     help="also time the surface fit of the priced chain (optiond.surface.fit_surface), one core")
+    ap.add_argument("--surface-only", action="store_true", help="only the surface fit (the chain priced once)")
+    ap.add_argument("--synthetic-expiries", type=int, default=0, help="with the surface: also a synthetic chain")
+    ap.add_argument("--synthetic-strikes", type=int, default=130)
     args = ap.parse_args()
     qt = args.quote_time or None
     df = chain.read_chain(args.chain)
@@ -106,14 +149,15 @@ def main() -> None:
         runs["daemon-chain-request"] = runs["daemon"]  # the whole job in one request
     out = {"bench": "chain", "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "chain": Path(args.chain).name,
            "contracts": len(df), "steps": args.steps, "quote_time": qt, "runs": {}}
-    for name, pricer in runs.items():
+    for name, pricer in ({} if args.surface_only else runs).items():
         one = name == "daemon-chain-request"
         _run(df.head(200), pricer, one, steps=args.steps, quote_time=qt)  # warm-up (JIT, sockets, GPU)
         r = {carry: _best(df, pricer, args.steps, carry, qt, args.repeats, one) for carry in ("flat", "parity")}
         r["parity_over_flat"] = r["parity"]["elapsed_s"] / r["flat"]["elapsed_s"]
         out["runs"][name] = r
-    if args.surface:
-        out["surface"] = _surface(df, args.steps, qt, args.repeats)
+    if args.surface or args.surface_only:
+        synthetic = (args.synthetic_expiries, args.synthetic_strikes) if args.synthetic_expiries else None
+        out["surface"] = _surface(df, args.steps, qt, args.repeats, synthetic)
     if args.cli:
         out["cli"] = {"in-process": _cli(args, daemon=False)}
         if args.daemon:

@@ -158,10 +158,10 @@ def test_fit_rejects_bad_input():
 CHAINS = {"spy": ("spy_chain_2026-02-13.csv", "10:50"), "qqq": ("qqq_chain_2026-02-13.csv", "10:50"),
           "spx": ("spx_chain_2025-10-01.csv", None)}
 #: near-the-money (|k| < 0.1) two-sided quotes inside the fitted spread: measured SPX 62.6 %,
-#: QQQ 46.3 %, SPY 20.2 % (the bounds a few points under); the quotes of SPY and QQQ carry
+#: QQQ 49.2 %, SPY 21.7 % (the bounds a few points under); the quotes of SPY and QQQ carry
 #: butterfly arbitrage themselves (12.2 % and 5.0 % of consecutive-strike triplets at bid/ask),
 #: so no arbitrage-free smile lies inside every spread
-INSIDE_BOUND = {"spx": 0.58, "qqq": 0.42, "spy": 0.17}
+INSIDE_BOUND = {"spx": 0.58, "qqq": 0.45, "spy": 0.19}
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +199,15 @@ def test_out_of_the_money_rows_read_the_labels_as_the_chain_job_does():
                          "strike": [90.0, 100.0, 100.0, 110.0, 110.0, 90.0, 120.0]})
     # F = 100: puts below the forward, calls at or above it; a label that is neither is never out of the money
     assert otm_mask(rows, 100.0).tolist() == [True, False, True, True, False, False, False]
+
+
+def test_in_the_money_error_reads_the_itm_contracts_own_ivs_over_the_fitted_range():
+    k = np.linspace(-0.3, 0.3, 31)
+    otm = chain_of([("e1", 0.5, A)], k)
+    itm = otm.assign(type=np.where(otm["type"] == "call", "put", "call"))  # the other contract at each strike
+    shift = 0.01  # ITM IVs one vol point above the OTM ones: what a put-call IV disagreement looks like
+    itm[["iv", "iv_bid", "iv_ask"]] += shift
+    s = fit_surface(pd.concat([otm, itm], ignore_index=True)).slices[0]
+    assert s.stats["rms_vol_pts"] < 1e-6  # the OTM quotes are one SVI slice, recovered
+    assert s.stats["itm_quotes"] == 31  # every strike's ITM contract lies in the fitted range
+    assert s.stats["rms_vol_pts_itm"] == pytest.approx(100 * shift, abs=1e-6)

@@ -85,11 +85,12 @@ def test_summary_lines_read_the_fit_statistics():
 
     p = SVI(0.01, 0.05, -0.4, 0.0, 0.2)  # w(0) = 0.01 + 0.05 * 0.2 = 0.02; T = 0.5: ATM IV 20 %
     s = Surface("SPY", "2026-02-13", [Slice("2026-08-14", 0.5, 100.0, 0.04, p,
-                                            {"inside_share": 0.968, "rms_vol_pts": 0.4321, "confidence": 0.9})],
+                                            {"inside_share": 0.968, "rms_vol_pts": 0.4321, "rms_vol_pts_itm": 1.234,
+                                             "confidence": 0.9})],
                 stats={"inside_share": 0.968, "inside_share_near": 1.0, "rms_vol_pts": 0.4321, "arbitrage_free": True})
     head, cols, row = surface_lines(s)
     assert head == ("surface SPY (svi): 1 expiries, fitted IV inside the quoted spread 100% of two-sided quotes with "
                     "|k|<0.1, median rms 0.43 vol pts, no arbitrage")
-    assert row.split() == ["2026-08-14", "0.5000", "20%", "97%", "0.43", "0.90"]
+    assert row.split() == ["2026-08-14", "0.5000", "20%", "97%", "0.43", "1.23", "0.90"]
     s.stats, s.slices[0].stats = {}, {}  # a surface without statistics: dashes
-    assert surface_lines(s)[2].split() == ["2026-08-14", "0.5000", "20%", "-", "-", "-"]
+    assert surface_lines(s)[2].split() == ["2026-08-14", "0.5000", "20%", "-", "-", "-", "-"]

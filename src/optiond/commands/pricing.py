@@ -194,7 +194,8 @@ def _pct(x: Any) -> str:
 def surface_lines(surface: Any) -> list[str]:
     """The fit in a few lines: the whole surface (expiries, share of two-sided out-of-the-money
     mids whose fitted IV lies inside ``[iv_bid, iv_ask]``, RMS error in vol points, arbitrage
-    checks), then one line per expiry (ATM vol, in-spread share, RMS error, confidence). Reads
+    checks), then one line per expiry (ATM vol, in-spread share, RMS error out of and in the
+    money, confidence). Reads
     the statistics :func:`optiond.surface.fit.fit_surface` records; a missing one prints ``-``."""
     st = surface.stats or {}
 
@@ -206,12 +207,13 @@ def surface_lines(surface: Any) -> list[str]:
              f"fitted IV inside the quoted spread {_pct(st.get('inside_share_near'))} of two-sided quotes with |k|<0.1, "
              f"median rms {num(st.get('rms_vol_pts'), '.2f')} vol pts"
              + ("" if arb is None else f", {'no arbitrage' if arb else 'ARBITRAGE'}")]
-    lines.append(f"  {'expiry':<10} {'T':>7} {'atm iv':>6} {'in spr':>6} {'rms':>5} {'conf':>4}")
+    lines.append(f"  {'expiry':<10} {'T':>7} {'atm iv':>6} {'in spr':>6} {'rms':>5} {'itm':>5} {'conf':>4}")
     for s in surface.slices:
         w0 = float(s.total_variance(0.0))
         atm = math.sqrt(w0 / s.T) if w0 > 0 else float("nan")
         lines.append(f"  {s.expiry:<10} {s.T:>7.4f} {_pct(atm):>6} {_pct(s.stats.get('inside_share')):>6} "
-                     f"{num(s.stats.get('rms_vol_pts'), '.2f'):>5} {num(s.stats.get('confidence'), '.2f'):>4}")
+                     f"{num(s.stats.get('rms_vol_pts'), '.2f'):>5} {num(s.stats.get('rms_vol_pts_itm'), '.2f'):>5} "
+                     f"{num(s.stats.get('confidence'), '.2f'):>4}")
     return lines
 
 

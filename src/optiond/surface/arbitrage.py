@@ -4,7 +4,7 @@
   Quantitative Finance 14(1), §2, eq. (2.1) and Lemma 2.2): a slice is free of butterfly
   arbitrage iff ``g(k) >= 0`` everywhere (with ``w > 0``). Checked on a dense grid
   (:func:`check_grid`: one unit of ``k`` beyond the quoted range on each side, at least
-  ``[-1.5, 1.5]``), the grid's minimum refined by a bounded scalar minimiser (``scipy.optimize``).
+  ``[-1.5, 1.5]``), the grid's minimum refined on a finer grid between its neighbours.
 * **Lee's moment bound** (Lee 2004, "The moment formula for implied volatility at extreme
   strikes", Mathematical Finance 14(3)): the wings' slopes ``b (1 +- rho) <= 2``, i.e.
   ``b (1 + |rho|) <= 2``.
@@ -17,17 +17,17 @@ Each check returns a :class:`Check` (``ok``, the worst value and where it occurs
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize_scalar
-
 from .svi import SVI, density_g, lee_slopes, min_variance, total_variance
 
 #: the grid's fixed span and its extension beyond the quoted range (log-moneyness)
 GRID_SPAN = 1.5
 GRID_MARGIN = 1.0
 GRID_POINTS = 2001
+#: points of the refinement around the grid's minimum of g
+REFINE_POINTS = 1001
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Check:
     tol: float = 0.0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"name": self.name, "ok": self.ok, "value": self.value, "where": self.where, "tol": self.tol}
 
 
 def check_grid(k_min: float = 0.0, k_max: float = 0.0, n: int = GRID_POINTS) -> np.ndarray:
@@ -62,22 +62,20 @@ def check_grid(k_min: float = 0.0, k_max: float = 0.0, n: int = GRID_POINTS) -> 
 
 def butterfly(p: SVI, k_min: float = 0.0, k_max: float = 0.0, *, tol: float = 0.0) -> Check:
     """Butterfly check of a slice: min of Gatheral & Jacquier's ``g`` on :func:`check_grid`,
-    refined by a bounded scalar minimiser between the grid neighbours of the grid minimum.
-    A slice whose total variance is not positive on the grid fails with ``value = -inf``."""
+    refined on a grid of :data:`REFINE_POINTS` between the grid neighbours of the grid minimum
+    (two grid steps in :data:`REFINE_POINTS` - 1, a step of ``L x 1e-6`` in ``k`` on a grid of
+    span ``L``: the minimum found is within ``max |g''| L^2 x 1.25e-13`` of the true one). A slice whose total variance is not positive on the grid fails with
+    ``value = -inf``."""
     p = SVI(*map(float, p))
     k = check_grid(k_min, k_max)
-    w = total_variance(p, k)
-    if not np.all(w > 0):
-        return Check("butterfly", False, float("-inf"), float(k[int(np.argmin(w))]), tol)
-    g = density_g(p, k)
+    g = density_g(p, k)  # NaN where w <= 0
+    if np.isnan(g).any():
+        return Check("butterfly", False, float("-inf"), float(k[int(np.argmin(total_variance(p, k)))]), tol)
     i = int(np.argmin(g))
-    lo, hi = k[max(i - 1, 0)], k[min(i + 1, len(k) - 1)]
-    gk, gv = float(k[i]), float(g[i])
-    if hi > lo:
-        r = minimize_scalar(lambda x: float(density_g(p, x)), bounds=(lo, hi), method="bounded",
-                            options={"xatol": 1e-10})
-        if r.fun < gv:
-            gk, gv = float(r.x), float(r.fun)
+    fine = np.linspace(k[max(i - 1, 0)], k[min(i + 1, len(k) - 1)], REFINE_POINTS)
+    gf = density_g(p, fine)
+    j = int(np.argmin(gf))
+    gk, gv = (float(fine[j]), float(gf[j])) if gf[j] < g[i] else (float(k[i]), float(g[i]))
     return Check("butterfly", gv >= -tol, gv, gk, tol)
 
 

@@ -14,33 +14,41 @@ Per expiry (:func:`fit_slice`), on the out-of-the-money quote of each strike (th
    SVI model"; De Marco & Martini 2009): with ``y = (k - m) / sigma`` the slice is
    ``w = a + d y + c sqrt(y^2 + 1)`` (``c = b sigma``, ``d = rho c``), linear in ``(a, d, c)``
    for fixed ``(m, sigma)``; the weighted least squares is solved for a 12 x 12 grid of
-   ``(m, sigma)`` at once (3 x 3 normal equations) and the best point refined by Nelder-Mead
-   (``scipy.optimize.minimize``). Irregular short smiles (SPY 2026-02-17: 41 % at k = -0.12,
-   11 % at +0.02, 18 % at +0.05) have several basins, so the next best grid points (one per
-   ``sigma``) and a fixed seed are starts too; each gets a short run of the final fit and
-   the best of them is run to convergence.
-3. **Fit** (``scipy.optimize.least_squares``, trust-region reflective with bounds, analytic
-   Jacobian) in implied-variance units ``x = (v / T, b / T, rho, m, sigma)`` where ``v = a +
-   b sigma sqrt(1 - rho^2)`` is the slice's minimum total variance: the bound
+   ``(m, sigma)`` at once (3 x 3 normal equations, :func:`optiond.surface.solver.qe_inner`) and
+   the best point refined by three rounds of a finer 7 x 7 grid around it. Irregular short
+   smiles (SPY 2026-02-17: 41 % at k = -0.12, 11 % at +0.02, 18 % at +0.05) have several
+   basins, so the next best grid points (one per ``sigma``) and a fixed seed are starts too.
+3. **Fit** (:func:`optiond.surface.solver.lm`: Levenberg-Marquardt with bounds, analytic
+   Jacobian, compiled) in implied-variance units ``x = (v / T, b / T, rho, m, sigma)`` where
+   ``v = a + b sigma sqrt(1 - rho^2)`` is the slice's minimum total variance: the bound
    ``v / T >= V_MIN`` keeps ``w > 0`` everywhere by construction, so ``g`` is finite everywhere.
    Residuals in implied volatility (each quote's term weighted ``1 / n``): zero inside
    ``[iv_bid, iv_ask]`` and the distance to the band outside, plus :data:`MID_PULL` times the
-   distance to the mid; and :data:`PENALTY` times the root mean square of the violations, on
-   the checks' own grid (:func:`optiond.surface.arbitrage.check_grid`, 2001 points), of
+   distance to the mid; and a penalty on the mean square of the violations, over a grid, of
    Gatheral & Jacquier's ``g(k) >= G_MARGIN`` (butterfly), Lee's ``b (1 + |rho|) <= LEE_MAX``
    and, for every slice after the first, ``w(k, t_i) - w(k, t_{i-1}) >= CAL_MARGIN T_i``
-   (calendar, against the slice fitted before it, on the grid of both slices' quoted ranges:
-   the grid :func:`~optiond.surface.arbitrage.check_surface` checks). A slice that still fails
-   a check is fitted again with ten times the penalty (at most :data:`RETRIES` times), the
-   second best start is tried, and a violation left after that is removed by SLSQP
-   (``scipy.optimize.minimize``) with the same conditions as inequality constraints.
+   (calendar, against the slice fitted before it, over both slices' quoted ranges: the range
+   :func:`~optiond.surface.arbitrage.check_surface` checks). The solver's grids have
+   :data:`SOLVE_POINTS` points over the quoted range and :data:`SOLVE_WINGS` over each of the
+   checks' extensions beyond it. The penalty weight rises through :data:`CONTINUATION` (1, 10,
+   100, then :data:`PENALTY`), each stage from the last one's end: a stiff penalty from the
+   start makes a narrow curved valley that the solver crawls along (measured on SPY
+   2026-02-17: about 1,270 evaluations to converge at the final weight from a start, 95 through
+   the continuation, to the same optimum). Every start gets the first stage's
+   :data:`SCREEN_ITER` steps, and the best goes on.
+4. **Checks** on the checks' own grid (:func:`optiond.surface.arbitrage.check_grid`, 2001
+   points): a violation between the solver's points adds the checks' points where the condition
+   is within twice its margin to the solver's grids and the fit goes on from where it stopped;
+   with nothing to add, the penalty is ten times larger (at most :data:`RETRIES` rounds). A
+   violation left after that is removed by SLSQP (``scipy.optimize.minimize``) with the same
+   conditions as inequality constraints.
 
 Measured on the bundled chains (the chain job's output; two-sided out-of-the-money quotes
 with ``|k| < 0.1``): every slice passes every check of
 :func:`~optiond.surface.arbitrage.check_surface` at tolerance 0 (butterfly, Lee, minimum
 variance, calendar); inside the fitted bid/ask SPX 2025-10-01 62.6 % (13 expiries, median RMS
-error over the fitted range 0.040 vol points), QQQ 2026-02-13 46.7 % (29 expiries, 0.127) and
-SPY 2026-02-13 20.2 % (32 expiries, 0.117). The fit is deterministic: two fits of one chain
+error over the fitted range 0.040 vol points), QQQ 2026-02-13 49.2 % (29 expiries, 0.127) and
+SPY 2026-02-13 21.7 % (32 expiries, 0.117). The fit is deterministic: two fits of one chain
 give the same parameters to the bit.
 
 Why per-expiry SVI with the calendar as a constraint, not SSVI (Gatheral & Jacquier 2014, §4):
@@ -64,10 +72,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares, minimize
+from scipy.optimize import minimize
 
 from ..chain import labels
-from . import arbitrage
+from . import arbitrage, solver
 from .model import Slice, Surface
 from .svi import SVI, density_g, min_variance, total_variance
 
@@ -89,12 +97,22 @@ LEE_MAX = 1.99
 #: bounds of rho and sigma
 RHO_MAX = 0.995
 SIGMA_MIN = 1e-3
-#: starts of the final fit (the quasi-explicit one and the next best of its grid) and the
-#: optimiser's evaluation budget per start
-STARTS = 4
-MAX_NFEV = 400
-SCOUT_NFEV = 40
+#: the quasi-explicit grid's points per axis and its refinement rounds
+QE_GRID = 12
+QE_ZOOMS = 3
+#: starts of the final fit (the quasi-explicit one and the next best of its grid), the
+#: penalty's continuation from each, the solver's accepted steps per stage and its tolerance
+STARTS = 3
+CONTINUATION = (1.0, 10.0, 100.0, PENALTY)
+#: the solver's accepted steps in the first stage from each start (the best goes on)
+SCREEN_ITER = 10
+MAX_ITER = 200
 TOL = 1e-8
+#: points of the solver's butterfly and calendar grids over the quoted range and over each
+#: extension beyond it (the checks' span; the checks use arbitrage.GRID_POINTS, and a slice
+#: that fails them is refitted on the checks' grid)
+SOLVE_POINTS = 101
+SOLVE_WINGS = 41
 #: fewest quotes a slice needs
 MIN_QUOTES = 5
 #: an outlier's distance to the median of its neighbours: relative, and in spreads
@@ -108,25 +126,19 @@ COLUMNS = ("expiry", "type", "strike", "expiry_years", "forward", "rate", "iv", 
 
 
 def _inner(k: np.ndarray, w: np.ndarray, sw: np.ndarray, m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Zeliade's inner problem for a batch of ``(m, sigma)``: the weighted least squares in
-    ``(a, d, c)`` clipped to the domain; returns ``(params (G, 3), objective (G,))``."""
-    y = (k[None, :] - m[:, None]) / s[:, None]
-    X = np.stack([np.ones_like(y), y, np.sqrt(y * y + 1.0)], axis=2) * sw[None, :, None]
-    t = w * sw
-    sol = np.linalg.solve(np.einsum("gni,gnj->gij", X, X) + 1e-14 * np.eye(3),
-                          np.einsum("gni,n->gi", X, t)[:, :, None])[:, :, 0]
-    c = np.clip(sol[:, 2], 0.0, 2.0 * s)
-    e = np.minimum(c, 2.0 * s - c)
-    d = np.clip(sol[:, 1], -e, e)
-    a = np.einsum("gn,n->g", t[None, :] - (X[:, :, 1] * d[:, None] + X[:, :, 2] * c[:, None]), sw) / (sw @ sw)
-    p = np.stack([a, d, c], 1)
-    r = np.einsum("gni,gi->gn", X, p) - t[None, :]
-    return p, np.einsum("gn,gn->g", r, r)
+    """Zeliade's inner problem for a batch of ``(m, sigma)`` (:func:`optiond.surface.solver.qe_inner`)."""
+    return solver.qe_inner(k, w, sw, np.ascontiguousarray(m, dtype=np.float64), np.ascontiguousarray(s, dtype=np.float64))
+
+
+#: the quasi-explicit grid's ``sigma`` values and a zoom round's offsets (unit widths)
+_QE_SIGMA = np.geomspace(1e-3, 1.0, QE_GRID)
+_ZOOM = np.linspace(-1.0, 1.0, 7)
+_ZOOM_M, _ZOOM_S = (a.ravel() for a in np.meshgrid(_ZOOM, _ZOOM))
 
 
 def _qe_grid(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    mg, sg = np.meshgrid(np.linspace(k.min(), k.max(), 12), np.geomspace(1e-3, 1.0, 12))
-    return mg.ravel(), sg.ravel()
+    m = np.linspace(k.min(), k.max(), QE_GRID)
+    return np.tile(m, QE_GRID), np.repeat(_QE_SIGMA, QE_GRID)
 
 
 def _to_svi(m: float, s: float, adc: np.ndarray) -> SVI:
@@ -134,10 +146,28 @@ def _to_svi(m: float, s: float, adc: np.ndarray) -> SVI:
     return SVI(a, c / s, d / c if c > 0 else 0.0, float(m), float(s))
 
 
+def _zoom(k: np.ndarray, w: np.ndarray, sw: np.ndarray, m: float, s: float, dm: float, ls: float
+          ) -> tuple[float, float, float]:
+    """:data:`QE_ZOOMS` rounds of a 7 x 7 grid of ``(m, ln sigma)`` centred on the best point so far,
+    each a third the width of the last; returns ``(m, sigma, objective)``."""
+    f = float("inf")
+    for _ in range(QE_ZOOMS):
+        mg, sg = m + dm * _ZOOM_M, np.exp(math.log(s) + ls * _ZOOM_S)
+        _, fz = _inner(k, w, sw, mg, sg)
+        j = int(np.argmin(fz))
+        if fz[j] < f:
+            m, s, f = float(mg[j]), float(sg[j]), float(fz[j])
+        dm, ls = dm / 3.0, ls / 3.0
+    return m, s, f
+
+
 def quasi_explicit(k: np.ndarray, w: np.ndarray, weights: np.ndarray | None = None) -> SVI:
     """Zeliade's quasi-explicit start: for each ``(m, sigma)`` the weighted least squares in
     ``(a, d, c)`` (clipped to ``0 <= c <= 2 sigma``, ``|d| <= min(c, 2 sigma - c)``: Lee and
-    ``|rho| <= 1``), the best ``(m, sigma)`` of a 12 x 12 grid refined by Nelder-Mead.
+    ``|rho| <= 1``); the outer problem in ``(m, sigma)`` by a :data:`QE_GRID` x :data:`QE_GRID`
+    grid (``m`` over the quotes' range, ``sigma`` from 1e-3 to 1, geometric) and
+    :data:`QE_ZOOMS` rounds of a finer grid around its best point (every round one batch of
+    3 x 3 normal equations; the final fit refines it).
 
     Args:
         k: log-moneyness, shape (n,); w: total implied variance, shape (n,);
@@ -150,24 +180,19 @@ def quasi_explicit(k: np.ndarray, w: np.ndarray, weights: np.ndarray | None = No
     if k.size < MIN_QUOTES:
         raise ValueError(f"a slice needs at least {MIN_QUOTES} quotes, got {k.size}")
     sw = np.sqrt(np.ones_like(k) if weights is None else np.asarray(weights, dtype=np.float64))
-    mg, sg = _qe_grid(k)
-    _, f = _inner(k, w, sw, mg, sg)
-    j = int(np.argmin(f))
-    x0 = np.array([mg[j], math.log(sg[j])])
-    res = minimize(lambda x: float(_inner(k, w, sw, np.array([x[0]]), np.array([math.exp(x[1])]))[1][0]), x0,
-                   method="Nelder-Mead", options={"xatol": 1e-9, "fatol": 1e-16, "maxiter": 800})
-    m, s = float(res.x[0]), math.exp(float(res.x[1]))
-    return _to_svi(m, s, _inner(k, w, sw, np.array([m]), np.array([s]))[0][0])
+    return _starts(k, w, sw, 1)[0]
 
 
-def _starts(k: np.ndarray, w: np.ndarray, n: int) -> list[SVI]:
-    """Starts of the final fit: the quasi-explicit solution and the inner solutions of the
-    next best ``(m, sigma)`` of its grid (at most one per ``sigma`` row), plus a fixed symmetric
-    seed; irregular short smiles have several basins."""
-    sw = np.ones_like(k)
-    out = [quasi_explicit(k, w)]
+def _starts(k: np.ndarray, w: np.ndarray, sw: np.ndarray, n: int) -> list[SVI]:
+    """Starts of the final fit: the quasi-explicit solution (:func:`quasi_explicit`), the inner
+    solutions of the next best ``(m, sigma)`` of its grid (at most one per ``sigma`` row) up to
+    ``n`` in all, and a fixed symmetric seed; irregular short smiles have several basins."""
     mg, sg = _qe_grid(k)
     P, f = _inner(k, w, sw, mg, sg)
+    j = int(np.argmin(f))
+    dm = (float(k.max()) - float(k.min())) / (QE_GRID - 1)
+    m, s, _ = _zoom(k, w, sw, float(mg[j]), float(sg[j]), dm, math.log(1e3) / (QE_GRID - 1))
+    out = [_to_svi(m, s, _inner(k, w, sw, np.array([m]), np.array([s]))[0][0])]
     seen: set[float] = set()
     for j in np.argsort(f, kind="stable"):
         if len(out) >= n:
@@ -176,8 +201,9 @@ def _starts(k: np.ndarray, w: np.ndarray, n: int) -> list[SVI]:
             continue
         seen.add(sg[j])
         out.append(_to_svi(mg[j], sg[j], P[j]))
-    atm = float(np.interp(0.0, k, w)) if k.min() < 0 < k.max() else float(np.median(w))
-    out.append(SVI(0.5 * atm, 0.2 * atm / 0.1 + 1e-6, -0.3, 0.0, 0.1))
+    if n > 1:
+        atm = float(np.interp(0.0, k, w)) if k.min() < 0 < k.max() else float(np.median(w))
+        out.append(SVI(0.5 * atm, 0.2 * atm / 0.1 + 1e-6, -0.3, 0.0, 0.1))
     return out
 
 
@@ -190,38 +216,6 @@ def _w(x: np.ndarray, k: np.ndarray) -> np.ndarray:
 def _g(x: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Gatheral & Jacquier's ``g`` in the fit's parameters (``w > 0`` by construction)."""
     return density_g(_svi_of(x), k)
-
-
-def _w_jac(x: np.ndarray, k: np.ndarray, second: bool = False):
-    """``w`` and its gradient in ``x = (v, b, rho, m, sigma)``, shape (n, 5); with ``second``
-    also ``w'``, ``w''`` (in ``k``) and their gradients (closed forms of raw SVI)."""
-    v, b, r, m, s = x
-    d = k - m
-    R = np.sqrt(d * d + s * s)
-    c = math.sqrt(1.0 - r * r)
-    w = v + b * (r * d + R - s * c)
-    one = np.ones_like(k)
-    J = np.stack([one, r * d + R - s * c, b * (d + s * r / c) * one, -b * (r + d / R), b * (s / R - c)], axis=1)
-    if not second:
-        return w, J
-    R3 = R * R * R
-    w1 = b * (r + d / R)
-    w2 = b * s * s / R3
-    J1 = np.stack([0.0 * one, r + d / R, b * one, -b * s * s / R3, -b * d * s / R3], axis=1)
-    J2 = np.stack([0.0 * one, s * s / R3, 0.0 * one, 3.0 * b * s * s * d / (R3 * R * R),
-                   b * (2.0 * s / R3 - 3.0 * s ** 3 / (R3 * R * R))], axis=1)
-    return w, J, w1, J1, w2, J2
-
-
-def _g_jac(x: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Gatheral & Jacquier's ``g`` and its gradient in ``x``, shape (n, 5) (chain rule through
-    ``w``, ``w'``, ``w''``)."""
-    w, J, w1, J1, w2, J2 = _w_jac(x, k, True)
-    u = 1.0 - k * w1 / (2.0 * w)
-    g = u * u - 0.25 * w1 * w1 * (1.0 / w + 0.25) + 0.5 * w2
-    dg_dw = u * k * w1 / (w * w) + 0.25 * w1 * w1 / (w * w)
-    dg_dw1 = -u * k / w - 0.5 * w1 * (1.0 / w + 0.25)
-    return g, dg_dw[:, None] * J + dg_dw1[:, None] * J1 + 0.5 * J2
 
 
 def _svi_of(x: np.ndarray) -> SVI:
@@ -252,7 +246,8 @@ def fit_slice(k, iv_mid, iv_bid=None, iv_ask=None, T: float = 1.0, *, prev: SVI 
 
     Returns:
         ``(SVI, info)``; ``info`` holds the checks (``arbitrage.Check`` per name, ``calendar``
-        against ``prev``), ``nfev``, the final penalty weight and ``ok`` (every check passes).
+        against ``prev``), ``nfev`` (objective evaluations), the final penalty weight and ``ok``
+        (every check passes).
 
     Raises:
         ValueError: fewer than :data:`MIN_QUOTES` finite quotes, ``T <= 0``, or a band that
@@ -277,95 +272,85 @@ def fit_slice(k, iv_mid, iv_bid=None, iv_ask=None, T: float = 1.0, *, prev: SVI 
     if np.any((lo > mid + 1e-12) | (hi < mid - 1e-12)):
         raise ValueError("each band [iv_bid, iv_ask] must contain its mid")
     k_min, k_max = k_grid if k_grid is not None else (float(k.min()), float(k.max()))
-    grid = arbitrage.check_grid(k_min, k_max)
-    if prev is not None:
-        pk = prev_k_grid if prev_k_grid is not None else (k_min, k_max)
-        cgrid = arbitrage.check_grid(min(k_min, pk[0]), max(k_max, pk[1]))  # the check's own grid
-        w_prev = total_variance(prev, cgrid)
+    pk = prev_k_grid if prev_k_grid is not None else (k_min, k_max)
+    c_min, c_max = min(k_min, pk[0]), max(k_max, pk[1])
     # the optimiser works in implied variance (v / T, b / T, rho, m, sigma): one scale for a
     # 4-day and a 3-year slice; v >= V_MIN keeps w > 0 everywhere, so g is finite everywhere
     scale = np.array([T, T, 1.0, 1.0, 1.0])
     lo_x = np.array([V_MIN, 0.0, -RHO_MAX, -2.0, SIGMA_MIN])
     hi_x = np.array([5.0, 2.0 / T, RHO_MAX, 2.0, 3.0])
-    wq = np.sqrt(1.0 / k.size)  # the quotes' terms as a mean, the penalties' as a mean over the grid
+    inner = 1e-9 * (hi_x - lo_x)
 
-    def residuals(x: np.ndarray, penalty: float) -> np.ndarray:
-        q = x * scale
-        f = np.sqrt(_w(q, k) / T)
-        band = np.maximum(lo - f, 0.0) + np.maximum(f - hi, 0.0)
-        # each condition's violations as one residual, the root of their mean square: the same
-        # objective as one residual per grid point, a short vector
-        pen = [math.sqrt(float(np.mean(np.minimum(_g(q, grid) - G_MARGIN, 0.0) ** 2))),
-               min(0.0, LEE_MAX - q[1] * (1.0 + abs(q[2])))]
-        if prev is not None:
-            pen.append(math.sqrt(float(np.mean(np.minimum(_w(q, cgrid) - w_prev - CAL_MARGIN * T, 0.0) ** 2))) / T)
-        return np.concatenate([band * wq, MID_PULL * wq * (f - mid), penalty * np.array(pen)])
+    def grid(a: float, b: float) -> np.ndarray:
+        """The solver's grid: :data:`SOLVE_POINTS` over ``[a, b]`` and :data:`SOLVE_WINGS` over
+        each of the checks' extensions beyond it (the checks' span)."""
+        ends = arbitrage.check_grid(a, b, 2)
+        return np.concatenate([np.linspace(ends[0], a, SOLVE_WINGS, endpoint=False), np.linspace(a, b, SOLVE_POINTS),
+                               np.linspace(b, ends[1], SOLVE_WINGS)[1:]])
 
-    def jacobian(x: np.ndarray, penalty: float) -> np.ndarray:
-        q = x * scale
-        w, Jw = _w_jac(q, k)
-        f = np.sqrt(w / T)
-        Jf = Jw / (2.0 * f * T)[:, None]
-        sgn = np.where(lo > f, -1.0, 0.0) + np.where(f > hi, 1.0, 0.0)
-        rows = [sgn[:, None] * Jf * wq, MID_PULL * wq * Jf]
-        g, Jg = _g_jac(q, grid)
-        viol = np.minimum(g - G_MARGIN, 0.0)
-        rg = math.sqrt(float(np.mean(viol ** 2)))
-        rows.append((viol @ Jg / (grid.size * rg) if rg > 0 else np.zeros(5))[None, :] * penalty)
-        lee_row = np.zeros(5)
-        if LEE_MAX - q[1] * (1.0 + abs(q[2])) < 0:
-            lee_row[1], lee_row[2] = -(1.0 + abs(q[2])), -q[1] * math.copysign(1.0, q[2])
-        rows.append(lee_row[None, :] * penalty)
-        if prev is not None:
-            wc, Jc = _w_jac(q, cgrid)
-            vc = np.minimum(wc - w_prev - CAL_MARGIN * T, 0.0)
-            rc = math.sqrt(float(np.mean(vc ** 2)))
-            rows.append((vc @ Jc / (cgrid.size * rc * T) if rc > 0 else np.zeros(5))[None, :] * penalty)
-        return np.concatenate(rows) * scale[None, :]
+    where = [grid(k_min, k_max), np.empty(0), np.empty(0)]
+    if prev is not None:
+        where[1] = grid(c_min, c_max)
+        where[2] = total_variance(prev, where[1])
+    nfev = 0
+
+    def run(x0: np.ndarray, penalty: float, max_iter: int) -> tuple[np.ndarray, float]:
+        nonlocal nfev
+        x, cost, nev = solver.lm(x0, lo_x, hi_x, T, k, lo, hi, mid, *where, penalty, MID_PULL, G_MARGIN,
+                                 CAL_MARGIN, LEE_MAX, max_iter, TOL)
+        nfev += int(nev)
+        return x, cost
+
+    def fit_cost(x: np.ndarray) -> float:
+        return float(solver.objective(x, T, k, lo, hi, mid, where[0], np.empty(0), np.empty(0), 0.0, MID_PULL,
+                                      G_MARGIN, CAL_MARGIN, LEE_MAX))
 
     def checks_of(p: SVI) -> dict:
         c = arbitrage.check_slice(p, k_min, k_max)
         if prev is not None:
-            c["calendar"] = arbitrage.calendar(prev, p, min(k_min, pk[0]), max(k_max, pk[1]))
+            c["calendar"] = arbitrage.calendar(prev, p, c_min, c_max)
         return c
 
-    nfev = 0
+    def refine(p: SVI) -> bool:
+        """The checks' grid points where a condition is within twice its margin join the
+        solver's grids (a violation between the solver's points); False when none is new."""
+        fine = arbitrage.check_grid(k_min, k_max)
+        add = fine[~(density_g(p, fine) >= 2.0 * G_MARGIN)]
+        new = np.setdiff1d(add, where[0]).size > 0
+        where[0] = np.union1d(where[0], add)
+        if prev is not None:
+            cfine = arbitrage.check_grid(c_min, c_max)
+            w_prev = total_variance(prev, cfine)
+            bind = ~(total_variance(p, cfine) - w_prev >= 2.0 * CAL_MARGIN * T)
+            new |= np.setdiff1d(cfine[bind], where[1]).size > 0
+            where[1], i = np.unique(np.concatenate([where[1], cfine[bind]]), return_index=True)
+            where[2] = np.concatenate([where[2], w_prev[bind]])[i]
+        return new
 
-    def run(x0: np.ndarray, penalty: float, max_nfev: int):
-        nonlocal nfev
-        r = least_squares(residuals, x0, jac=jacobian, bounds=(lo_x, hi_x), args=(penalty,), x_scale="jac",
-                          xtol=TOL, ftol=TOL, gtol=TOL, max_nfev=max_nfev)
-        nfev += int(r.nfev)
-        return r
-
-    # a short run from each start, the rest from the best of them
+    # from each start the first stage of the penalty's continuation (CONTINUATION, up to
+    # PENALTY), the rest from the best of them: a stiff penalty from the start makes a narrow
+    # curved valley the solver crawls along
     tries = []
-    for p0 in _starts(k, mid * mid * T, STARTS):
-        x0 = np.clip(_x_of(p0) / scale, lo_x, hi_x)
-        x0 = np.clip(x0, lo_x + 1e-9 * (hi_x - lo_x), hi_x - 1e-9 * (hi_x - lo_x))
-        r = run(x0, PENALTY, SCOUT_NFEV)
-        tries.append((float(r.cost), len(tries), r.x))
-    tries.sort(key=lambda t: t[:2])
-    best = None
-    for _, _, x0 in tries[:2]:
-        penalty = PENALTY
-        for attempt in range(RETRIES + 1):
-            r = run(x0, penalty, MAX_NFEV)
-            p = _svi_of(r.x * scale)
-            checks = checks_of(p)
-            good = all(c.ok for c in checks.values())
-            if good:
-                break
-            x0, penalty = r.x, penalty * 10.0
-        fit = float(np.sum(residuals(r.x, 0.0) ** 2))
-        key = (not good, fit)
-        if best is None or key < best[0]:
-            best = (key, p, checks, penalty)
-        if good:
+    for p0 in _starts(k, mid * mid * T, np.ones_like(k), STARTS):
+        x = np.clip(np.clip(_x_of(p0) / scale, lo_x, hi_x), lo_x + inner, hi_x - inner)
+        cost = run(x, CONTINUATION[0], SCREEN_ITER)
+        tries.append((cost[1], len(tries), cost[0]))
+    x = min(tries)[2]
+    for penalty in CONTINUATION[1:]:
+        x, _ = run(x, penalty, MAX_ITER)
+    # checked on the checks' grids; a violation there refines the solver's grids where the
+    # condition binds, or (nothing new to add) raises the penalty ten times
+    for attempt in range(RETRIES + 1):
+        p = _svi_of(x * scale)
+        checks = checks_of(p)
+        if all(c.ok for c in checks.values()) or attempt == RETRIES:
             break
-    (_, _), p, checks, penalty = best
+        if not refine(p):
+            penalty *= 10.0
+        x, _ = run(x, penalty, MAX_ITER)
     if not all(c.ok for c in checks.values()):
         # the penalties left a violation: the constraints as such (SLSQP) from the best point
+
         def cons(x: np.ndarray) -> np.ndarray:
             q = x * scale
             out = [_g(q, grid) - G_MARGIN, [LEE_MAX - q[1] * (1.0 + abs(q[2]))]]
@@ -374,9 +359,11 @@ def fit_slice(k, iv_mid, iv_bid=None, iv_ask=None, T: float = 1.0, *, prev: SVI 
             return np.concatenate(out)
 
         x0 = np.clip(_x_of(p) / scale, lo_x, hi_x)
-        r = minimize(lambda x: float(np.sum(residuals(x, 0.0) ** 2)), x0, method="SLSQP",
-                     bounds=list(zip(lo_x, hi_x)), constraints=[{"type": "ineq", "fun": cons}],
-                     options={"maxiter": 200, "ftol": 1e-14})
+        grid, cgrid, w_prev = arbitrage.check_grid(k_min, k_max), arbitrage.check_grid(c_min, c_max), None
+        if prev is not None:
+            w_prev = total_variance(prev, cgrid)
+        r = minimize(fit_cost, x0, method="SLSQP", bounds=list(zip(lo_x, hi_x)),
+                     constraints=[{"type": "ineq", "fun": cons}], options={"maxiter": 200, "ftol": 1e-14})
         nfev += int(r.nfev)
         q = _svi_of(r.x * scale)
         c2 = checks_of(q)
@@ -407,23 +394,23 @@ def outliers(k: np.ndarray, iv: np.ndarray, spread: np.ndarray | None = None) ->
     return out
 
 
-def otm_mask(rows: pd.DataFrame, forward: float) -> np.ndarray:
-    """Which rows of the chain job's output are out of the money on the expiry's ``forward``:
-    puts with ``K < F``, calls with ``K >= F`` (the ``type`` labels as the chain job reads them,
-    :func:`optiond.chain.labels`); shape (len(rows),), bool."""
+def otm_mask(rows: pd.DataFrame, forward) -> np.ndarray:
+    """Which rows of the chain job's output are out of the money on the expiry's ``forward``
+    (a number, or one per row): puts with ``K < F``, calls with ``K >= F`` (the ``type`` labels as
+    the chain job reads them, :func:`optiond.chain.labels`); shape (len(rows),), bool."""
     kind = labels(rows["type"])
     K = pd.to_numeric(rows["strike"], errors="coerce").to_numpy(dtype=np.float64)
     return np.where(K >= forward, kind == "call", (kind == "put") & (K < forward))
 
 
-def _otm_quotes(g: pd.DataFrame, F: float) -> pd.DataFrame:
-    ok = (g["status"].to_numpy() == "ok") & np.isfinite(g["iv"].to_numpy(dtype=np.float64))
-    return g[otm_mask(g, F) & ok]
-
-
 def _slice_stats(p: SVI, T: float, k: np.ndarray, mid: np.ndarray, bid: np.ndarray, ask: np.ndarray,
-                 fitted: np.ndarray, info: dict, k_min: float, k_max: float) -> dict[str, Any]:
+                 fitted: np.ndarray, info: dict, k_min: float, k_max: float, k_itm: np.ndarray,
+                 mid_itm: np.ndarray) -> dict[str, Any]:
     f = np.sqrt(np.maximum(total_variance(p, k), 0.0) / T)
+    lo_k, hi_k = float(k[fitted].min()), float(k[fitted].max())
+    # the in-the-money contracts' own mid IVs over the fitted range (the fit never saw them)
+    in_range = (k_itm >= lo_k) & (k_itm <= hi_k)
+    err_itm = (np.sqrt(np.maximum(total_variance(p, k_itm[in_range]), 0.0) / T) - mid_itm[in_range]) * 100.0
     err = (f - mid) * 100.0
     two = np.isfinite(bid) & np.isfinite(ask)
     inside = two & (f >= bid - 1e-12) & (f <= ask + 1e-12)
@@ -441,8 +428,10 @@ def _slice_stats(p: SVI, T: float, k: np.ndarray, mid: np.ndarray, bid: np.ndarr
     inside_fit = share(fitted)
     confidence = (0.0 if not np.isfinite(inside_fit) else inside_fit) * min(1.0, n / 10.0) * (1.0 if ok else 0.5)
     return {"quotes": int(k.size), "fitted_quotes": n, "k_min": k_min, "k_max": k_max,
-            "fit_k_range": [float(k[fitted].min()), float(k[fitted].max())],
+            "fit_k_range": [lo_k, hi_k],
             "rms_vol_pts": rms(fitted), "max_vol_pts": float(np.max(np.abs(err[fitted]))),
+            "itm_quotes": int(in_range.sum()),
+            "rms_vol_pts_itm": float(np.sqrt(np.mean(err_itm ** 2))) if err_itm.size else float("nan"),
             "rms_vol_pts_near": rms(near), "rms_vol_pts_all": rms(np.ones_like(fitted)),
             "inside_share": inside_fit, "inside_share_near": share(near), "confidence": confidence,
             "near_two_sided": int((near & two).sum()), "near_inside": int(inside[near].sum()),
@@ -462,8 +451,10 @@ def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote
 
     Returns:
         :class:`~optiond.surface.model.Surface`; each slice's ``stats`` (quotes used, outliers
-        left out, the
-        fitted range, RMS and max error in vol points, the share of two-sided quotes inside
+        left out, the fitted range, RMS and max error in vol points over it out of the money
+        (``rms_vol_pts``: the quotes fitted) and in the money (``rms_vol_pts_itm``: the
+        in-the-money contracts' own mid IVs over the fitted range, which the fit does not
+        see), the share of two-sided quotes inside
         the fitted bid/ask overall and near the money, a confidence in [0, 1] = that share x
         min(1, quotes / 10) x 1/2 when a check fails, the checks) and the surface's ``stats``
         (the same overall, ``arbitrage_free``). Expiries with fewer than :data:`MIN_QUOTES`
@@ -477,20 +468,32 @@ def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote
         raise ValueError(f"the chain output is missing columns {missing}")
     slices: list[Slice] = []
     skipped: list[str] = []
+    calendar_ok = True
     prev: SVI | None = None
     prev_range: tuple[float, float] | None = None
-    order = chain_out.groupby("expiry", sort=False)["expiry_years"].first().sort_values()
-    for expiry, T in order.items():
-        g = chain_out[chain_out["expiry"] == expiry]
-        T = float(T)
-        F = float(g["forward"].iloc[0])
-        q = _otm_quotes(g, F)
-        k = np.log(q["strike"].to_numpy(dtype=np.float64) / F)
-        mid = q["iv"].to_numpy(dtype=np.float64)
-        bid = q["iv_bid"].to_numpy(dtype=np.float64)
-        ask = q["iv_ask"].to_numpy(dtype=np.float64)
+
+    def col(name: str) -> np.ndarray:
+        return pd.to_numeric(chain_out[name], errors="coerce").to_numpy(dtype=np.float64)
+
+    code, names = pd.factorize(chain_out["expiry"], sort=False)
+    T_all, F_all, rate_all = col("expiry_years"), col("forward"), col("rate")
+    K_all, mid_all, bid_all, ask_all = col("strike"), col("iv"), col("iv_bid"), col("iv_ask")
+    solved = (chain_out["status"].to_numpy() == "ok") & np.isfinite(mid_all)
+    otm = otm_mask(chain_out, F_all)
+    usable = solved & otm
+    kind = labels(chain_out["type"])
+    itm = solved & ~otm & ((kind == "call") | (kind == "put"))
+    rows = np.argsort(code, kind="stable")
+    starts = np.searchsorted(code[rows], np.arange(len(names) + 1))
+    first = rows[starts[:-1]]  # each expiry's first row: its T, F and rate
+    for e in sorted(range(len(names)), key=lambda e: (T_all[first[e]], e)):
+        g = rows[starts[e]:starts[e + 1]]
+        T, F = float(T_all[first[e]]), float(F_all[first[e]])
+        q = g[usable[g]]
+        k = np.log(K_all[q] / F)
+        mid, bid, ask = mid_all[q], bid_all[q], ask_all[q]
         if not (T > 0) or k.size < MIN_QUOTES:
-            skipped.append(str(expiry))
+            skipped.append(str(names[e]))
             continue
         o = np.argsort(k)
         atm = float(np.interp(0.0, k[o], mid[o]))
@@ -501,19 +504,23 @@ def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote
         k_min, k_max = float(k.min()), float(k.max())
         p, info = fit_slice(k[fitted], mid[fitted], bid[fitted], ask[fitted], T, prev=prev, k_grid=(k_min, k_max),
                             prev_k_grid=prev_range)
-        stats = _slice_stats(p, T, k, mid, bid, ask, fitted, info, k_min, k_max)
+        qi = g[itm[g]]
+        stats = _slice_stats(p, T, k, mid, bid, ask, fitted, info, k_min, k_max, np.log(K_all[qi] / F), mid_all[qi])
         stats["outliers"] = int(out.sum())
-        slices.append(Slice(str(expiry), T, F, float(g["rate"].iloc[0]), p, stats))
+        if "calendar" in info["checks"]:
+            calendar_ok &= info["checks"]["calendar"].ok
+        slices.append(Slice(str(names[e]), T, F, float(rate_all[first[e]]), p, stats))
         prev, prev_range = p, (k_min, k_max)
     if not slices:
         raise ValueError("no expiry has enough quotes to fit")
     und = underlying or (str(chain_out["underlying"].iloc[0]) if "underlying" in chain_out.columns else "")
     qt = quote_time or (str(chain_out["quote_date"].iloc[0]) if "quote_date" in chain_out.columns else "")
     surface = Surface(und, qt, slices, "svi")
-    chk = arbitrage.check_surface(surface)
+    # every check of arbitrage.check_surface was made by the fit, on its grids (each slice's
+    # own, the calendar's against the slice before), and is in the slices' stats
     two = sum(s.stats["near_two_sided"] for s in slices)
-    surface.stats = {"expiries": len(slices), "skipped": skipped, "arbitrage_free": bool(chk["ok"]),
-                     "calendar_ok": all(c.ok for c in chk["calendar"]),
+    surface.stats = {"expiries": len(slices), "skipped": skipped,
+                     "arbitrage_free": all(s.stats["arbitrage_free"] for s in slices), "calendar_ok": calendar_ok,
                      "inside_share_near": sum(s.stats["near_inside"] for s in slices) / two if two else float("nan"),
                      "rms_vol_pts": float(np.median([s.stats["rms_vol_pts"] for s in slices]))}
     return surface
