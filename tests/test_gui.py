@@ -1,9 +1,9 @@
 """The desktop panel (:mod:`optiond.gui`) driven with pytest-qt, offscreen, against real daemons.
 
-The Status, Batch and Timings tabs are exercised through their widgets (clicks, combo
-choices) on the session's daemon; the daemon-down test starts a daemon of its own so the
-shared one stays up. QSettings are pointed at a temporary folder. The whole module is skipped
-when PySide6, pytest-qt or pyqtgraph cannot be imported. (The README's screenshots come from
+The Status, Batch, Timings and Surface tabs are exercised through their widgets (clicks, combo
+choices, pointer moves) on the session's daemon; the daemon-down test starts a daemon of its
+own so the shared one stays up. QSettings are pointed at a temporary folder. The whole module
+is skipped when PySide6, pytest-qt or pyqtgraph cannot be imported. (The README's screenshots come from
 ``python -m optiond.gui.screenshots docs/``.)
 """
 
@@ -13,6 +13,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before Qt is imported
 
+import math  # noqa: E402
 import re  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -24,16 +25,20 @@ import pytest  # noqa: E402
 
 pytest.importorskip("PySide6.QtWidgets", reason="PySide6 (the gui extra) is not installed or cannot load")
 pytest.importorskip("pytestqt", reason="pytest-qt is not installed")
-pytest.importorskip("pyqtgraph", reason="pyqtgraph (the gui extra) is not installed")
+pg = pytest.importorskip("pyqtgraph", reason="pyqtgraph (the gui extra) is not installed")
 
-from PySide6.QtCore import QSettings, Qt  # noqa: E402
+from PySide6.QtCore import QPoint, QPointF, QSettings, Qt  # noqa: E402
 
 from optiond import chain, engine, models  # noqa: E402
 from optiond.daemon.client import Client, DaemonUnavailable  # noqa: E402
 from optiond.gui import backend, devices  # noqa: E402
 from optiond.gui.status_tab import StatusTab  # noqa: E402
+from optiond.gui.surface_tab import SurfaceTab  # noqa: E402
 from optiond.gui.timings_tab import HEARTBEAT_SERIES  # noqa: E402
 from optiond.gui.window import MainWindow  # noqa: E402
+from optiond.pricer import LocalPricer  # noqa: E402
+from optiond.surface.model import Slice, Surface  # noqa: E402
+from optiond.surface.svi import SVI  # noqa: E402
 
 from conftest import start_daemon, stop_daemon  # noqa: E402
 
@@ -41,6 +46,7 @@ DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
 AAPL = DATA / "aapl_chain_2026-02-13.csv"
 SPY = DATA / "spy_chain_2026-02-13.csv"
 STEPS = 200  # enough for a real tree, quick on two cores
+SURFACE_STEPS = 100  # the SPY chain's 6,800 rows for its surface
 
 
 @pytest.fixture
@@ -218,6 +224,7 @@ def test_batch_aapl_chain_every_row(qtbot, panel, daemon, tmp_path):
     have an IV and a model price, and the numbers are the chain job's."""
     _wait_ready(qtbot, panel)
     tab = panel.batch_tab
+    tab.fit_surface.setChecked(False)  # the surface fit has a test of its own (SPY); AAPL's 23 expiries are slow
     before = _status(daemon)["by_op"]
     out = _run(qtbot, tab, AAPL)
     df = chain.read_chain(str(AAPL))
@@ -255,7 +262,7 @@ def test_batch_aapl_chain_every_row(qtbot, panel, daemon, tmp_path):
 def _screenshots(qtbot, win, tmp_path: Path) -> None:
     """Each tab renders to an image of the window's size that can be saved as PNG."""
     win.timings_tab.redraw(force=True)
-    for i, name in enumerate(("status", "timings", "batch")):
+    for i, name in enumerate(("status", "timings", "batch", "surface")):
         win.tabs.setCurrentIndex(i)
         qtbot.wait(200)
         image = win.grab()
@@ -269,9 +276,13 @@ def test_results_sort_filter_smile_export(qtbot, panel, tmp_path):
     chosen expiry's solved IVs, and Export writes the rows shown."""
     _wait_ready(qtbot, panel)
     tab = panel.batch_tab
+    tab.fit_surface.setChecked(False)  # no surface fit: no theo columns, the Surface tab says so
     out = _run(qtbot, tab, AAPL)
     assert out.finished
+    assert out.surface is None and not out.surface_error and "no surface" not in tab.message.text()
+    assert panel.surface_tab.summary.text() == "No surface: Fit surface is off on the Batch tab."
     res = tab.table_model.frame()
+    assert not {"iv_fit", "theo", "edge"} & set(res.columns)
     cols = list(res.columns)
 
     tab.table.sortByColumn(cols.index("strike"), Qt.SortOrder.DescendingOrder)
@@ -474,6 +485,226 @@ def test_portfolio_csv(qtbot, panel, tmp_path):
     np.testing.assert_allclose(res["price"], ref.price, rtol=1e-12, equal_nan=True)
     assert not panel.batch_tab.rate.isEnabled()  # a portfolio carries its own rates
     assert panel.batch_tab.expiry_combo.count() == 0
+    assert out.surface is None and not out.surface_error and "iv_fit" not in res  # no fit tried
+    assert panel.surface_tab.surface is None and "portfolio" in panel.surface_tab.summary.text()
+
+
+# ---------------------------------------------------------------------------- surface
+
+
+def _colours(image, step: int = 5) -> set[int]:
+    """The distinct colours of a QImage's pixels on a grid of every ``step``-th pixel."""
+    return {image.pixel(x, y) for x in range(0, image.width(), step) for y in range(0, image.height(), step)}
+
+
+def test_spy_surface_fit_smile_map_cursor_and_stats(qtbot, panel):
+    """A finished SPY chain run is fitted on the worker thread: the results gain iv_fit (the
+    surface's vol at each row's K and T), theo (the tree at iv_fit, as the engine prices it
+    in this process) and edge; the smile shows bid/ask bars and the fitted SVI smile; the
+    Surface tab renders its heatmap offscreen, its cursor reads Surface.vol under the pointer
+    and its table holds each slice's own statistics."""
+    _wait_ready(qtbot, panel)
+    tab = panel.batch_tab
+    tab.carry.setCurrentIndex(tab.carry.findData("parity"))
+    tab.quote_time.setText("10:50")
+    out = _run(qtbot, tab, SPY, steps=SURFACE_STEPS)
+    assert out.finished, out.summary()
+    surface = out.surface
+    assert surface is not None and tab.surface is surface, out.surface_error
+    res = tab.table_model.frame()
+    assert set(res["expiry"]) == {s.expiry for s in surface.slices} | set(surface.stats["skipped"])
+    assert len(surface.slices) > 20 and f"surface: {len(surface.slices)} expiries fitted" in tab.message.text()
+
+    # the theo columns: the surface's vol at each row, the tree's price there, mid minus it
+    K, T = res["strike"].to_numpy(), res["expiry_years"].to_numpy()
+    for t in np.unique(T):
+        r = T == t
+        np.testing.assert_allclose(res["iv_fit"][r], surface.vol(K[r], float(t)), rtol=1e-12, equal_nan=True)
+    ok = res[np.isfinite(res["theo"])]
+    assert len(ok) > 0.8 * len(res)
+    sample = ok.iloc[:: max(1, len(ok) // 40)]
+    ref = engine.price_table({"kind": sample["type"].to_numpy(), "style": sample["style"].to_numpy(),
+                              "spot": sample["spot"].to_numpy(), "strike": sample["strike"].to_numpy(),
+                              "expiry": sample["expiry_years"].to_numpy(), "rate": sample["rate"].to_numpy(),
+                              "dividend_yield": sample["dividend_yield"].to_numpy(),
+                              "volatility": sample["iv_fit"].to_numpy()},
+                             models.Method(name="binomial", steps=SURFACE_STEPS))
+    np.testing.assert_allclose(sample["theo"], ref.price, rtol=1e-9)
+    np.testing.assert_allclose(res["edge"], res["mid"] - res["theo"], rtol=0, atol=1e-12, equal_nan=True)
+
+    # the smile: bid/ask IV bars of the out-of-the-money rows, and the fitted smile
+    expiry = "2026-03-20"
+    sl = next(s for s in surface.slices if s.expiry == expiry)
+    tab.axis_combo.setCurrentIndex(tab.axis_combo.findData("strike"))
+    tab.expiry_combo.setCurrentIndex(tab.expiry_combo.findData(expiry))
+    plot = tab.smile_plot.getPlotItem()
+    bars = [i for i in plot.items if isinstance(i, pg.ErrorBarItem)]
+    assert len(bars) == 1
+    rows = res[res["expiry"] == expiry]
+    otm = rows[(rows["type"] == np.where(rows["strike"] >= rows["forward"], "call", "put"))
+               & np.isfinite(rows["iv_otm"])].sort_values("strike")
+    otm = otm[np.isfinite(otm["iv_bid"]) | np.isfinite(otm["iv_ask"])]
+    o = bars[0].opts
+    np.testing.assert_allclose(o["x"], otm["strike"])
+    asks = np.isfinite(otm["iv_ask"]).to_numpy()
+    np.testing.assert_allclose((o["y"] + o["top"])[asks], 100 * otm["iv_ask"][asks], rtol=1e-12)
+    bids = np.isfinite(otm["iv_bid"]).to_numpy()
+    np.testing.assert_allclose((o["y"] - o["bottom"])[bids], 100 * otm["iv_bid"][bids], rtol=1e-12)
+    items = {item.name(): item for item in plot.listDataItems()}
+    xs, ys = items["SVI fit"].getData()
+    assert xs.min() < otm["strike"].min() and xs.max() > otm["strike"].max()
+    for i in (len(xs) // 4, len(xs) // 2):
+        assert ys[i] == pytest.approx(100 * float(surface.vol(xs[i], sl.T)), rel=1e-9)
+    tab.axis_combo.setCurrentIndex(tab.axis_combo.findData("log_moneyness"))
+    xs, ys = {item.name(): item for item in plot.listDataItems()}["SVI fit"].getData()
+    i = int(np.argmin(np.abs(xs)))
+    assert ys[i] == pytest.approx(100 * float(surface.vol(surface.forward(sl.T) * math.exp(xs[i]), sl.T)), rel=1e-9)
+
+    # the Surface tab: the map renders, over the fitted expiries and the quoted log-moneyness
+    st = panel.surface_tab
+    panel.tabs.setCurrentWidget(st)
+    qtbot.wait(100)
+    assert st.surface is surface
+    k, T, vol = st.grid
+    assert T[0] == surface.slices[0].T and T[-1] == pytest.approx(surface.slices[-1].T, rel=1e-12)
+    assert k[0] < -0.05 and k[-1] > 0.05
+    for i, j in ((0, 0), (len(T) // 2, len(k) // 3), (len(T) - 1, len(k) - 1)):
+        expect = 100 * float(surface.vol(surface.forward(T[i]) * math.exp(k[j]), T[i]))
+        assert st.image.image[j, i] == pytest.approx(expect, rel=1e-9)
+    image = st.plot.grab().toImage()
+    assert not image.isNull() and image.width() > 300 and image.height() > 200
+    assert len(_colours(image)) > 50  # a colour map, not a blank or one-colour plot
+    assert f"{len(surface.slices)} expiries" in st.summary.text()
+
+    # the cursor: (K, T, sigma) under the pointer, sigma the surface's vol there
+    vb = st.plot.getPlotItem().vb
+    target_k, target_T = -0.05, surface.slices[len(surface.slices) // 2].T
+    pos = st.plot.mapFromScene(vb.mapViewToScene(QPointF(target_k, math.log10(target_T))))
+    qtbot.wait(50)  # pyqtgraph drops pointer moves that come within a few ms of the last one
+    qtbot.mouseMove(st.plot.viewport(), pos)
+    qtbot.waitUntil(lambda: st.cursor is not None, timeout=3000)
+    c = st.cursor
+    px, py = vb.viewPixelSize()
+    assert abs(c.k - target_k) <= 2 * px and abs(math.log10(c.T) - math.log10(target_T)) <= 2 * py
+    forward = surface.forward(c.T)
+    sigma = float(surface.vol(forward * math.exp(c.k), c.T))
+    assert c.forward == pytest.approx(forward, rel=1e-12)
+    assert c.strike == pytest.approx(forward * math.exp(c.k), rel=1e-12)
+    text = st.cursor_label.text()
+    assert f"σ = {100 * sigma:.2f} %" in text, text
+    assert f"K = {forward * math.exp(c.k):,.2f}" in text and f"T = {c.T:.4f} y" in text, text
+    qtbot.wait(50)
+    qtbot.mouseMove(st.plot.viewport(), QPoint(2, 2))  # on the margin, off the map
+    qtbot.waitUntil(lambda: st.cursor is None, timeout=3000)
+    assert "σ =" not in st.cursor_label.text()
+
+    # the fit statistics: one row per slice, its own numbers
+    frame = st.stats_model.frame()
+    assert st.stats_model.rowCount() == len(frame) == len(surface.slices)
+    for r, s in enumerate(surface.slices):
+        row = frame.iloc[r]
+        assert (row["expiry"], row["T"], row["forward"]) == (s.expiry, s.T, s.forward)
+        assert row["rate"] == pytest.approx(100 * s.rate, rel=1e-12)
+        assert row["atm_iv"] == pytest.approx(100 * math.sqrt(float(s.total_variance(0.0)) / s.T), rel=1e-12)
+        assert (row["quotes"], row["fitted_quotes"]) == (s.stats["quotes"], s.stats["fitted_quotes"])
+        assert row["rms_vol_pts"] == pytest.approx(s.stats["rms_vol_pts"], rel=1e-12)
+        assert row["inside_share_near"] == pytest.approx(100 * s.stats["inside_share_near"], rel=1e-12, nan_ok=True)
+        assert row["confidence"] == pytest.approx(s.stats["confidence"], rel=1e-12)
+        assert row["arbitrage_free"] == ("yes" if s.stats["arbitrage_free"] else "no")
+    col = list(frame.columns).index("rms_vol_pts")
+    assert st.stats_model.index(0, col).data() == f"{surface.slices[0].stats['rms_vol_pts']:.6g}"
+
+
+def test_a_failed_fit_keeps_the_priced_chain(qtbot, panel, tmp_path):
+    """A chain too thin to fit (four strikes per expiry, fewer quotes than a slice needs) is
+    priced in full; the status line and the Surface tab say why there is no surface, and the
+    smile has no fit."""
+    _wait_ready(qtbot, panel)
+    df = chain.read_chain(str(AAPL))
+    part = df[df["expiry"] == "2026-03-20"]
+    spot = float(part["underlying_price"].iloc[0])
+    near = sorted(part["strike"].unique(), key=lambda k: abs(k - spot))[:4]
+    part = part[part["strike"].isin(near)].reset_index(drop=True)
+    path = tmp_path / "aapl_four_strikes.csv"
+    part.to_csv(path, index=False)
+    tab = panel.batch_tab
+    tab.carry.setCurrentIndex(tab.carry.findData("flat"))
+    out = _run(qtbot, tab, path)
+    assert out.finished and out.done == len(part), out.summary()
+    assert out.surface is None and out.surface_error
+    res = tab.table_model.frame()
+    assert len(res) == len(part) and "iv_fit" not in res and (res["status"] == "ok").sum() >= 4
+    assert f"no surface: {out.surface_error}" in tab.message.text()
+    assert "SVI fit" not in {item.name() for item in tab.smile_plot.getPlotItem().listDataItems()}
+    st = panel.surface_tab
+    assert st.surface is None and st.stats_model.rowCount() == 0
+    assert st.summary.text() == f"No surface: the fit failed: {out.surface_error}."
+
+
+def test_fit_chain_surface_keeps_the_rows_when_the_theo_pricing_stops(tmp_path):
+    """The fit's theo pricing cancelled or refused by the daemon: the priced rows come back as
+    they were, with the reason; on a working pricer they gain iv_fit = the surface's vol."""
+    part, _ = _two_expiries(tmp_path)
+    out, _ = chain.price_chain(part, steps=50)
+
+    class Down:
+        def price_table(self, *a, **k):
+            raise DaemonUnavailable("no daemon on test.json")
+
+        implied_vol = price_table
+
+    cancel = threading.Event()
+    cancel.set()
+    for pricer, reason in ((backend.PanelPricer(Down(), backend.BatchSettings(), cancel), "cancelled"),
+                           (backend.PanelPricer(Down(), backend.BatchSettings(), threading.Event()),
+                            "DaemonUnavailable: no daemon on test.json")):
+        got, surface, why = backend.fit_chain_surface(out, pricer, 50)
+        assert got is out and surface is None and why == reason
+    got, surface, why = backend.fit_chain_surface(out, LocalPricer(), 50)
+    assert why == "" and [s.expiry for s in surface.slices] == ["2026-03-13", "2026-03-20"]
+    r = got["expiry"] == "2026-03-20"
+    np.testing.assert_allclose(got.loc[r, "iv_fit"], surface.vol(got.loc[r, "strike"].to_numpy(),
+                                                                 surface.slices[1].T), rtol=1e-12)
+
+
+def test_surface_tab_one_expiry_and_odd_input(qtbot):
+    """The Surface tab (no daemon needed) draws a one-expiry surface, reads it by hand's
+    numbers, and takes a surface with no positive variance, a chain output without the quote
+    columns, missing statistics and runs without a surface without raising."""
+    st = SurfaceTab()
+    qtbot.addWidget(st)
+    st.resize(900, 700)
+    st.show()
+    qtbot.mouseMove(st.plot.viewport(), QPoint(200, 200))  # nothing shown yet: nothing to read
+    assert st.cursor is None and st.stats_model.rowCount() == 0
+
+    one = Surface("XYZ", "2026-01-02", [Slice("2026-04-02", 0.25, 100.0, 0.04, SVI(0.01, 0.1, -0.5, 0.0, 0.1), {})])
+    st.show_surface(one, pd.DataFrame({"unrelated": [1.0]}))  # no quote columns: the default k range
+    k, T, vol = st.grid
+    assert (k[0], k[-1]) == (-0.3, 0.3) and list(T) == [0.25] and vol.shape == (1, len(k))
+    c = st.read_at(0.0, 0.25)  # w(0) = a + b sigma = 0.02 at the forward
+    assert c.forward == pytest.approx(100.0, rel=1e-12) and c.strike == pytest.approx(100.0, rel=1e-12)
+    assert c.vol == pytest.approx(math.sqrt(0.02 / 0.25), rel=1e-12)
+    assert "σ = 28.28 %" in c.text() and "K = 100.00" in c.text()
+    row = st.stats_model.frame().iloc[0]
+    assert (row["expiry"], row["T"], row["forward"], row["arbitrage_free"]) == ("2026-04-02", 0.25, 100.0, "")
+    assert row["rate"] == pytest.approx(4.0) and row["atm_iv"] == pytest.approx(100 * math.sqrt(0.02 / 0.25))
+    assert math.isnan(row["rms_vol_pts"]) and st.stats_model.index(0, 7).data() == ""
+    assert len(_colours(st.plot.grab().toImage())) > 20
+
+    negative = Surface("XYZ", "2026-01-02", [Slice("2026-04-02", 0.25, 100.0, 0.04, SVI(-1.0, 0.1, 0.0, 0.0, 0.1),
+                                                   {"arbitrage_free": False})])
+    st.show_surface(negative)
+    assert np.isnan(st.grid[2]).all() and st.stats_model.frame()["arbitrage_free"].tolist() == ["no"]
+    assert "σ = n/a" in st.read_at(0.0, 0.25).text()
+    assert not st.plot.grab().toImage().isNull()
+    assert st.read_at(0.0, 0.0) is None and st.read_at(float("nan"), 0.25) is None
+
+    failed = backend.BatchOutcome("x.csv", "chain", "binomial", 10, 3, pd.DataFrame(), 1.0, error="boom")
+    st.show_outcome(failed)
+    assert st.surface is None and st.grid is None and st.summary.text() == "No surface: the last run failed."
+    st.show_surface(None)
+    assert st.summary.text() == "No surface: the fit kept no expiry."
 
 
 # ---------------------------------------------------------------------------- models, settings, cancel plumbing
@@ -515,6 +746,7 @@ def test_settings_remembered(qtbot, tmp_path, settings):
     tab.carry.setCurrentIndex(tab.carry.findData("flat"))
     tab.quote_time.setText("10:50")
     tab.device.setCurrentText("cpu")
+    tab.fit_surface.setChecked(False)
     first.tabs.setCurrentIndex(2)
     first.close()
     assert (tmp_path / "panel.ini").is_file()
@@ -528,6 +760,7 @@ def test_settings_remembered(qtbot, tmp_path, settings):
         assert tab.rate.value() == pytest.approx(0.0525) and tab.dividend.value() == pytest.approx(0.011)
         assert tab.device.currentText() == "cpu"
         assert tab.carry.currentData() == "flat" and tab.quote_time.text() == "10:50"
+        assert not tab.fit_surface.isChecked()
         assert second.tabs.currentIndex() == 2
     finally:
         second.shutdown()

@@ -18,9 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add ``optiond panel`` to the CLI."""
     from ..gui import app
 
-    p = sub.add_parser("panel", help="desktop panel: daemon status, timings, batch runs",
+    p = sub.add_parser("panel", help="desktop panel: daemon status, timings, batch runs, surface",
                        description="Desktop panel: daemon up/down (with a button to start it), GPUs, request "
                                    "timings, and batch runs of option chains and portfolios on the daemon with "
-                                   "progress, Cancel, a results table, the implied-volatility smile and CSV export.")
+                                   "progress, Cancel, a results table, the implied-volatility smile and CSV export; "
+                                   "the volatility surface fitted on a chain (heatmap, fit statistics per expiry).")
     app.add_arguments(p)
     p.set_defaults(func=cmd_panel)

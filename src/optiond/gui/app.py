@@ -6,13 +6,14 @@ import argparse
 import signal
 import sys
 
-TABS = ("status", "timings", "batch")
+TABS = ("status", "timings", "batch", "surface")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The panel's own options (Qt's, such as ``-platform offscreen``, pass through)."""
     p = argparse.ArgumentParser(prog="optiond-panel", description="optiond desktop panel: daemon and GPU status, "
-                                "request timings, batch runs of option chains and portfolios.")
+                                "request timings, batch runs of option chains and portfolios, the fitted "
+                                "volatility surface.")
     add_arguments(p)
     return p
 

@@ -9,7 +9,9 @@ runs on worker threads (never on the GUI thread).
 * :func:`run_batch` prices a chain CSV (the chain job, :func:`optiond.chain.price_chain`) or a
   portfolio CSV (``Client.price_table``) in chunks sized to about half a second of daemon
   work each, so progress moves and Cancel takes effect between chunks whatever the steps.
-  Partial results are kept when a run is cancelled or fails.
+  Partial results are kept when a run is cancelled or fails. A chain priced to the end then
+  gets its volatility surface and theo columns (:func:`fit_chain_surface`, the code path of
+  ``optiond chain --surface``).
 
 Richer daemon features are used when present, found by feature detection rather than
 version numbers: a ``cancel(job_id)`` method on the client (and a ``job_id`` argument on its
@@ -31,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .. import chain as chain_job
+from ..commands.pricing import surface_outputs
 from ..models import GREEK_FIELDS, Method, Result
 from ..pricer import (PORTFOLIO_COLUMNS, Cancelled, DaemonPricer, merge_portfolio, portfolio_frame, portfolio_request,
                       result_column)
@@ -287,7 +290,8 @@ class BatchSettings:
     (``"parity"``: forward and carry per expiry from the chain; ``"flat"``: ``rate`` and
     ``dividend_yield`` as given), ``dividend_yield`` (annual decimal, the carry of
     ``carry="flat"``) and ``quote_time`` (``HH:MM`` New York time or ISO 8601 of the
-    snapshot; blank: the 16:00 close of the quote date)."""
+    snapshot; blank: the 16:00 close of the quote date); ``fit_surface``: fit the volatility
+    surface and add the theo columns once the chain is priced (:func:`fit_chain_surface`)."""
 
     model: str = "binomial"
     engine_name: str = "binomial"
@@ -298,6 +302,7 @@ class BatchSettings:
     device: str = "auto"
     carry: str = "parity"
     quote_time: str = ""
+    fit_surface: bool = True
 
     def check(self) -> None:
         """Raise ValueError for an unknown carry mode or a quote time that does not parse."""
@@ -390,7 +395,13 @@ class BatchOutcome:
     """How a batch run ended. ``df`` holds the rows finished (all of them unless cancelled or
     failed), input columns first, then the results. ``forwards``: a chain's per-expiry market
     table (:data:`optiond.chain.FORWARD_COLUMNS`, the call-put residual over the rows
-    finished), None for a portfolio or when the market solve did not finish."""
+    finished), None for a portfolio or when the market solve did not finish.
+
+    ``surface``: the chain's fitted volatility surface (:class:`optiond.surface.model.Surface`)
+    when every row was priced and the fit succeeded (``df`` then also has the theo columns of
+    :data:`optiond.surface.theo.THEO_COLUMNS`), else None; ``surface_error``: why a fit that was
+    tried gave none; ``surface_s``: seconds the fit and the theo pricing took (not counted in
+    ``elapsed_s``, the pricing's time)."""
 
     path: str
     kind: str
@@ -403,6 +414,9 @@ class BatchOutcome:
     cancelled: bool = False
     error: str = ""
     forwards: pd.DataFrame | None = None
+    surface: Any = None
+    surface_error: str = ""
+    surface_s: float = 0.0
 
     @property
     def finished(self) -> bool:
@@ -427,7 +441,12 @@ class BatchOutcome:
         head = ("Cancelled" if self.cancelled else "Failed" if self.error else "Done")
         text = (f"{head}: {self.done:,} of {self.total:,} rows priced ({ok:,} ok) in {self.elapsed_s:.2f} s"
                 + (f", {self.throughput:,.0f} rows/s" if self.done else "") + (f" on {self.device}" if self.device else ""))
-        return text + (f" - {self.error}" if self.error else "")
+        text += f" - {self.error}" if self.error else ""
+        if self.surface is not None:
+            text += f"; surface: {len(self.surface.slices)} expiries fitted in {self.surface_s:.2f} s"
+        elif self.surface_error:
+            text += f"; no surface: {self.surface_error}"
+        return text
 
 
 def bundled_data_dir() -> Path | None:
@@ -514,7 +533,12 @@ def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, c
             the caller can ask the daemon to cancel its request in flight).
         device_hint: the device named in request timings until a reply names one.
         stage: called with a line saying what the run does now (the chain's market solve,
-            then the pricing), for the status line.
+            the pricing, the surface fit), for the status line.
+
+    A chain whose rows were all priced is then fitted when ``settings.fit_surface`` says so
+    (:func:`fit_chain_surface`: the surface and the theo columns, their prices on the daemon);
+    a fit that fails leaves the priced rows as they are and says why in the outcome's
+    ``surface_error``.
 
     Returns:
         A :class:`BatchOutcome`; errors (daemon down, invalid file, a quote time that does
@@ -574,8 +598,44 @@ def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, c
         chain_job.finish_chain(out, market.take(np.arange(done)))
         forwards = market.table
     devs = [d for d in out.get("device", pd.Series(dtype=object)).astype(str).unique() if d]
-    return BatchOutcome(path, kind, settings.model, total, done, out, time.perf_counter() - t0,
-                        ", ".join(devs) or (pricer.device if done else ""), cancelled, error, forwards)
+    elapsed = time.perf_counter() - t0
+    outcome = BatchOutcome(path, kind, settings.model, total, done, out, elapsed,
+                           ", ".join(devs) or (pricer.device if done else ""), cancelled, error, forwards)
+    if settings.fit_surface and kind == "chain" and total and done == total and not (cancelled or error):
+        if stage:
+            stage("Fitting the volatility surface (one SVI smile per expiry), then pricing the theo values on the "
+                  "daemon…")
+        # the theo prices are the tree / closed form at the fitted vol whatever the model (as
+        # optiond chain --surface prices them), on the chosen device, cancellable like the rest
+        theo = PanelPricer(client, dataclasses.replace(settings, model="binomial", engine_name="binomial"), cancel,
+                           on_request, timeout=max(MIN_REQUEST_TIMEOUT_S, 10.0 * elapsed),
+                           device_hint=pricer.device)
+        if pricer_out is not None:
+            pricer_out.append(theo)
+        t = time.perf_counter()
+        outcome.df, outcome.surface, outcome.surface_error = fit_chain_surface(out, theo, settings.steps)
+        outcome.surface_s = time.perf_counter() - t
+    return outcome
+
+
+def fit_chain_surface(out: pd.DataFrame, pricer: Any, steps: int) -> tuple[pd.DataFrame, Any, str]:
+    """Fit a priced chain's volatility surface and add its theo columns, as ``optiond chain
+    --surface`` does (:func:`optiond.commands.pricing.surface_outputs`: one arbitrage-free
+    raw-SVI slice per expiry, then ``iv_fit``, ``theo``, ``edge`` and ``theo_<greek>`` priced on
+    ``pricer`` with CRR ``steps``); never raises.
+
+    Returns:
+        ``(out with the theo columns, the surface, "")``, or ``(out as given, None, reason)``
+        when the fit or the theo pricing fails (``"cancelled"`` when the run's cancel flag
+        stopped it).
+    """
+    try:
+        with_theo, surface, _ = surface_outputs(out, pricer, steps=steps, surface_path=None, plot_dir=None)
+    except Cancelled:
+        return out, None, "cancelled"
+    except Exception as e:  # noqa: BLE001 (no usable expiry, daemon down...: reported, the priced rows kept)
+        return out, None, f"{type(e).__name__}: {' '.join(str(e).split())}"
+    return with_theo, surface, ""
 
 
 def _empty_result(df: pd.DataFrame, kind: str) -> pd.DataFrame:

@@ -1,7 +1,10 @@
 """The Batch tab: open a chain or portfolio CSV, price it on the daemon with progress and
 Cancel, browse the results (sortable, filterable), see the per-expiry forwards and carry
-solved from the chain, plot the smile per expiry (the out-of-the-money IV with bid/ask IV
-bars, against strike or log-moneyness), and export to CSV."""
+solved from the chain, plot the smile per expiry (the out-of-the-money mid IV as points with
+bid/ask IV bars and the fitted SVI smile as a line, against strike or log-moneyness), and
+export to CSV. With **Fit surface** on, a chain priced to the end is fitted on the worker
+thread (:func:`optiond.gui.backend.fit_chain_surface`): the results gain ``iv_fit``, ``theo``
+and ``edge``, and the Surface tab shows the surface."""
 
 from __future__ import annotations
 
@@ -11,11 +14,12 @@ import numpy as np
 import pandas as pd
 import pyqtgraph as pg
 from PySide6.QtCore import QSettings, Qt, QThreadPool, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-                               QHBoxLayout, QHeaderView, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox,
-                               QSplitter, QTableView, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout,
+                               QGroupBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QProgressBar, QPushButton,
+                               QSpinBox, QSplitter, QTableView, QVBoxLayout, QWidget)
 
 from .. import chain as chain_job
+from ..surface.svi import implied_vol
 from . import backend
 from .qtmodels import DataFrameModel, ResultsProxy, ordered_columns
 from .workers import BatchRunner
@@ -40,6 +44,7 @@ class BatchTab(QWidget):
         self.runner: BatchRunner | None = None
         self._last_runner: BatchRunner | None = None
         self.outcome: backend.BatchOutcome | None = None
+        self.surface = None  # the last run's optiond.surface.model.Surface, None without one
         self.df: pd.DataFrame | None = None
         self.kind = ""
         self.path = ""
@@ -109,6 +114,12 @@ class BatchTab(QWidget):
         self.device = QComboBox()
         self.device.addItems(list(DEVICES))
         self.device.setToolTip("Where the daemon prices: auto picks the GPU when it pays")
+        self.fit_surface = QCheckBox("Fit surface")
+        self.fit_surface.setChecked(True)
+        self.fit_surface.setToolTip("After a chain is priced to the end: fit its volatility surface (one "
+                                    "arbitrage-free SVI smile per expiry, seconds on a large chain), add iv_fit, theo "
+                                    "and edge to the results (the theo prices on the daemon, tree or closed form at "
+                                    "the fitted vol) and show it on the Surface tab")
 
         # ---- run
         self.run_button = QPushButton("Run")
@@ -200,6 +211,7 @@ class BatchTab(QWidget):
         run = QHBoxLayout()
         run.addWidget(self.run_button)
         run.addWidget(self.cancel_button)
+        run.addWidget(self.fit_surface)
         run.addWidget(self.progress, 1)
 
         left = QWidget()
@@ -344,7 +356,8 @@ class BatchTab(QWidget):
         return backend.BatchSettings(model=key, engine_name=self.engine_name(key) or key, steps=self.steps.value(),
                                      rate=self.rate.value(), dividend_yield=self.dividend.value(),
                                      eps=self.eps.value(), device=self.device.currentText(),
-                                     carry=self.carry.currentData(), quote_time=self.quote_time.text().strip())
+                                     carry=self.carry.currentData(), quote_time=self.quote_time.text().strip(),
+                                     fit_surface=self.fit_surface.isChecked())
 
     # ------------------------------------------------------------------ run / cancel
 
@@ -361,7 +374,7 @@ class BatchTab(QWidget):
         self.cancel_button.setEnabled(running and not self.runner.cancel_event.is_set())
         for w in (self.file_combo, self.open_button, self.model_combo, self.steps, self.eps, self.device):
             w.setEnabled(not running)
-        for w in (self.rate, self.carry, self.dividend, self.quote_time):
+        for w in (self.rate, self.carry, self.dividend, self.quote_time, self.fit_surface):
             w.setEnabled(not running and self.kind == "chain")
         if not running:
             self.eps.setEnabled(self.model_combo.currentData() == "mlmc")
@@ -413,7 +426,8 @@ class BatchTab(QWidget):
         self.outcome = outcome
         self.progress.setValue(outcome.done)
         self.show_results(outcome)
-        style = "color:#c62828" if outcome.error else ("color:#ef6c00" if outcome.cancelled else "color:#2e7d32")
+        style = ("color:#c62828" if outcome.error else
+                 "color:#ef6c00" if outcome.cancelled or outcome.surface_error else "color:#2e7d32")
         self.message.setText(f"<span style='{style}'>{outcome.summary()}</span>")
         self._update_buttons()
         self.job_finished.emit(outcome)
@@ -421,7 +435,9 @@ class BatchTab(QWidget):
     # ------------------------------------------------------------------ results
 
     def show_results(self, outcome: backend.BatchOutcome) -> None:
-        """Fill the table, the status filter and the smile from ``outcome``."""
+        """Fill the table, the status filter and the smile (with the fit, when the run has a
+        surface) from ``outcome``."""
+        self.surface = outcome.surface
         df = outcome.df[ordered_columns(list(outcome.df.columns), outcome.kind)]
         self.table_model.set_frame(df)
         self.table.horizontalHeader().setSortIndicator(-1, Qt.SortOrder.AscendingOrder)
@@ -474,10 +490,19 @@ class BatchTab(QWidget):
             if i >= 0:
                 self.expiry_combo.setCurrentIndex(i)
 
+    def fitted_slice(self, expiry: str | None):
+        """The last run's fitted slice (:class:`optiond.surface.model.Slice`) of ``expiry``, or
+        None (no surface, or the fit left that expiry out)."""
+        if self.surface is None or not expiry:
+            return None
+        return next((sl for sl in self.surface.slices if sl.expiry == str(expiry)), None)
+
     def plot_smile(self, *_args) -> None:
-        """Plot the chosen expiry's smile: the out-of-the-money IV per strike (``iv_otm``) with
-        bars from the bid IV to the ask IV, the file's quoted IVs for comparison, and the
-        expiry's forward marked; x is the strike or ln(K/F)."""
+        """Plot the chosen expiry's smile: the out-of-the-money mid IV per strike (``iv_otm``)
+        as points with bars from the bid IV to the ask IV, the fitted SVI smile
+        ``sqrt(w(k) / T)`` as a line over the quoted range (when the run has a surface), the
+        file's quoted IVs for comparison, and the expiry's forward marked; x is the strike or
+        ln(K/F), y the IV in vol points (%)."""
         p = self.smile_plot
         p.clear()
         exp = self.expiry_combo.currentData()
@@ -501,8 +526,15 @@ class BatchTab(QWidget):
                 p.addItem(pg.ErrorBarItem(x=x[bars], y=100 * iv, beam=0.0, pen=pg.mkPen((230, 81, 0), width=1.5),
                                           top=100 * np.nan_to_num(s.iv_ask[bars] - iv),
                                           bottom=100 * np.nan_to_num(iv - s.iv_bid[bars])))
-            p.plot(x, 100 * s.iv, name="OTM IV (mid), bid–ask bars", pen=pg.mkPen((25, 118, 210), width=1.5),
-                   symbol="o", symbolSize=4, symbolBrush=pg.mkBrush(25, 118, 210), symbolPen=None)
+            p.plot(x, 100 * s.iv, name="OTM IV (mid), bid–ask bars", pen=None,
+                   symbol="o", symbolSize=5, symbolBrush=pg.mkBrush(25, 118, 210), symbolPen=None)
+        sl = self.fitted_slice(exp)
+        if sl is not None:  # over the quoted range, else the range the fit used
+            k = s.log_moneyness[np.isfinite(s.log_moneyness)]
+            a, b = (k.min(), k.max()) if k.size >= 2 else tuple(sl.stats.get("fit_k_range") or (-0.1, 0.1))
+            kk = np.linspace(a - 0.05 * (b - a), b + 0.05 * (b - a), 200)
+            p.plot(kk if log_x else sl.forward * np.exp(kk), 100 * implied_vol(sl.svi, kk, sl.T), name="SVI fit",
+                   pen=pg.mkPen((198, 40, 40), width=2))
         if np.isfinite(s.forward):
             p.addItem(pg.InfiniteLine(0.0 if log_x else s.forward, angle=90,
                                       pen=pg.mkPen((80, 80, 80), style=Qt.PenStyle.DashLine),
@@ -552,6 +584,7 @@ class BatchTab(QWidget):
         s.setValue("batch/dividend_yield", self.dividend.value())
         s.setValue("batch/carry", self.carry.currentData())
         s.setValue("batch/quote_time", self.quote_time.text())
+        s.setValue("batch/fit_surface", self.fit_surface.isChecked())
         s.setValue("batch/smile_x", self.axis_combo.currentData())
         s.setValue("batch/right_split", self.right_split.saveState())
         s.setValue("batch/eps", self.eps.value())
@@ -576,6 +609,7 @@ class BatchTab(QWidget):
             if i >= 0:
                 combo.setCurrentIndex(i)
         self.quote_time.setText(str(s.value("batch/quote_time", "") or ""))
+        self.fit_surface.setChecked(bool(s.value("batch/fit_surface", True, type=bool)))
         self.eps.setValue(float(s.value("batch/eps", self.eps.value(), type=float)))
         i = self.device.findText(str(s.value("batch/device", "auto")))
         if i >= 0:

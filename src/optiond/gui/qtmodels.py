@@ -22,9 +22,9 @@ from PySide6.QtGui import QBrush, QColor
 SORT_ROLE = int(Qt.ItemDataRole.UserRole) + 1
 
 #: the results columns shown first, in this order (others follow in file order)
-CHAIN_ORDER = ("expiry", "type", "strike", "bid", "ask", "mid", "model_price", "model_minus_mid", "iv", "implied_vol",
-               "delta", "gamma", "theta", "vega", "rho", "status", "error", "device", "underlying", "style",
-               "underlying_price", "quote_date", "last", "expiry_years")
+CHAIN_ORDER = ("expiry", "type", "strike", "bid", "ask", "mid", "model_price", "model_minus_mid", "theo", "edge", "iv",
+               "implied_vol", "iv_fit", "delta", "gamma", "theta", "vega", "rho", "status", "error", "device",
+               "underlying", "style", "underlying_price", "quote_date", "last", "expiry_years")
 PORTFOLIO_ORDER = ("kind", "style", "spot", "strike", "expiry", "rate", "dividend_yield", "volatility", "method",
                    "steps", "price", "std_error", "delta", "gamma", "theta", "vega", "rho", "status", "error", "device")
 
@@ -32,7 +32,8 @@ PORTFOLIO_ORDER = ("kind", "style", "spot", "strike", "expiry", "rate", "dividen
 HEADERS = {
     "mid": "mid (market)", "model_price": "model", "model_minus_mid": "model − mid", "iv": "IV (solved)",
     "implied_vol": "IV (quoted)", "underlying_price": "spot", "expiry_years": "expiry (y)", "std_error": "std error",
-    "dividend_yield": "div. yield", "volatility": "vol",
+    "dividend_yield": "div. yield", "volatility": "vol", "iv_fit": "IV (fit)", "theo": "theo (fit)",
+    "edge": "edge (mid − theo)",
 }
 
 _ERROR_BRUSH = QBrush(QColor(170, 30, 30))

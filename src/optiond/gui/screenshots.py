@@ -1,15 +1,16 @@
 """Regenerate the README's screenshots of the panel from real runs on a running daemon.
 
     optiond serve --detach
-    python -m optiond.gui.screenshots docs/          # writes docs/panel_{status,timings,batch}.png
+    python -m optiond.gui.screenshots docs/          # writes docs/panel_{status,timings,batch,surface}.png
 
 It prices the bundled TSLA chain, starts the SPY chain at 2,000 steps and cancels it after a
 few seconds (so the Timings tab shows several jobs and outcomes), then prices the SPY chain's
 expiries up to :data:`FRONT_LAST_EXPIRY` (a file of their own) and shows them on the Batch tab:
-the forward table, the smile of :data:`SMILE_EXPIRY`, the table filtered to its ok rows. The
-Yahoo files are priced at their snapshot time (:data:`QUOTE_TIME`) with the default carry
-(parity). Without a display it renders offscreen. The user's panel settings are not touched (a
-temporary settings file is used).
+the forward table, the smile of :data:`SMILE_EXPIRY` with its fit, the table filtered to its ok
+rows; the Surface tab shows their fitted surface with the pointer at the forward of the middle
+expiry. The Yahoo files are priced at their snapshot time (:data:`QUOTE_TIME`)
+with the default carry (parity). Without a display it renders offscreen. The user's panel
+settings are not touched (a temporary settings file is used).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ QUOTE_TIME = "10:50"
 FRONT_LAST_EXPIRY = "2026-03-20"
 #: the expiry whose smile the screenshot shows
 SMILE_EXPIRY = "2026-03-20"
+#: the tabs saved, in the window's order
+TABS = ("status", "timings", "batch", "surface")
+
 
 def _wait(app, cond, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
@@ -38,8 +42,23 @@ def _wait(app, cond, timeout_s: float) -> bool:
     return cond()
 
 
+def _point_at(tab) -> None:
+    """Move the pointer over the Surface tab's map at the forward (k = 0) of the middle expiry."""
+    import math
+
+    from PySide6.QtCore import QPointF
+    from PySide6.QtTest import QTest
+
+    if tab.surface is None:
+        return
+    sl = tab.surface.slices[len(tab.surface.slices) // 2]
+    view = tab.plot
+    QTest.mouseMove(view.viewport(), view.mapFromScene(view.getPlotItem().vb.mapViewToScene(
+        QPointF(0.0, math.log10(sl.T)))))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the jobs and save the three screenshots; exit 1 if the daemon is down."""
+    """Run the jobs and save the screenshots of :data:`TABS`; exit 1 if the daemon is down."""
     p = argparse.ArgumentParser(prog="python -m optiond.gui.screenshots", description=__doc__.split("\n\n")[0])
     p.add_argument("out_dir", nargs="?", default="docs")
     p.add_argument("--connection-file", help="the daemon's connection file (default as the client finds it)")
@@ -93,9 +112,12 @@ def main(argv: list[str] | None = None) -> int:
             tab.status_filter.setCurrentIndex(max(0, tab.status_filter.findData("ok")))
             out = Path(args.out_dir)
             out.mkdir(parents=True, exist_ok=True)
-            for index, name in enumerate(("status", "timings", "batch")):
+            for index, name in enumerate(TABS):
                 win.tabs.setCurrentIndex(index)
                 _wait(app, lambda: False, 1.2)
+                if name == "surface":
+                    _point_at(win.surface_tab)
+                    _wait(app, lambda: False, 0.3)
                 path = out / f"panel_{name}.png"
                 if not win.grab().save(str(path)):
                     print(f"cannot write {path}", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""The panel's main window: the Status, Timings and Batch tabs, wired to the status monitor
-and the batch client, with settings remembered between runs (QSettings)."""
+"""The panel's main window: the Status, Timings, Batch and Surface tabs, wired to the status
+monitor and the batch client, with settings remembered between runs (QSettings)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ..daemon import paths
 from . import backend
 from .batch_tab import BatchTab
 from .status_tab import StatusTab
+from .surface_tab import SurfaceTab
 from .timings_tab import TimingsTab
 from .workers import StatusMonitor
 
@@ -56,15 +57,18 @@ class MainWindow(QMainWindow):
         self.status_tab = StatusTab(self.connection_file)
         self.timings_tab = TimingsTab()
         self.batch_tab = BatchTab(self.batch_client)
+        self.surface_tab = SurfaceTab()
         self.tabs.addTab(self.status_tab, "Status")
         self.tabs.addTab(self.timings_tab, "Timings")
         self.tabs.addTab(self.batch_tab, "Batch")
+        self.tabs.addTab(self.surface_tab, "Surface")
         self.setCentralWidget(self.tabs)
         self.daemon_label = QLabel("Daemon: checking…")
         self.statusBar().addPermanentWidget(self.daemon_label)
 
         self.batch_tab.request_timed.connect(self.timings_tab.add_request)
         self.batch_tab.job_finished.connect(self.timings_tab.add_job)
+        self.batch_tab.job_finished.connect(self.surface_tab.show_outcome)
         self.batch_tab.job_finished.connect(lambda o: self.statusBar().showMessage(o.summary(), 15000))
 
         self.monitor = StatusMonitor(self.connection_file, interval_ms=poll_ms)
@@ -86,20 +90,22 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ settings
 
     def load_settings(self) -> None:
-        """Restore the window's geometry, tab and the Batch tab's choices."""
+        """Restore the window's geometry, tab, the Batch tab's choices and the Surface tab's split."""
         s = self.settings
         geometry = s.value("window/geometry")
         if geometry is not None:
             self.restoreGeometry(geometry)
         self.tabs.setCurrentIndex(int(s.value("window/tab", 0, type=int)))
         self.batch_tab.load_settings(s)
+        self.surface_tab.load_settings(s)
 
     def save_settings(self) -> None:
-        """Remember the window's geometry, tab and the Batch tab's choices."""
+        """Remember the window's geometry, tab, the Batch tab's choices and the Surface tab's split."""
         s = self.settings
         s.setValue("window/geometry", self.saveGeometry())
         s.setValue("window/tab", self.tabs.currentIndex())
         self.batch_tab.save_settings(s)
+        self.surface_tab.save_settings(s)
         s.sync()
 
     # ------------------------------------------------------------------ closing
