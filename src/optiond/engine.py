@@ -92,6 +92,17 @@ def _gpu_or_cpu(run: Callable[[str], R], device: str, what: str) -> R:
         return out
 
 
+#: a row with cash dividends and another method than the tree
+CASH_DIVIDENDS_BINOMIAL = ("dividend_times: cash dividends are priced by the binomial method only "
+                           "(the spot model on the CRR tree)")
+
+
+def _cash_rows(arrays: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """Rows whose validated columns carry a cash dividend (any ex-date), shape (n,), bool."""
+    t = arrays.get("dividend_times")
+    return np.zeros(n, dtype=bool) if t is None else (~np.isnan(t)).any(axis=1)
+
+
 def price(batch: Batch, method: Method | None = None) -> Result:
     """Price a validated batch through the method's front door (:data:`FRONT_DOORS`).
 
@@ -104,11 +115,14 @@ def price(batch: Batch, method: Method | None = None) -> Result:
         and error, the device and the elapsed wall time.
 
     Raises:
-        InvalidInputError: ``method.steps`` has the wrong length or an out-of-range value.
+        InvalidInputError: ``method.steps`` has the wrong length or an out-of-range value, or
+            cash dividends with another method than ``binomial``.
     """
     method = method or Method()
     t0 = time.perf_counter()
     n = len(batch)
+    if method.name != "binomial" and _cash_rows(batch.columns(), n).any():
+        raise InvalidInputError("dividend_times", None, None, CASH_DIVIDENDS_BINOMIAL.split(": ", 1)[1])
     if n:
         door = front_door(method.name)
         device = "gpu" if _wants_gpu(batch, method) else "cpu"
@@ -271,6 +285,8 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
         first.setdefault(e.row, e.message)
     for i, reason in limits.row_limit_errors(names, steps, eps, method):  # rows over a work limit
         first.setdefault(i, reason)
+    for i in np.flatnonzero(_cash_rows(arrays, n) & (names != "binomial")).tolist():
+        first.setdefault(i, CASH_DIVIDENDS_BINOMIAL)
     if first:
         res.mark_error(list(first), list(first.values()))
     # rows priced together share the method (and, for MLMC, the payoff family)
@@ -388,6 +404,9 @@ def implied_vol_table(prices: Any, columns: Mapping[str, Any], method: Method | 
         raise InvalidInputError("price", None, f"length {prices.shape}", f"expected {n} prices")
     out = ImpliedVol.empty(n, status="invalid")
     bad = {e.row: e for e in errors}
+    if method.name != "binomial":
+        for i in np.flatnonzero(_cash_rows(arrays, n)).tolist():
+            bad.setdefault(i, RowError(i, "dividend_times", float("nan"), CASH_DIVIDENDS_BINOMIAL.split(": ", 1)[1]))
     steps = method.steps_for(n) if method.name == "binomial" else None
     for r, e in bad.items():
         out.error[r] = e.message

@@ -41,6 +41,10 @@ HESTON_FIELDS = ("v0", "kappa", "long_run_variance", "xi", "correlation")
 #: the Heston inputs' earlier column names (they clashed with the Greeks theta and rho), read for
 #: one release with a DeprecationWarning: earlier name -> name
 HESTON_RENAMED = {"theta": "long_run_variance", "rho": "correlation"}
+#: the cash-dividend schedule's columns: per row up to MAX_DIVIDENDS ex-dates (years from the
+#: valuation) and cash amounts (currency units), padded with NaN times
+DIVIDEND_FIELDS = ("dividend_times", "dividend_amounts")
+MAX_DIVIDENDS = 8
 #: MLMC payoff families (with the row's kind: vanilla call/put, digital call/put, Asian call/put)
 PAYOFFS = ("vanilla", "digital", "asian")
 PRECISIONS = ("fp64", "fp32")
@@ -189,7 +193,9 @@ def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
         columns: mapping with keys ``kind, style, spot, strike, expiry, rate, dividend_yield,
             volatility``; each a scalar or a 1-D sequence of length n (scalars broadcast).
             ``kind`` is ``"put"``/``"call"`` (or 0/1), ``style`` ``"european"``/``"american"``
-            (or 0/1). ``style`` defaults to american, ``dividend_yield`` to 0.
+            (or 0/1). ``style`` defaults to american, ``dividend_yield`` to 0. Optional: the
+            Heston columns (:data:`HESTON_FIELDS`) and a cash-dividend schedule
+            (:data:`DIVIDEND_FIELDS`, checked by :func:`validate_dividends`).
 
     Returns:
         ``(arrays, errors)``: the coerced columns (float64, kind/style as int8 codes, -1 where
@@ -217,6 +223,12 @@ def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
         if name not in columns:
             raise InvalidInputError(name, None, None, "missing column")
     n = _column_length({k: columns[k] for k in CONTRACT_FIELDS + MARKET_FIELDS})
+    div_rows = np.ndim(columns.get("dividend_times")) == 2 and np.shape(columns["dividend_times"])[0]
+    if div_rows and div_rows != n:
+        if any(np.ndim(columns[k]) for k in CONTRACT_FIELDS + MARKET_FIELDS):
+            raise InvalidInputError("dividend_times", None, f"{div_rows} schedules",
+                                    f"one schedule per row expected ({n} rows), or one for all")
+        n = int(div_rows)  # scalar columns broadcast over one schedule per row
     errors: list[RowError] = []
     out: dict[str, np.ndarray] = {}
     out["kind"], e = _codes(columns["kind"], KIND_CODES, "kind", n)
@@ -268,6 +280,10 @@ def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
                     why = ("not a finite number" if not np.isfinite(v) else
                            "must be between -1 and 1" if name == "correlation" else f"must be {'>' if strict else '>='} 0")
                     errors.append(RowError(i, name, v, why))
+    if columns.get("dividend_times") is not None or columns.get("dividend_amounts") is not None:
+        out["dividend_times"], out["dividend_amounts"], e = validate_dividends(
+            columns.get("dividend_times"), columns.get("dividend_amounts"), out["spot"], out["expiry"])
+        errors += e
     # keep the first problem per row, in row order
     first: dict[int, RowError] = {}
     for err in errors:
@@ -275,11 +291,73 @@ def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
     return out, [first[r] for r in sorted(first)]
 
 
+def validate_dividends(times: Any, amounts: Any, spot: np.ndarray, expiry: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, list[RowError]]:
+    """Coerce and check cash-dividend schedules (the spot model's ex-dates and amounts).
+
+    Args:
+        times: ex-dates in years from the valuation, shape (n, m) (one schedule per row) or
+            (m,) (one for every row); NaN pads a shorter schedule.
+        amounts: cash amounts (currency units), the same shape; NaN or 0 where ``times`` pads.
+        spot, expiry: the rows' validated spot and expiry, shape (n,).
+
+    Returns:
+        ``(times, amounts, errors)`` as float64 arrays of shape (n, m) and one
+        :class:`RowError` per bad row, naming the field: an amount < 0 or not finite, an
+        ex-date < 0 or after the expiry, ex-dates not in ascending order, more than
+        :data:`MAX_DIVIDENDS` dividends, or dividends before expiry whose sum is not below the
+        spot.
+
+    Raises:
+        InvalidInputError: only one of the two given, shapes that differ, or more than 2-D.
+    """
+    n = spot.shape[0]
+    if times is None or amounts is None:
+        raise InvalidInputError("dividend_amounts" if amounts is None else "dividend_times", None, None,
+                                "cash dividends need both dividend_times and dividend_amounts")
+    t = np.asarray(pd_numeric(np.asarray(times, dtype=object).ravel()), dtype=np.float64).reshape(np.shape(times))
+    a = np.asarray(pd_numeric(np.asarray(amounts, dtype=object).ravel()), dtype=np.float64).reshape(np.shape(amounts))
+    if t.shape != a.shape or t.ndim not in (1, 2):
+        raise InvalidInputError("dividend_times", None, None,
+                                f"dividend_times {t.shape} and dividend_amounts {a.shape} must be one shape, (n, m) or (m,)")
+    t = np.array(np.broadcast_to(np.atleast_2d(t), (n, t.shape[-1])))
+    a = np.array(np.broadcast_to(np.atleast_2d(a), (n, a.shape[-1])))
+    pad = np.isnan(t) & (np.isnan(a) | (a == 0.0))
+    a[pad] = 0.0
+    errors: list[RowError] = []
+    count = (~pad).sum(axis=1)
+    with np.errstate(invalid="ignore"):
+        ordered = np.where(pad, np.inf, t)
+        checks = [
+            ("dividend_amounts", ~pad & ~(np.isfinite(a) & (a >= 0.0)), "must be a finite amount >= 0"),
+            ("dividend_times", ~pad & ~np.isfinite(t), "an amount needs a finite ex-date"),
+            ("dividend_times", ~pad & (t < 0.0), "ex-date before the valuation (years < 0)"),
+            ("dividend_times", ~pad & (t > expiry[:, None]), "ex-date after the expiry"),
+        ]
+    for field, bad, why in checks:
+        for i, j in zip(*np.nonzero(bad)):
+            v = float(a[i, j] if field == "dividend_amounts" else t[i, j])
+            errors.append(RowError(int(i), field, v, f"dividend {int(j) + 1}: {why}"))
+    for i in np.flatnonzero(count > MAX_DIVIDENDS):
+        errors.append(RowError(int(i), "dividend_times", float(count[i]), f"at most {MAX_DIVIDENDS} dividends per option"))
+    with np.errstate(invalid="ignore"):
+        unsorted = np.flatnonzero((np.diff(ordered, axis=1) < 0).any(axis=1)) if t.shape[1] > 1 else []
+        paid = np.where(~pad & (t < expiry[:, None]), a, 0.0).sum(axis=1)
+    for i in unsorted:
+        errors.append(RowError(int(i), "dividend_times", float("nan"), "ex-dates must be in ascending order"))
+    for i in np.flatnonzero(paid >= spot):
+        errors.append(RowError(int(i), "dividend_amounts", float(paid[i]),
+                               f"dividends before expiry sum to {paid[i]:g}, not below the spot {spot[i]:g}"))
+    return t, a, errors
+
+
 def scalar_row(columns: Mapping[str, Any]) -> tuple | None:
     """The one-contract fast path: ``(kind, style, spot, strike, expiry, rate, dividend_yield,
     volatility)`` as Python values when every column is a scalar that certainly passes
     :func:`validate_columns`; None otherwise (then the general path reports any error, so the
     rules and messages live in one place)."""
+    if any(columns.get(f) is not None for f in DIVIDEND_FIELDS):
+        return None
     try:
         k, st = columns["kind"], columns.get("style", "american")
         kind = KIND_CODES.get(k.strip().lower()) if isinstance(k, str) else (int(k) if k in (0, 1) else None)
@@ -337,7 +415,9 @@ class Market:
     ``dividend_yield`` and ``volatility`` (annualised decimals, continuous); for the Heston
     model also ``v0`` and ``long_run_variance`` (variances, annualised; the model's v0 and
     theta), ``kappa`` (mean-reversion speed, per year), ``xi`` (volatility of variance) and
-    ``correlation`` (of the spot with its variance, -1..1; the model's rho), else None."""
+    ``correlation`` (of the spot with its variance, -1..1; the model's rho), else None; with
+    cash dividends (the spot model) ``dividend_times`` (years from the valuation) and
+    ``dividend_amounts`` (currency units), shape (n, m), NaN times padding (else None)."""
 
     spot: np.ndarray
     rate: np.ndarray
@@ -348,6 +428,8 @@ class Market:
     long_run_variance: np.ndarray | None = None
     xi: np.ndarray | None = None
     correlation: np.ndarray | None = None
+    dividend_times: np.ndarray | None = None
+    dividend_amounts: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -376,7 +458,7 @@ class Batch:
     def _from_valid(cls, a: Mapping[str, np.ndarray]) -> "Batch":
         c = Contracts(*(np.ascontiguousarray(a[k]) for k in CONTRACT_FIELDS))
         m = Market(*(np.ascontiguousarray(a[k]) for k in MARKET_FIELDS),
-                   **{k: np.ascontiguousarray(a[k]) for k in HESTON_FIELDS if a.get(k) is not None})
+                   **{k: np.ascontiguousarray(a[k]) for k in HESTON_FIELDS + DIVIDEND_FIELDS if a.get(k) is not None})
         return cls(c, m)
 
     def __len__(self) -> int:

@@ -96,14 +96,43 @@ def price(batch: Batch, method: Method, device: str) -> Result:
     if good.size == 0:
         return res
     sub = batch if good.size == len(batch) else batch.take(good)
-    if device == "cpu":
-        out = cpu.crr_batch(sub.kind, sub.style, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield,
-                            sub.volatility, steps[good], greeks=method.greeks, check=False)
+    cash = dividend_rows(sub)
+    if device == "cpu" or cash.all():
+        out = _price_cpu(sub, method, steps[good])
+        if device != "cpu":
+            res.device = "cpu"
+            res.diagnostics["path"] = "cpu"
+            res.diagnostics["dividends_note"] = DIVIDENDS_ON_CPU
+    elif cash.any():  # the cash-dividend rows on the CPU, the rest on the GPU
+        out = np.empty((1 + len(GREEK_FIELDS), len(sub)))
+        rest = np.flatnonzero(~cash)
+        out[:, rest] = _price_gpu(sub.take(rest), method, steps[good][rest], res)
+        on_cpu = np.flatnonzero(cash)
+        out[:, on_cpu] = _price_cpu(sub.take(on_cpu), method, steps[good][on_cpu])
+        res.diagnostics["dividends_note"] = DIVIDENDS_ON_CPU
     else:
         out = _price_gpu(sub, method, steps[good], res)
     for k, name in enumerate(("price",) + GREEK_FIELDS):
         getattr(res, name)[good] = out[k]
     return res
+
+
+#: why cash-dividend rows are priced on the CPU when the GPU was chosen
+DIVIDENDS_ON_CPU = "cash-dividend rows priced on the CPU (the GPU kernels are dividend-free)"
+
+
+def dividend_rows(batch: Batch) -> np.ndarray:
+    """Which rows carry a cash dividend (any ex-date in the schedule, shape (n,), bool)."""
+    t = batch.market.dividend_times
+    if t is None:
+        return np.zeros(len(batch), dtype=bool)
+    return (~np.isnan(t)).any(axis=1)
+
+
+def _price_cpu(sub: Batch, method: Method, steps: np.ndarray) -> np.ndarray:
+    return cpu.crr_batch(sub.kind, sub.style, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield,
+                         sub.volatility, steps, greeks=method.greeks, check=False,
+                         dividend_times=sub.market.dividend_times, dividend_amounts=sub.market.dividend_amounts)
 
 
 def _price_gpu(sub: Batch, method: Method, steps: np.ndarray, res: Result) -> np.ndarray:
@@ -121,6 +150,16 @@ def _price_gpu(sub: Batch, method: Method, steps: np.ndarray, res: Result) -> np
                   sub.volatility, steps, greeks=method.greeks, precision=precision)
     res.diagnostics.update(path=path, precision=precision)
     return out
+
+
+def _rows(method: Method, steps: np.ndarray, rows: np.ndarray) -> Method:
+    import dataclasses
+
+    return dataclasses.replace(method, steps=steps[rows])
+
+
+def _at(x: Any, rows: np.ndarray) -> Any:
+    return x if np.ndim(x) == 0 else np.asarray(x)[rows]
 
 
 def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str, lo: Any = MIN_IV,
@@ -143,9 +182,22 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str, l
     """
     n = len(batch)
     steps = method.steps_for(n)
-    if device == "cpu":
+    cash = dividend_rows(batch)
+    if device != "cpu" and cash.any() and not cash.all():
+        # the cash-dividend rows on the CPU (the GPU kernels are dividend-free), the rest here
+        rest, on_cpu = np.flatnonzero(~cash), np.flatnonzero(cash)
+        part = implied_vol(prices[rest], batch.take(rest), _rows(method, steps, rest), device, _at(lo, rest),
+                           _at(hi, rest))
+        full = ImpliedVol.empty(n, device=part.device)
+        part.scatter(full, rest)
+        implied_vol(prices[on_cpu], batch.take(on_cpu), _rows(method, steps, on_cpu), "cpu", _at(lo, on_cpu),
+                    _at(hi, on_cpu)).scatter(full, on_cpu)
+        return full
+    if device == "cpu" or cash.any():
         vol, code = cpu.crr_implied_vol(prices, batch.kind, batch.style, batch.spot, batch.strike, batch.expiry,
-                                        batch.rate, batch.dividend_yield, steps, lo=lo, hi=hi, xtol=method.iv_tolerance)
+                                        batch.rate, batch.dividend_yield, steps, lo=lo, hi=hi, xtol=method.iv_tolerance,
+                                        dividend_times=batch.market.dividend_times,
+                                        dividend_amounts=batch.market.dividend_amounts)
         return ImpliedVol.from_codes(vol, code)
     from . import gpu, iv_gpu
 

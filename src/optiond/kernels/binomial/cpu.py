@@ -1,6 +1,7 @@
 """The gold reference of the binomial method: the CRR pricer on the CPU (numba).
 
-American and European, puts and calls, continuous dividend yield; every GPU path of
+American and European, puts and calls, continuous dividend yield, and cash dividends on known
+ex-dates (the spot model, :func:`crr_tree_div`: Vellekoop & Nieuwenhuis 2006); every GPU path of
 :mod:`optiond.kernels.binomial` is tested against it.
 
 The tree is Cox, Ross & Rubinstein (1979), "Option pricing: a simplified approach", J.
@@ -119,6 +120,131 @@ def crr_tree(is_call, american, S, K, T, r, q, sigma, N, V, X, levels):
 
 
 @nb.njit(cache=True, nogil=True)
+def dividend_level(t_div, T, N):
+    """The tree level a cash dividend paid at ``t_div`` (years, ``0 < t_div < T``) is applied on:
+    the nearest level, at least 2 (the Greeks' levels 0 to 2 then lie before it) and at most N."""
+    lev = int(math.floor(t_div / (T / N) + 0.5))
+    return min(max(lev, 2), N)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def _apply_dividend(is_call, american, S, K, T, r, a, N, t, D, V, X, W):
+    """Carry the level-``t`` values across a cash dividend ``D`` (Vellekoop & Nieuwenhuis 2006,
+    §3): the value just before the ex-date at node ``S_j`` is the value just after it at
+    ``S_j - D``, read from the level's ex-dividend values by quadratic interpolation in ``S``
+    through the three nearest nodes (linear with two nodes; towards ``S = 0`` linear to the value
+    there: 0 for a call, ``K`` for an American put, ``K e^{-r (T - t dt)}`` for a European put);
+    then the cum-dividend exercise value ``X`` (American)."""
+    s0 = S * math.exp(-t * a)
+    u2 = math.exp(2.0 * a)
+    if is_call:
+        v0 = 0.0
+    elif american:
+        v0 = K
+    else:
+        v0 = K * math.exp(-r * (T - t * (T / N)))
+    i = 0  # the node at or below x: x grows with j, so the search moves one way
+    for j in range(t + 1):
+        x = S * math.exp((2 * j - t) * a) - D
+        if x <= 0.0:
+            W[j] = v0
+            continue
+        if x < s0:
+            W[j] = v0 + (V[0] - v0) * (x / s0)
+            continue
+        while i < t and s0 * math.exp(2.0 * (i + 1) * a) <= x:
+            i += 1
+        if t < 2:
+            x0 = s0 * math.exp(2.0 * i * a)
+            i1 = min(i + 1, t)
+            W[j] = V[i] if i1 == i else V[i] + (V[i1] - V[i]) * (x - x0) / (x0 * (u2 - 1.0))
+            continue
+        # the three nearest nodes: i - 1, i, i + 1 when x is nearer node i's lower half
+        x_i = s0 * math.exp(2.0 * i * a)
+        j0 = i - 1 if x < x_i * math.sqrt(u2) else i
+        j0 = min(max(j0, 0), t - 2)
+        x0 = s0 * math.exp(2.0 * j0 * a)
+        x1 = x0 * u2
+        x2 = x1 * u2
+        W[j] = (V[j0] * (x - x1) * (x - x2) / ((x0 - x1) * (x0 - x2))
+                + V[j0 + 1] * (x - x0) * (x - x2) / ((x1 - x0) * (x1 - x2))
+                + V[j0 + 2] * (x - x0) * (x - x1) / ((x2 - x0) * (x2 - x1)))
+    for j in range(t + 1):
+        V[j] = max(W[j], X[j]) if american else W[j]
+
+
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def crr_tree_div(is_call, american, S, K, T, r, q, sigma, N, V, X, W, levels, div_t, div_a, nd):
+    """:func:`crr_tree` with cash dividends: the spot model (the stock drops by ``div_a[i]`` at
+    ``div_t[i]``; QuantLib's ``CashDividendModel.Spot``) on the CRR lattice of the spot by the
+    method of Vellekoop & Nieuwenhuis (2006), "Efficient pricing of derivatives on assets with
+    discrete dividends", Applied Mathematical Finance 13(3): the lattice stays the
+    dividend-free one, and at each ex-date's level (:func:`dividend_level`) the values are
+    carried across the drop by interpolation (:func:`_apply_dividend`). A continuous yield
+    ``q`` combines with the schedule.
+
+    ``div_t``, ``div_a``: the first ``nd`` entries, times in ``(0, T)`` (years) ascending and
+    cash amounts >= 0; ``W``: a third work vector of length >= N + 1. Error: first order in
+    1/N as the dividend-free tree (measured against QuantLib's finite differences in the
+    tests; the interpolation adds O(1/N^1.5), the ex-date's rounding to a level O(1/N)).
+    """
+    dt = T / N
+    a = sigma * math.sqrt(dt)
+    u = math.exp(a)
+    d = 1.0 / u
+    disc = math.exp(-r * dt)
+    p = (math.exp((r - q) * dt) - d) / (u - d)
+    pu = disc * p
+    pd = disc * (1.0 - p)
+    sign = 1.0 if is_call else -1.0
+    c = sign * K * (u - 1.0)
+    for j in range(N + 1):
+        x = sign * (S * math.exp((2 * j - N) * a) - K)
+        X[j] = x
+        V[j] = max(x, 0.0)
+    for k in range(6):
+        levels[k] = np.nan
+    nxt = nd - 1  # the latest dividend not yet applied
+    while nxt >= 0 and dividend_level(div_t[nxt], T, N) == N:
+        _apply_dividend(is_call, american, S, K, T, r, a, N, N, div_a[nxt], V, X, W)
+        nxt -= 1
+    if N == 2:
+        levels[3] = V[0]
+        levels[4] = V[1]
+        levels[5] = V[2]
+    elif N == 1:
+        levels[1] = V[0]
+        levels[2] = V[1]
+    for t in range(N - 1, -1, -1):
+        if american:
+            if (N - t) % REANCHOR == 0:
+                for j in range(t + 1):
+                    X[j] = sign * (S * math.exp((2 * j - t) * a) - K)
+                for j in range(t + 1):
+                    V[j] = max(pu * V[j + 1] + pd * V[j], X[j])
+            else:
+                for j in range(t + 1):
+                    x = X[j] * u + c
+                    X[j] = x
+                    V[j] = max(pu * V[j + 1] + pd * V[j], x)
+        else:
+            for j in range(t + 1):
+                V[j] = pu * V[j + 1] + pd * V[j]
+        while nxt >= 0 and dividend_level(div_t[nxt], T, N) == t:
+            _apply_dividend(is_call, american, S, K, T, r, a, N, t, div_a[nxt], V, X, W)
+            nxt -= 1
+        if t == 2:
+            levels[3] = V[0]
+            levels[4] = V[1]
+            levels[5] = V[2]
+        elif t == 1:
+            levels[1] = V[0]
+            levels[2] = V[1]
+    levels[0] = V[0]
+    return V[0]
+
+
+@nb.njit(cache=True, nogil=True)
 def _tree_greeks(S, T, sigma, N, lv):
     """delta, gamma, theta from the first tree levels (Hull §21.1)."""
     dt = T / N
@@ -140,19 +266,27 @@ def _p_ok(T, r, q, sigma, N):
 
 
 @nb.njit(cache=True, nogil=True)
-def _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, lv, base, which, h):
+def _tree(is_call, american, S, K, T, r, q, sigma, N, V, X, W, lv, div_t, div_a, nd):
+    """The tree price: :func:`crr_tree` without dividends (``nd = 0``), else :func:`crr_tree_div`."""
+    if nd == 0:
+        return crr_tree(is_call, american, S, K, T, r, q, sigma, N, V, X, lv)
+    return crr_tree_div(is_call, american, S, K, T, r, q, sigma, N, V, X, W, lv, div_t, div_a, nd)
+
+
+@nb.njit(cache=True, nogil=True)
+def _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, W, lv, div_t, div_a, nd, base, which, h):
     """Central (or one-sided where p leaves [0, 1]) difference of the tree price in sigma
     (which=0) or rate (which=1)."""
     if which == 0:
         up_ok = _p_ok(T, r, q, sigma + h, N)
         dn_ok = sigma - h > 0.0 and _p_ok(T, r, q, sigma - h, N)
-        up = crr_tree(is_call, american, S, K, T, r, q, sigma + h, N, V, X, lv) if up_ok else base
-        dn = crr_tree(is_call, american, S, K, T, r, q, sigma - h, N, V, X, lv) if dn_ok else base
+        up = _tree(is_call, american, S, K, T, r, q, sigma + h, N, V, X, W, lv, div_t, div_a, nd) if up_ok else base
+        dn = _tree(is_call, american, S, K, T, r, q, sigma - h, N, V, X, W, lv, div_t, div_a, nd) if dn_ok else base
     else:
         up_ok = _p_ok(T, r + h, q, sigma, N)
         dn_ok = _p_ok(T, r - h, q, sigma, N)
-        up = crr_tree(is_call, american, S, K, T, r + h, q, sigma, N, V, X, lv) if up_ok else base
-        dn = crr_tree(is_call, american, S, K, T, r - h, q, sigma, N, V, X, lv) if dn_ok else base
+        up = _tree(is_call, american, S, K, T, r + h, q, sigma, N, V, X, W, lv, div_t, div_a, nd) if up_ok else base
+        dn = _tree(is_call, american, S, K, T, r - h, q, sigma, N, V, X, W, lv, div_t, div_a, nd) if dn_ok else base
     width = (h if up_ok else 0.0) + (h if dn_ok else 0.0)
     if width == 0.0:
         return np.nan
@@ -162,7 +296,7 @@ def _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, lv, base, whi
 @nb.njit(cache=True, nogil=True)
 def crr_one(is_call, american, S, K, T, r, q, sigma, N, greeks):
     """One option (scalars) -> (price, delta, gamma, theta, vega, rho): the batch loop's body,
-    without array set-up, for single-contract requests. Assumes p in [0, 1]."""
+    without array set-up, for single-contract requests (no dividends). Assumes p in [0, 1]."""
     V = np.empty(N + 1)
     X = np.empty(N + 1)
     lv = np.empty(6)
@@ -170,27 +304,32 @@ def crr_one(is_call, american, S, K, T, r, q, sigma, N, greeks):
     if not greeks:
         return price, np.nan, np.nan, np.nan, np.nan, np.nan
     delta, gamma, theta = _tree_greeks(S, T, sigma, N, lv)
-    vega = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, lv, price, 0, VEGA_BUMP)
-    rho = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, lv, price, 1, RHO_BUMP)
+    none = np.empty(0)
+    vega = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, V, lv, none, none, 0, price, 0, VEGA_BUMP)
+    rho = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, V, lv, none, none, 0, price, 1, RHO_BUMP)
     return price, delta, gamma, theta, vega, rho
 
 
-def _batch_impl(kind, style, S, K, T, r, q, sigma, steps, greeks):
+def _batch_impl(kind, style, S, K, T, r, q, sigma, steps, greeks, div_t, div_a, nd):
     n = S.shape[0]
     out = np.full((6, n), np.nan)
     for i in nb.prange(n):
         N = steps[i]
         V = np.empty(N + 1)
         X = np.empty(N + 1)
+        W = np.empty(N + 1 if nd[i] > 0 else 0)
         lv = np.empty(6)
         is_call = kind[i] == 1
         am = style[i] == 1
-        price = crr_tree(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, lv)
+        dt_, da_, k = div_t[i], div_a[i], nd[i]
+        price = _tree(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, W, lv, dt_, da_, k)
         out[0, i] = price
         if greeks:
             out[1, i], out[2, i], out[3, i] = _tree_greeks(S[i], T[i], sigma[i], N, lv)
-            out[4, i] = _bumped_diff(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, lv, price, 0, VEGA_BUMP)
-            out[5, i] = _bumped_diff(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, lv, price, 1, RHO_BUMP)
+            out[4, i] = _bumped_diff(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, W, lv, dt_, da_, k,
+                                     price, 0, VEGA_BUMP)
+            out[5, i] = _bumped_diff(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, W, lv, dt_, da_, k,
+                                     price, 1, RHO_BUMP)
     return out
 
 
@@ -225,8 +364,44 @@ def probability_message(p: float) -> str:
             "yield and volatility (need sigma*sqrt(dt) > |r-q|*dt); raise steps")
 
 
+#: the most cash dividends one option's schedule may hold
+MAX_DIVIDENDS = 8
+
+
+def cash_dividends(spot, expiry, times=None, amounts=None):
+    """One option's cash dividends as the trees read them, for a batch.
+
+    Args:
+        spot (currency units), expiry (years): shape (n,).
+        times (years from now), amounts (currency units): shape (n, m) or (m,) for one
+            schedule for every option (None: no dividends); an entry with a NaN time or a zero
+            amount is padding.
+
+    Returns:
+        ``(spot, times, amounts, count)``: the spot less the dividends paid now (``t = 0``:
+        the option is priced on ``S - D``); per option the dividends paid before expiry
+        (``0 < t < T``; later ones change nothing) first in time order, shape (n, m) with
+        ``count`` (n,) entries used.
+    """
+    S = np.array(spot, dtype=np.float64)
+    T = np.asarray(expiry, dtype=np.float64)
+    n = S.shape[0]
+    if times is None:
+        return S, np.zeros((n, 0)), np.zeros((n, 0)), np.zeros(n, dtype=np.int64)
+    t = np.broadcast_to(np.atleast_2d(np.asarray(times, dtype=np.float64)), (n, np.shape(times)[-1]))
+    a = np.broadcast_to(np.atleast_2d(np.asarray(amounts, dtype=np.float64)), t.shape)
+    used = np.isfinite(t) & np.isfinite(a) & (a != 0.0)
+    S -= np.where(used & (t <= 0.0), a, 0.0).sum(axis=1)
+    live = used & (t > 0.0) & (t < T[:, None])
+    key = np.where(live, t, np.inf)
+    o = np.argsort(key, axis=1, kind="stable")
+    t_sorted = np.take_along_axis(np.where(live, t, 0.0), o, axis=1)
+    a_sorted = np.take_along_axis(np.where(live, a, 0.0), o, axis=1)
+    return S, np.ascontiguousarray(t_sorted), np.ascontiguousarray(a_sorted), live.sum(axis=1).astype(np.int64)
+
+
 def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps, greeks=True, parallel=None,
-              check=True):
+              check=True, dividend_times=None, dividend_amounts=None):
     """Price arrays of options on CRR trees, in parallel over options (numba ``prange``).
 
     Args:
@@ -237,6 +412,9 @@ def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
         greeks: also return the tree Greeks (vega and rho cost four more trees).
         parallel: force the threaded (True) or serial (False) loop; default by problem size.
         check: verify p in [0, 1] (callers that already did, e.g. the engine, pass False).
+        dividend_times, dividend_amounts: cash dividends (:func:`cash_dividends`: years from
+            now and currency units, shape (n, m) or one schedule (m,) for all; the spot model,
+            :func:`crr_tree_div`); a row without any prices as before, bit for bit.
 
     Returns:
         float64 array of shape (6, n): rows price, delta, gamma, theta, vega, rho (NaN rows
@@ -247,6 +425,7 @@ def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
     """
     kind, style, S, K, T, r, q, s, N = as_columns((kind, np.int8), (style, np.int8), spot, strike, expiry, rate,
                                                   dividend_yield, volatility, (steps, np.int64))
+    S, div_t, div_a, nd = cash_dividends(S, T, dividend_times, dividend_amounts)
     bad = probability_errors(T, r, q, s, N) if check else ()
     if len(bad):
         i = int(bad[0])
@@ -256,9 +435,9 @@ def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
         nodes = costs.tree_nodes(N) * costs.trees(greeks)
         parallel = nodes >= PARALLEL_MIN_NODES and S.shape[0] > 1
     if not parallel:
-        return _batch_serial(kind, style, S, K, T, r, q, s, N, bool(greeks))
+        return _batch_serial(kind, style, S, K, T, r, q, s, N, bool(greeks), div_t, div_a, nd)
     with POOL_LOCK:
-        return _batch_parallel(kind, style, S, K, T, r, q, s, N, bool(greeks))
+        return _batch_parallel(kind, style, S, K, T, r, q, s, N, bool(greeks), div_t, div_a, nd)
 
 
 def crr_price(kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps):
@@ -271,7 +450,7 @@ def crr_price(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
 
 # --------------------------------------------------------------------------- implied volatility
 
-def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol):
+def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol, div_t, div_a, nd):
     n = S.shape[0]
     vol = np.full(n, np.nan)
     status = np.zeros(n, dtype=np.int8)
@@ -289,11 +468,13 @@ def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol):
             continue
         V = np.empty(N + 1)
         X = np.empty(N + 1)
+        W = np.empty(N + 1 if nd[i] > 0 else 0)
         lv = np.empty(6)
         st = np.empty(8)
         c, am = kind[i] == 1, style[i] == 1
-        flo = crr_tree(c, am, S[i], K[i], T[i], r[i], q[i], lo_i, N, V, X, lv) - target[i]
-        fhi = crr_tree(c, am, S[i], K[i], T[i], r[i], q[i], hi_i, N, V, X, lv) - target[i]
+        dt_, da_, k = div_t[i], div_a[i], nd[i]
+        flo = _tree(c, am, S[i], K[i], T[i], r[i], q[i], lo_i, N, V, X, W, lv, dt_, da_, k) - target[i]
+        fhi = _tree(c, am, S[i], K[i], T[i], r[i], q[i], hi_i, N, V, X, W, lv, dt_, da_, k) - target[i]
         ftol = 1e-12 * max(1.0, target[i])
         if flo > ftol:
             status[i] = IV_BELOW
@@ -307,7 +488,7 @@ def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol):
             if brent_step(st, xtol, ftol):
                 status[i] = IV_OK
                 break
-            st[FB] = crr_tree(c, am, S[i], K[i], T[i], r[i], q[i], st[B], N, V, X, lv) - target[i]
+            st[FB] = _tree(c, am, S[i], K[i], T[i], r[i], q[i], st[B], N, V, X, W, lv, dt_, da_, k) - target[i]
         vol[i] = st[B]
     return vol, status
 
@@ -317,7 +498,7 @@ _iv_serial = nb.njit(cache=True, nogil=True)(_iv_impl)
 
 
 def crr_implied_vol(price, kind, style, spot, strike, expiry, rate, dividend_yield, steps,
-                    lo=MIN_IV, hi=MAX_IV, xtol=1e-12, parallel=None):
+                    lo=MIN_IV, hi=MAX_IV, xtol=1e-12, parallel=None, dividend_times=None, dividend_amounts=None):
     """Implied volatility from CRR tree prices (American or European) by Brent's bracketed
     root find on the tree price, one root find per option, in parallel over options.
 
@@ -327,6 +508,7 @@ def crr_implied_vol(price, kind, style, spot, strike, expiry, rate, dividend_yie
             bracket, e.g. around a known nearby root); ``lo`` is raised per option to the
             smallest volatility at which p stays in [0, 1].
         xtol: absolute tolerance on the volatility.
+        dividend_times, dividend_amounts: cash dividends, as :func:`crr_batch`.
 
     Returns:
         ``(vol, status)``: float64 (NaN where none) and int8 codes from
@@ -336,9 +518,10 @@ def crr_implied_vol(price, kind, style, spot, strike, expiry, rate, dividend_yie
     """
     p, kind, style, S, K, T, r, q, N, lo, hi = as_columns(price, (kind, np.int8), (style, np.int8), spot, strike, expiry,
                                                           rate, dividend_yield, (steps, np.int64), lo, hi)
+    S, div_t, div_a, nd = cash_dividends(S, T, dividend_times, dividend_amounts)
     if parallel is None:
         parallel = p.shape[0] > 1 and float(np.sum(N.astype(np.float64) ** 2)) * 6 >= PARALLEL_MIN_NODES
     if not parallel:
-        return _iv_serial(p, kind, style, S, K, T, r, q, N, lo, hi, float(xtol))
+        return _iv_serial(p, kind, style, S, K, T, r, q, N, lo, hi, float(xtol), div_t, div_a, nd)
     with POOL_LOCK:
-        return _iv_parallel(p, kind, style, S, K, T, r, q, N, lo, hi, float(xtol))
+        return _iv_parallel(p, kind, style, S, K, T, r, q, N, lo, hi, float(xtol), div_t, div_a, nd)
