@@ -62,63 +62,6 @@ def crr_probability(T, r, q, sigma, N):
     return (math.exp((r - q) * dt) - d) / (u - d)
 
 
-@nb.njit(cache=True, nogil=True, fastmath=True)
-def crr_tree(is_call, american, S, K, T, r, q, sigma, N, V, X, levels):
-    """Backward induction through one CRR tree; returns the price V[0, 0].
-
-    ``V`` and ``X`` are work vectors of length >= N + 1. ``levels`` (length 6) receives the
-    values of the first three levels, ``[V00, V10, V11, V20, V21, V22]`` (NaN where N < 2),
-    for the tree Greeks. Assumes p in [0, 1] (checked by the callers).
-    """
-    dt = T / N
-    a = sigma * math.sqrt(dt)
-    u = math.exp(a)
-    d = 1.0 / u
-    disc = math.exp(-r * dt)
-    p = (math.exp((r - q) * dt) - d) / (u - d)
-    pu = disc * p
-    pd = disc * (1.0 - p)
-    sign = 1.0 if is_call else -1.0
-    c = sign * K * (u - 1.0)
-    for j in range(N + 1):
-        x = sign * (S * math.exp((2 * j - N) * a) - K)
-        X[j] = x
-        V[j] = max(x, 0.0)
-    for k in range(6):
-        levels[k] = np.nan
-    if N == 2:  # the leaves are level 2
-        levels[3] = V[0]
-        levels[4] = V[1]
-        levels[5] = V[2]
-    elif N == 1:  # the leaves are level 1
-        levels[1] = V[0]
-        levels[2] = V[1]
-    for t in range(N - 1, -1, -1):
-        if american:
-            if (N - t) % REANCHOR == 0:
-                for j in range(t + 1):
-                    X[j] = sign * (S * math.exp((2 * j - t) * a) - K)
-                for j in range(t + 1):
-                    V[j] = max(pu * V[j + 1] + pd * V[j], X[j])
-            else:
-                for j in range(t + 1):
-                    x = X[j] * u + c
-                    X[j] = x
-                    V[j] = max(pu * V[j + 1] + pd * V[j], x)
-        else:
-            for j in range(t + 1):
-                V[j] = pu * V[j + 1] + pd * V[j]
-        if t == 2:
-            levels[3] = V[0]
-            levels[4] = V[1]
-            levels[5] = V[2]
-        elif t == 1:
-            levels[1] = V[0]
-            levels[2] = V[1]
-    levels[0] = V[0]
-    return V[0]
-
-
 @nb.njit(cache=True, nogil=True)
 def dividend_level(t_div, T, N):
     """The tree level a cash dividend paid at ``t_div`` (years, ``0 < t_div < T``) is applied on:
@@ -242,6 +185,21 @@ def crr_tree_div(is_call, american, S, K, T, r, q, sigma, N, V, X, W, levels, di
             levels[2] = V[1]
     levels[0] = V[0]
     return V[0]
+
+
+#: an empty dividend schedule
+_NO_DIVIDENDS = np.empty(0)
+
+
+@nb.njit(cache=True, nogil=True, fastmath=True)
+def crr_tree(is_call, american, S, K, T, r, q, sigma, N, V, X, levels):
+    """Backward induction through one CRR tree; returns the price V[0, 0].
+
+    ``V`` and ``X`` are work vectors of length >= N + 1. ``levels`` (length 6) receives the
+    values of the first three levels, ``[V00, V10, V11, V20, V21, V22]`` (NaN where N < 2),
+    for the tree Greeks. Assumes p in [0, 1] (checked by the callers).
+    """
+    return crr_tree_div(is_call, american, S, K, T, r, q, sigma, N, V, X, V, levels, _NO_DIVIDENDS, _NO_DIVIDENDS, 0)
 
 
 @nb.njit(cache=True, nogil=True)
