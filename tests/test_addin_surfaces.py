@@ -106,6 +106,8 @@ def test_an_unknown_name_says_so(daemon):
     got = F.SURFACE_VOL("XL-NOPE", col([680.0, 690.0]), 0.3)
     assert [c for (c,) in got] == [got[0][0]] * 2 and is_error(got[0][0]) and "no surface named XL-NOPE" in got[0][0]
     assert F.SURFACE_PRICE("bad name", 680.0, 0.3, "put").startswith("#optiond: name must be 1 to 64")
+    upstream = "#optiond: surfaces live in the optiond daemon and none is running; start it with: optiond serve"
+    assert F.SURFACE_VOL(upstream, 680.0, 0.3) == "#optiond: name is an error: " + upstream[len("#optiond: "):]
 
 
 def test_without_a_daemon_the_cells_say_surfaces_live_there(monkeypatch, tmp_path, spy3):

@@ -304,3 +304,5 @@ def test_publish_list_and_drop(served, client, local, tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip() == "optiond objects: no object named PUB in the daemon " \
                                                            f"(it holds: {', '.join(o['name'] for o in client.objects())})"
     assert all(o["name"] != "PUB" for o in client.objects())
+    st = client.status()["objects"]
+    assert st["objects"] == len(client.objects()) and st["max_objects"] == Limits().max_objects

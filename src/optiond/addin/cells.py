@@ -198,13 +198,16 @@ def _scheme(v: Any, name: str) -> Any:
 
 
 def _text(v: Any, name: str) -> Any:
-    """A text cell (a name or a handle) stripped, :data:`_EMPTY`, or an error message."""
+    """A text cell (a name or a handle) stripped, :data:`_EMPTY`, or an error message (a cell
+    that shows an optiond error, such as a SURFACE_FIT that failed, passes its reason on)."""
     if _is_empty(v):
         return _EMPTY
     if isinstance(v, str):
         s = v.strip()
         if s.upper() in EXCEL_ERRORS:
             return error_text(f"{name} is {s.upper()}")
+        if s.startswith(ERROR_PREFIX.strip()):
+            return error_text(f"{name} is an error: {s[len(ERROR_PREFIX):].strip()}")
         return s
     return error_text(f"{name} must be text, got {_show(v)}")
 

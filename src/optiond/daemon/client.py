@@ -603,7 +603,9 @@ class Client(JobsMixin, ObjectsMixin):
               ``misses``, ``hit_ratio``); ``coalesced_requests``; ``gpu_fallbacks``;
             * ``mpi_ranks``, ``mpi_workers``, ``mpi_workers_alive`` and ``mpi`` (with
               ``rank_info``: each rank's pid, host, device, threads);
-            * ``limits``, ``endpoint``, ``connection_file``, ``metrics_url``, ``log_file``.
+            * ``limits``, ``endpoint``, ``connection_file``, ``metrics_url``, ``log_file``;
+            * ``objects``: the named objects it keeps (``objects``, ``bytes``, ``max_objects``,
+              ``max_objects_bytes``; :meth:`objects` lists them).
 
         Raises:
             DaemonUnavailable: no daemon answered.
