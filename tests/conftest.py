@@ -232,3 +232,17 @@ def bundled_chains():
         return done[name]
 
     return get
+
+
+#: three expiries of the bundled SPY chain, about 0.12, 0.34 and 0.84 years out
+SPY_EXPIRIES = ("2026-03-27", "2026-06-18", "2026-12-18")
+
+
+@pytest.fixture(scope="session")
+def spy3():
+    """The bundled SPY chain cut to :data:`SPY_EXPIRIES` (about 500 contracts): a quick chain
+    to fit a surface to (its snapshot time: ``SNAPSHOTS``)."""
+    from optiond import chain
+
+    df = chain.read_chain(str(Path(__file__).resolve().parents[1] / "examples" / "data" / "spy_chain_2026-02-13.csv"))
+    return df[df.expiry.isin(SPY_EXPIRIES)].reset_index(drop=True)

@@ -413,7 +413,8 @@ def test_daemon_down_prices_in_process(monkeypatch, tmp_path):
 def test_table_drives_the_functions():
     assert [f.name for f in table.FUNCTIONS] == ["BOPM_PUT", "BOPM_CALL", "BS_PUT", "BS_CALL", "BOPM_IV", "BOPM_GREEKS",
                                                  "MLMC_CALL", "MLMC_PUT", "MLMC_ASIAN_CALL", "MLMC_DIGITAL_CALL",
-                                                 "MLMC_STDERR", "HESTON_CALL", "HESTON_PUT", "PARITY_FORWARD"]
+                                                 "MLMC_STDERR", "HESTON_CALL", "HESTON_PUT", "PARITY_FORWARD",
+                                                 "SURFACE_FIT", "SURFACE_VOL", "SURFACE_PRICE"]
     assert set(F.WORKSHEET_FUNCTIONS) == set(F.formulas_functions()) == {f.name for f in table.FUNCTIONS}
     for spec in table.FUNCTIONS:
         f = F.WORKSHEET_FUNCTIONS[spec.name]

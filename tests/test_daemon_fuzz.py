@@ -31,7 +31,8 @@ FUZZ_MESSAGES = int(os.environ.get("OPTIOND_FUZZ_MESSAGES", "100000"))
 FUZZ_TIME_S = 120.0
 CELL = {"kind": "put", "style": "american", "spot": 100.0, "strike": 100.0, "expiry": 1.0, "rate": 0.03,
         "dividend_yield": 0.0, "volatility": 0.2}
-SHELL_OPS = ("ping", "status", "price", "implied_vol", "submit", "result", "cancel")  # not shutdown: it is legitimate
+SHELL_OPS = ("ping", "status", "price", "implied_vol", "submit", "result", "cancel",  # not shutdown: it is legitimate
+             "surface_fit", "surface_put", "surface_vol", "surface_price", "objects", "object_drop")
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +114,9 @@ def _random_content(rng: random.Random) -> tuple[dict, list]:
         content["prices"] = _random_value(rng)
         content["op"] = rng.choice(["price", "implied_vol", 3])
         content["job_id"] = rng.choice(["a", "x" * 70, "bad id!", 5])
+    if rng.random() < 0.3:  # the fields of the surface requests, plausible or not
+        for k in rng.sample(["name", "strike", "expiry", "kind", "style", "steps", "surface", "chain", "market"], 4):
+            content[k] = rng.choice(["SPY", "SPY#0001", 100.0, _random_value(rng)])
     if rng.random() < 0.1 and buffers:
         buffers.append(rng.randbytes(rng.randint(0, 16)))
     return content, buffers

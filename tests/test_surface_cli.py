@@ -67,6 +67,9 @@ def test_surface_json_theo_columns_and_plots(capsys, small_chain, tmp_path):
         r = inside & (T == t)
         ref[r] = surface.vol(df["strike"].to_numpy()[r], t)
     np.testing.assert_allclose(df["iv_fit"].to_numpy(), ref, rtol=1e-12, equal_nan=True)
+    # each slice keeps the spot its expiry was priced on (schema 1.1): American prices need it
+    for s in surface.slices:
+        assert s.spot == pytest.approx(df.loc[df["expiry"] == s.expiry, "spot"].median(), rel=1e-15)
     priced = df["theo"].notna()
     assert priced.sum() > 0.9 * inside.sum()
     np.testing.assert_allclose(df.loc[priced, "edge"], df.loc[priced, "mid"] - df.loc[priced, "theo"], rtol=1e-12)

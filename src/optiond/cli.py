@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "optiond.commands.mlmc",      # mlmc-test
     "optiond.commands.panel",     # panel (PySide6)
     "optiond.commands.calibrate", # calibrate (GPU/CPU crossovers)
+    "optiond.commands.objects",   # objects publish / list / drop
 ]
 
 
@@ -73,8 +74,9 @@ EXIT_DAEMON = 3
 def expected_error(e: BaseException, args: argparse.Namespace | None = None) -> tuple[int, str] | None:
     """The exit status and one-line message of an error the user can act on, or None for a bug.
 
-    Expected: :class:`optiond.models.InvalidInputError` and
-    :class:`optiond.columns.TableFileError` (exit :data:`EXIT_INPUT`); the daemon client's
+    Expected: :class:`optiond.models.InvalidInputError`, :class:`optiond.columns.TableFileError`
+    and the daemon's answer that it holds no such object (``UnknownObject``, ``StaleHandle``,
+    ``WrongKind``) (exit :data:`EXIT_INPUT`); the daemon client's
     :class:`DaemonUnavailable` and :class:`DaemonError` family (refused, cancelled, deadline) and
     the daemon's :class:`LimitExceeded` (exit :data:`EXIT_DAEMON`); an :class:`OSError` such as
     an output path that cannot be written (exit 1). With ``--daemon-only`` the message says how
@@ -95,6 +97,8 @@ def expected_error(e: BaseException, args: argparse.Namespace | None = None) -> 
                 hint = ("" if "optiond serve" in str(e) else "; start one with 'optiond serve --detach'") + \
                        ("; or drop --daemon-only to price in this process")
             return EXIT_DAEMON, f"no daemon: {e}{hint}"
+        if isinstance(e, DaemonError) and e.ename in ("UnknownObject", "StaleHandle", "WrongKind"):
+            return EXIT_INPUT, str(e)
         if isinstance(e, DaemonError):
             return EXIT_DAEMON, f"the daemon {'refused' if e.ename in ('LimitExceeded', 'DaemonDraining') else 'stopped'} " \
                                 f"the request: {e}"

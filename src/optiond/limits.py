@@ -30,6 +30,9 @@ estimate leaves it out.
 Queue limits (``max_queued_jobs``, ``max_inflight_bytes``) bound the work accepted but not yet
 finished, whatever the number of clients.
 
+Object limits (``max_objects``, ``max_objects_bytes``) bound the named market objects the daemon
+keeps (:mod:`optiond.daemon.objects`): their count, and their serialised size in all (bytes).
+
 Units: work in tree nodes (or the method's own unit), time in seconds, memory in bytes. The
 work model's names once defined here (``tree_nodes``, ``GREEK_TREES``, ``COST_MODELS`` ...)
 are read from :mod:`optiond.costs`; reading them from here still works for one release, with
@@ -80,7 +83,8 @@ class LimitExceeded(ValueError):
 class Limits:
     """The daemon's limits (see the module docstring). Defaults suit a desk workstation:
     a million options, 6e11 tree nodes (one N = 1e6 tree, 5.0e11 nodes, fits), a quarter of the machine's memory per request and half of it for
-    all accepted work."""
+    all accepted work; 1024 named objects of 256 MiB in all (SPY's fitted surface, 32
+    expiries, is 50 kB)."""
 
     max_options: int = 1_000_000
     max_tree_nodes: float = 6e11
@@ -91,6 +95,8 @@ class Limits:
     max_inflight_bytes: int = dataclasses.field(default_factory=lambda: _physical_memory() // 2)
     max_request_s: float = 600.0
     max_queued_jobs: int = 64
+    max_objects: int = 1024
+    max_objects_bytes: int = 256 << 20
 
     def check_rows(self, n: int) -> None:
         """Refuse more than ``max_options`` rows.

@@ -7,9 +7,10 @@
 * :mod:`optiond.addin.functions`: the functions themselves (``BOPM_PUT``, ``BOPM_CALL``,
   ``BS_PUT``, ``BS_CALL``, ``BOPM_IV``, ``BOPM_GREEKS``, ``MLMC_CALL``, ``MLMC_PUT``,
   ``MLMC_ASIAN_CALL``, ``MLMC_DIGITAL_CALL``, ``MLMC_STDERR``, ``HESTON_CALL``,
-  ``HESTON_PUT``, ``PARITY_FORWARD``), :func:`~optiond.addin.functions.evaluate` (the body
-  of every one) and their registration with the ``formulas`` package
-  (:func:`register_formulas`);
+  ``HESTON_PUT``, ``PARITY_FORWARD``, ``SURFACE_FIT``, ``SURFACE_VOL``, ``SURFACE_PRICE``),
+  :func:`~optiond.addin.functions.evaluate` (the body of every one) and their registration
+  with the ``formulas`` package (:func:`register_formulas`);
+* :mod:`optiond.addin.surfaces`: the functions on surfaces the daemon keeps by name;
 * :mod:`optiond.addin.cells`: reading the cells (parsing, validating, broadcasting) and the
   ``#optiond:`` texts the cells show;
 * :mod:`optiond.addin.checks`: the rows not sent (per-row checks, the work limits);
@@ -29,7 +30,7 @@ from typing import Any
 _EXPORTS = {name: "functions" for name in ("BOPM_CALL", "BOPM_GREEKS", "BOPM_IV", "BOPM_PUT", "BS_CALL", "BS_PUT",
                                            "HESTON_CALL", "HESTON_PUT", "MLMC_ASIAN_CALL", "MLMC_CALL",
                                            "MLMC_DIGITAL_CALL", "MLMC_PUT", "MLMC_STDERR", "PARITY_FORWARD",
-                                           "WORKSHEET_FUNCTIONS",
+                                           "SURFACE_FIT", "SURFACE_PRICE", "SURFACE_VOL", "WORKSHEET_FUNCTIONS",
                                            "cache_info", "clear_cache", "register_formulas")}
 _EXPORTS["FUNCTIONS"] = "table"
 

@@ -4,11 +4,13 @@
   values as a message shows them, and the engine's (or the daemon's) row errors and
   implied-volatility statuses as cell text under the argument's Excel name.
 * **Reading Excel values**: one parser per kind of argument (number, kind, exercise style,
-  MLMC payoff, ADI scheme), each giving the value, "empty", or an error text; an argument as a
+  MLMC payoff, ADI scheme, text, quote time, settlement), each giving the value, "empty", or
+  an error text; an argument as a
   0-D or 2-D array; the arguments of one call parsed and broadcast into columns with the first
   error of each cell (:func:`_parse_cells` and :func:`_read_cells` for single cells,
   :func:`_read_ranges` for ranges);
-  ``PARITY_FORWARD``'s strips and single numbers;
+  ``PARITY_FORWARD``'s strips and single numbers; single cells of any kind (:func:`_single`,
+  ``SURFACE_*``'s name, quote time, settlement) and a pasted chain (:func:`_chain_table`);
 * **The result**: the priced cells laid out in the broadcast shape (:func:`_shape_result`).
 
 A problem of the whole call (not of one cell) raises :class:`_Problem`, whose text becomes the
@@ -195,8 +197,67 @@ def _scheme(v: Any, name: str) -> Any:
     return error_text(f'{name} must be "mcs", "hv", "cs" or "do", got {_show(v)}')
 
 
+def _text(v: Any, name: str) -> Any:
+    """A text cell (a name or a handle) stripped, :data:`_EMPTY`, or an error message (a cell
+    that shows an optiond error, such as a SURFACE_FIT that failed, passes its reason on)."""
+    if _is_empty(v):
+        return _EMPTY
+    if isinstance(v, str):
+        s = v.strip()
+        if s.upper() in EXCEL_ERRORS:
+            return error_text(f"{name} is {s.upper()}")
+        if s.startswith(ERROR_PREFIX.strip()):
+            return error_text(f"{name} is an error: {s[len(ERROR_PREFIX):].strip()}")
+        return s
+    return error_text(f"{name} must be text, got {_show(v)}")
+
+
+#: Excel's day zero: a date cell's serial number counts days from it
+_EXCEL_EPOCH = _dt.datetime(1899, 12, 30)
+
+
+def _time(v: Any, name: str) -> Any:
+    """A quote time as the chain job reads it (``HH:MM[:SS]`` or an ISO 8601 timestamp),
+    :data:`_EMPTY`, or an error message. A time cell (a fraction of a day, or a time) gives
+    ``HH:MM:SS``, a date-and-time cell its ISO form."""
+    from ..market.clock import check_quote_time
+
+    if _is_empty(v):
+        return _EMPTY
+    if isinstance(v, (bool, np.bool_)):
+        return error_text(f"{name} must be a time, got {_show(v)}")
+    if isinstance(v, (int, float, np.integer, np.floating)) and 0 <= v < 1:  # to the second, as Excel shows it
+        v = (_EXCEL_EPOCH + _dt.timedelta(seconds=round(float(v) * 86400.0))).time()
+    if isinstance(v, _dt.datetime) and v.date() <= _EXCEL_EPOCH.date() + _dt.timedelta(days=1):
+        v = v.time()  # a time cell that came over as a date on Excel's day zero
+    if isinstance(v, (_dt.time, _dt.datetime)):
+        return v.replace(microsecond=0).isoformat()
+    if isinstance(v, str):
+        s = v.strip()
+        if s.upper() in EXCEL_ERRORS:
+            return error_text(f"{name} is {s.upper()}")
+        try:
+            check_quote_time(s)
+        except ValueError:
+            return error_text(f'{name} must be "HH:MM" or an ISO 8601 timestamp, got {_show(s)}')
+        return s
+    return error_text(f'{name} must be "HH:MM", a time or an ISO 8601 timestamp, got {_show(v)}')
+
+
+def _settlement(v: Any, name: str) -> Any:
+    """A cell as "am" / "pm", :data:`_EMPTY`, or an error message."""
+    if _is_empty(v):
+        return _EMPTY
+    if isinstance(v, str) and v.strip().lower() in ("am", "pm"):
+        return v.strip().lower()
+    if isinstance(v, str) and v.strip().upper() in EXCEL_ERRORS:
+        return error_text(f"{name} is {v.strip().upper()}")
+    return error_text(f'{name} must be "am" or "pm", got {_show(v)}')
+
+
 _PARSERS: Mapping[str, Callable[[Any, str], Any]] = {"number": _number, "kind": _kind, "american": _american,
-                                                     "payoff": _payoff, "scheme": _scheme}
+                                                     "payoff": _payoff, "scheme": _scheme, "text": _text,
+                                                     "time": _time, "settlement": _settlement}
 
 
 def _grid(value: Any, name: str) -> np.ndarray:
@@ -266,24 +327,81 @@ def _strip(arg: table.Arg, value: Any) -> np.ndarray:
     return out
 
 
+def _single(arg: table.Arg, value: Any) -> Any:
+    """A single-cell argument, parsed by its rule: the value, or its default when empty and
+    optional.
+
+    Raises:
+        _Problem: a range, a cell the rule refuses, a required empty cell."""
+    a = _grid(value, arg.name)
+    if a.size != 1:
+        raise _Problem(f"{arg.name} must be a single cell")
+    x = _PARSERS[arg.parse](a.ravel()[0], arg.name)
+    if isinstance(x, str) and x.startswith(ERROR_PREFIX):
+        raise _Problem(x[len(ERROR_PREFIX):])
+    if x is _EMPTY:
+        if arg.optional:
+            return arg.default
+        raise _Problem(f"{arg.name} is required (empty cell)")
+    return x
+
+
 def _scalar(arg: table.Arg, value: Any) -> float | None:
     """A single-cell number argument: a finite float, or None when empty and optional.
 
     Raises:
         _Problem: a range, text, an Excel error, a non-finite number, a required empty cell."""
-    a = _grid(value, arg.name)
-    if a.size != 1:
-        raise _Problem(f"{arg.name} must be a single cell")
-    x = _number(a.ravel()[0], arg.name)
-    if isinstance(x, str):
-        raise _Problem(x[len(ERROR_PREFIX):])
-    if x is _EMPTY:
-        if arg.optional:
-            return None
-        raise _Problem(f"{arg.name} is required (empty cell)")
-    if not math.isfinite(x):
+    x = _single(arg, value)
+    if x is not None and not math.isfinite(x):
         raise _Problem(f"{arg.name} must be a finite number, got {_show(x)}")
     return x
+
+
+def _chain_cell(v: Any, date: bool) -> Any:
+    """One cell of a pasted chain as the chain job reads it: blanks and Excel errors as None,
+    dates (date cells, or their serial numbers in a date column) as ``YYYY-MM-DD``, a date and
+    time in ISO form."""
+    if _is_empty(v) or (isinstance(v, str) and v.strip().upper() in EXCEL_ERRORS):
+        return None
+    if isinstance(v, _dt.datetime):
+        return v.date().isoformat() if date and v.time() == _dt.time() else v.isoformat()
+    if isinstance(v, _dt.date):
+        return v.isoformat()
+    if date and isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
+        return (_EXCEL_EPOCH + _dt.timedelta(days=float(v))).date().isoformat()
+    return v.strip() if isinstance(v, str) else v
+
+
+def _chain_table(arg: table.Arg, value: Any, columns: Sequence[str], required: Sequence[str],
+                 dates: Sequence[str]) -> Any:
+    """A pasted chain (a range whose first row names the columns) as a pandas DataFrame of
+    the named ``columns`` (others are ignored; header cells compared stripped and lower-case),
+    without its empty rows; cells as :func:`_chain_cell` reads them (``dates`` the date
+    columns).
+
+    Raises:
+        _Problem: not a range with a header and a row, a column named twice, a ``required``
+            column missing."""
+    import pandas as pd
+
+    a = _grid(value, arg.name)
+    if a.ndim != 2 or a.shape[0] < 2:
+        raise _Problem(f"{arg.name} must be a range: a header row naming the chain's columns and a row per contract")
+    header = [str(h).strip().lower() if isinstance(h, str) else "" for h in a[0].tolist()]
+    keep = [j for j, h in enumerate(header) if h in columns]
+    names = [header[j] for j in keep]
+    twice = sorted({h for h in names if names.count(h) > 1})
+    if twice:
+        raise _Problem(f"{arg.name} names the column{'s' if len(twice) > 1 else ''} {', '.join(twice)} twice")
+    missing = [c for c in required if c not in names]
+    if missing:
+        raise _Problem(f"{arg.name} lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}: its first "
+                       f"row must name the columns of a chain CSV")
+    rows = [[_chain_cell(r[j], header[j] in dates) for j in keep] for r in a[1:].tolist()]
+    rows = [r for r in rows if any(v is not None for v in r)]
+    if not rows:
+        raise _Problem(f"{arg.name} has a header and no contract")
+    return pd.DataFrame(rows, columns=names)
 
 
 def _parse_cells(spec: Function, values: Sequence[Any]) -> tuple[dict[str, Any], str | None]:

@@ -6,7 +6,9 @@ multilevel Monte Carlo prices ``MLMC_CALL``, ``MLMC_PUT``, ``MLMC_ASIAN_CALL``,
 ``HESTON_CALL`` and ``HESTON_PUT``; ``PARITY_FORWARD``, the forward and discount factor of a
 pasted strip of call and put prices (a put-call parity fit, computed in this process: the
 rules below on ranges, requests, the cache and the daemon are those of the pricing
-functions). Their arguments, descriptions and defaults are in
+functions); ``SURFACE_FIT``, ``SURFACE_VOL`` and ``SURFACE_PRICE`` on volatility surfaces the
+daemon keeps by name and version (:mod:`optiond.addin.surfaces`: ranges broadcast and a bad
+cell marks its own cell as below, but they are never cached nor computed in this process). Their arguments, descriptions and defaults are in
 :mod:`optiond.addin.table` (the one table), which also builds the xlwings decorators. On
 Windows with Excel, xlwings calls them from the workbook; anywhere else they are plain Python
 functions with the same behaviour.
@@ -82,7 +84,7 @@ import numpy as np
 import xlwings as xw
 
 from ..market.forwards import ExpiryPairs, parity_fit
-from . import table
+from . import surfaces, table
 from .cache import _cache, _env_on
 from .cells import _cell_columns, _parse_cells, _Problem, _read_ranges, _scalar, _show, _strip, error_text
 from .pricing import _NO_STDERR, _QUICK_METHODS, _compute, _one_price_cell
@@ -159,6 +161,8 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
             raise _Problem(f"{spec.name} takes {len(spec.args)} arguments, got {len(values)}")
         if spec.op == "forward":
             return parity_forward(spec, values)
+        if spec.method == "surface":  # never cached, never in this process: surfaces.py
+            return surfaces.evaluate(spec, values)
         key = None
         if all(type(v) in _CELL_TYPES for v in values):
             if _env_on("OPTIOND_CACHE"):
@@ -268,6 +272,21 @@ def HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, american=None, scheme=N
 @_udf
 def PARITY_FORWARD(strikes, call_mids, put_mids, T, rate=None):
     return evaluate("PARITY_FORWARD", (strikes, call_mids, put_mids, T, rate))
+
+
+@_udf
+def SURFACE_FIT(name, chain_range, quote_time=None, rate=None, settlement=None):
+    return evaluate("SURFACE_FIT", (name, chain_range, quote_time, rate, settlement))
+
+
+@_udf
+def SURFACE_VOL(name, K, T):
+    return evaluate("SURFACE_VOL", (name, K, T))
+
+
+@_udf
+def SURFACE_PRICE(name, K, T, kind, american=None):
+    return evaluate("SURFACE_PRICE", (name, K, T, kind, american))
 
 
 #: the worksheet functions by Excel name

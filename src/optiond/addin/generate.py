@@ -48,8 +48,9 @@ def limits_text() -> str:
         "",
         "| functions | limit per call | constant |",
         "|---|---|---|",
-        (f"| `BOPM_PUT`, `BOPM_CALL`, `BOPM_GREEKS`, `BOPM_IV` | {t.BOPM_MAX_TREE_NODES:.3g} tree nodes summed over "
-         f"the options: (N+1)(N+2)/2 a tree, x{t.BOPM_GREEK_TREES} for `BOPM_GREEKS`, x{t.BOPM_IV_TREES} for "
+        (f"| `BOPM_PUT`, `BOPM_CALL`, `BOPM_GREEKS`, `BOPM_IV`, `SURFACE_PRICE` | {t.BOPM_MAX_TREE_NODES:.3g} tree "
+         f"nodes summed over the options: (N+1)(N+2)/2 a tree, x{t.BOPM_GREEK_TREES} for `BOPM_GREEKS` and "
+         f"`SURFACE_PRICE`'s American options (N = {t.SURFACE_PRICE_STEPS}), x{t.BOPM_IV_TREES} for "
          f"`BOPM_IV` ({t.BOPM_MAX_TREE_NODES / nodes_per_n1000:,.0f} prices at N = {t.DEFAULT_STEPS}) "
          "| `BOPM_MAX_TREE_NODES` |"),
         (f"| `MLMC_*` | per cell: eps >= {t.MLMC_MIN_EPS_REL:g} x S (>= {t.MLMC_MIN_EPS_REL:g} for the digital, "

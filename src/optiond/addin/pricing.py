@@ -19,12 +19,12 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
 from ..daemon.client import DaemonUnavailable, get_client
-from ..models import MAX_STEPS, Method
+from ..models import MAX_STEPS, InvalidInputError, Method
 from ..pricer import DaemonPricer, LocalPricer
 from . import table
 from .cache import _cache, _env_on, _request_key
@@ -38,14 +38,19 @@ def _client() -> Any:
     return get_client()
 
 
-def _daemon_down_text() -> str:
+def _daemon_down_text(spec: Function | None = None) -> str:
+    if spec is not None and spec.method == "surface":  # nothing to fall back on: the surfaces live there
+        return error_text("surfaces live in the optiond daemon and none is running; start it with: optiond serve")
     return error_text("no optiond daemon is running; start one with: optiond serve")
 
 
-def _failure_text(e: Exception) -> str:
-    """A failed request (not a failed row) as cell text."""
+def _failure_text(e: Exception, spec: Function | None = None) -> str:
+    """A failed request (not a failed row) as cell text: for a surface function the daemon's
+    answer as it is (an unknown name, a stale handle), or a bad input under its Excel name."""
     if isinstance(e, DaemonUnavailable):
-        return _daemon_down_text()
+        return _daemon_down_text(spec)
+    if spec is not None and spec.method == "surface":
+        return _row_text(spec, str(e)) if isinstance(e, InvalidInputError) else error_text(str(e))
     return error_text(f"pricing failed: {e}")
 
 
@@ -246,13 +251,29 @@ def _select(spec: Function, vals: np.ndarray, errs: list) -> tuple[np.ndarray, l
     return se, errs
 
 
-def _ask(spec: Function, cols: dict[str, np.ndarray], m: int) -> tuple[np.ndarray, list]:
+def _send(spec: Function, cols: dict[str, np.ndarray], n: int) -> tuple[np.ndarray, list]:
+    """Price n checked rows in ONE request (one per MLMC seed or ADI scheme when the rows
+    differ in those), from the cache when it can: ``(values (n, k), errors)``."""
+    got = np.full((n, _width(spec)), np.nan)
+    got_err: list = [None] * n
+    for part, req, method, prices in _requests(spec, cols, n):
+        vals, errs = _select(spec, *_request(spec, req, method, prices, n if part is None else int(part.size)))
+        if part is None:
+            got, got_err = vals, list(errs)
+        else:
+            got[part] = vals
+            for j, i in enumerate(part.tolist()):
+                got_err[i] = errs[j]
+    return got, got_err
+
+
+def _ask(spec: Function, cols: dict[str, np.ndarray], m: int,
+         send: Callable[[Function, dict, int], tuple[np.ndarray, list]] = _send) -> tuple[np.ndarray, list]:
     """Price m parsed rows: ``(values (m, k) float64, errors)`` with errors a list of m cell
     texts (None where the row is fine).
 
-    The rows the pre-checks refuse are not sent; the rest go in ONE request (one per MLMC
-    seed or ADI scheme when the rows differ in those). Answers from the cache when it can;
-    raises whatever the client raises."""
+    The rows the pre-checks refuse are not sent; ``send`` answers the rest (:func:`_send`, or
+    a surface function's daemon request); raises whatever the client raises."""
     errors: list = [None] * m
     values = np.full((m, _width(spec)), np.nan)
     refused = _pre_checks(spec, cols)
@@ -267,16 +288,7 @@ def _ask(spec: Function, cols: dict[str, np.ndarray], m: int) -> tuple[np.ndarra
     n = m if rows is None else int(rows.size)
     if n == 0:
         return values, errors
-    got = np.full((n, _width(spec)), np.nan)
-    got_err: list = [None] * n
-    for part, req, method, prices in _requests(spec, cols, n):
-        vals, errs = _select(spec, *_request(spec, req, method, prices, n if part is None else int(part.size)))
-        if part is None:
-            got, got_err = vals, list(errs)
-        else:
-            got[part] = vals
-            for j, i in enumerate(part.tolist()):
-                got_err[i] = errs[j]
+    got, got_err = send(spec, cols, n)
     if rows is None:
         return got, got_err
     values[rows] = got
@@ -312,9 +324,11 @@ def _one_price_cell(spec: Function, cells: Mapping[str, Any]) -> tuple[Any, bool
     return (x if math.isfinite(x) else None), True
 
 
-def _compute(spec: Function, shape: tuple, cols: dict[str, np.ndarray], cell_err: np.ndarray) -> tuple[Any, bool]:
+def _compute(spec: Function, shape: tuple, cols: dict[str, np.ndarray], cell_err: np.ndarray,
+             ask: Callable[[Function, dict, int], tuple[np.ndarray, list]] = _ask) -> tuple[Any, bool]:
     """Price the cells without an error and lay the answer out: ``(result, complete)``,
-    complete False when the request itself failed (then nothing is cached)."""
+    complete False when the request itself failed (then nothing is cached). ``ask`` answers
+    the rows (:func:`_ask`, or a surface function's request)."""
     n = cell_err.shape[0]
     k = len(GREEK_COLUMNS) if spec.op == "greeks" else 1
     out = np.full((n, k), None, dtype=object)
@@ -324,9 +338,9 @@ def _compute(spec: Function, shape: tuple, cols: dict[str, np.ndarray], cell_err
     if ok.size:
         sub = cols if ok.size == n else {f: v[ok] for f, v in cols.items()}
         try:
-            vals, errs = _ask(spec, sub, ok.size)
+            vals, errs = ask(spec, sub, ok.size)
         except Exception as e:
-            out[ok, :] = _failure_text(e)
+            out[ok, :] = _failure_text(e, spec)
             complete = False
         else:
             cells = vals.astype(object)

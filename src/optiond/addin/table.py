@@ -82,6 +82,9 @@ HESTON_TIME_STEPS = 100
 #: time steps, summed over its options: 500 options on :data:`HESTON_GRID` (about 15 s on two
 #: CPU cores, far less on a GPU)
 HESTON_MAX_GRID_WORK = 1e9
+#: SURFACE_PRICE: CRR steps of an American price on a surface (the chain job's default, the
+#: steps the fitted implied volatilities were solved with)
+SURFACE_PRICE_STEPS = 500
 #: where to go for work over these limits (the end of every over-the-limit message)
 OVER_LIMIT_ADVICE = "use the optiond panel or optiond price"
 
@@ -108,9 +111,13 @@ class Arg:
             ``steps`` (CRR steps), ``price`` (the option price of an implied volatility),
             ``seed`` (MLMC) or ``scheme`` (ADI), the last two settings of the request's
             :class:`optiond.models.Method`; ``call_price``, ``put_price`` (a strip's mids,
-            PARITY_FORWARD).
+            PARITY_FORWARD); ``object`` (the name or handle of a surface kept in the daemon),
+            ``chain``, ``quote_time``, ``settlement`` (a chain to fit, SURFACE_FIT).
         parse: how a cell is read: ``number``, ``kind`` ("put"/"call"), ``american``
-            (TRUE/FALSE), ``payoff`` ("vanilla"/"digital"/"asian"), ``scheme`` (ADI scheme).
+            (TRUE/FALSE), ``payoff`` ("vanilla"/"digital"/"asian"), ``scheme`` (ADI scheme),
+            ``text`` (a name or handle of an object the daemon keeps), ``time`` (a quote time:
+            "HH:MM", a time cell or an ISO 8601 timestamp), ``settlement`` ("am"/"pm"), or
+            ``chain`` (a whole pasted chain with its header row, read as one table).
         default: the value an omitted argument or an empty cell takes; :data:`REQUIRED` when
             there is none (an empty cell is then an error); None where omitting it changes
             what is computed (PARITY_FORWARD's ``rate``).
@@ -141,10 +148,14 @@ class Function:
         args: the arguments, required first.
         op: ``price`` (a price per option), ``greeks`` (a row of :data:`GREEK_COLUMNS` per
             option), ``iv`` (an implied volatility per option), ``stderr`` (the standard
-            error of an MLMC price per option) or ``forward`` (one row of
-            :data:`FORWARD_RESULT` for a whole strip of strikes, computed in this process).
+            error of an MLMC price per option), ``forward`` (one row of
+            :data:`FORWARD_RESULT` for a whole strip of strikes, computed in this process),
+            ``fit`` (a surface fitted in the daemon: its handle) or ``vol`` (a surface's
+            volatility per point).
         method: the :class:`optiond.models.Method` name: ``binomial``, ``black-scholes``,
-            ``mlmc`` or ``adi``; ``parity`` for the put-call parity fit of ``op="forward"``.
+            ``mlmc`` or ``adi``; ``parity`` for the put-call parity fit of ``op="forward"``;
+            ``surface`` for the functions on a surface the daemon keeps by name (``fit``,
+            ``vol``, ``price``: :mod:`optiond.addin.surfaces`).
         fixed: batch columns the function fixes rather than reads (``kind``, ``style``,
             ``payoff``).
         returns: what a cell of the result holds, for the documentation.
@@ -242,6 +253,30 @@ RATE_FIT = Arg("rate", "Optional. Risk-free rate, annual and continuously compou
                "is exp(-rate x T) and only the forward is fitted. Omitted: forward and discount factor are both "
                "fitted (at least 3 strikes).", "rate", default=None)
 
+# surfaces kept in the daemon by name
+SURFACE_NAME = Arg("name", 'Name to keep the surface under in the optiond daemon, e.g. "SPY" (1 to 64 of A-Z a-z 0-9 '
+                   '_ . : / -, case-sensitive). Fitting again under the name replaces the surface and bumps its '
+                   'version.', "object", parse="text")
+CHAIN_RANGE = Arg("chain_range", "The option chain pasted with its header row, the columns of a chain CSV: underlying, "
+                  "quote_date, expiry, type, strike, bid, ask, last, implied_vol, underlying_price, style (quote_time, "
+                  "settlement optional). Empty rows are skipped.", "chain", parse="chain")
+QUOTE_TIME = Arg("quote_time", 'Optional. When the chain was quoted: "HH:MM" New York time on its quote date (e.g. '
+                 '"10:50"), a time cell, or an ISO 8601 timestamp. Omitted: the 16:00 close.', "quote_time",
+                 parse="time", default=None)
+RATE_CHAIN = Arg("rate", "Optional. Risk-free rate, annual and continuously compounded (0.04 = 4%). Omitted: the "
+                 "default of optiond chain. The forward and carry of each expiry come from the chain itself.", "rate",
+                 default=None)
+SETTLEMENT = Arg("settlement", 'Optional. "pm" (16:00) or "am" (09:30, AM-settled index series) for rows of the '
+                 'chain without a settlement column. Omitted: "pm".', "settlement", parse="settlement", default=None)
+SURFACE_REF = Arg("name", "The surface: the handle SURFACE_FIT returns (e.g. SPY#0002: refer to that cell, so this "
+                  "one recalculates after a refit) or its name (SPY: the live version). The handle of a replaced "
+                  "version is an error.", "object", parse="text")
+K_SURFACE = Arg("K", "Strike (> 0), in the currency of the surface's underlying. A range returns a range of results, "
+                "all from one daemon request.", "strike")
+T_SURFACE = Arg("T", "Time to expiry in years (> 0), within the surface's first and last expiries: no extrapolation "
+                "in time (outside them the cell says so).", "expiry")
+KIND_SURFACE = Arg("kind", '"call" or "put".', "kind", parse="kind")
+
 # ---- the functions -------------------------------------------------------------------------
 
 FUNCTIONS: tuple[Function, ...] = (
@@ -336,6 +371,26 @@ FUNCTIONS: tuple[Function, ...] = (
         "of put-call parity C - P = D (F - K), all strikes weighted equally. Returns a row: forward, discount factor.",
         (STRIKES, CALL_MIDS, PUT_MIDS, T_STRIP, RATE_FIT), op="forward", method="parity",
         returns="a row: " + ", ".join(FORWARD_RESULT) + " (the forward in the currency of the strikes)"),
+    Function(
+        "SURFACE_FIT",
+        "Fits a volatility surface (one arbitrage-free SVI smile per expiry) to a pasted option chain in the optiond "
+        "daemon and keeps it under name. Returns its handle, e.g. SPY#0002: each refit bumps the version, so cells "
+        "that refer to this one recalculate.",
+        (SURFACE_NAME, CHAIN_RANGE, QUOTE_TIME, RATE_CHAIN, SETTLEMENT), op="fit", method="surface",
+        returns="the surface's handle, NAME#0003 (text)"),
+    Function(
+        "SURFACE_VOL",
+        "Implied volatility (annualised decimal) of a surface the optiond daemon keeps, at strike K and time T. Give "
+        "the SURFACE_FIT cell (its handle) as name so this recalculates after a refit. Ranges return a range.",
+        (SURFACE_REF, K_SURFACE, T_SURFACE), op="vol", method="surface",
+        returns="the surface's implied volatility, an annualised decimal"),
+    Function(
+        "SURFACE_PRICE",
+        "Option price at a daemon surface's volatility at (K, T), on its forward and rate at T: closed form if "
+        f"European, CRR tree ({SURFACE_PRICE_STEPS} steps) if American. Give the SURFACE_FIT cell as name so this recalculates after "
+        "a refit.",
+        (SURFACE_REF, K_SURFACE, T_SURFACE, KIND_SURFACE, AMERICAN), op="price", method="surface",
+        returns="the option price, in the currency of the underlying"),
 )
 
 BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
@@ -346,10 +401,10 @@ ARG_OPTIONS: Mapping[str, Any] = {"ndim": 2, "err_to_str": True}
 
 _FIELDS = {"spot", "strike", "expiry", "rate", "dividend_yield", "volatility", "kind", "style", "steps", "price",
            "eps", "seed", "payoff", "scheme", "v0", "kappa", "long_run_variance", "xi", "correlation",
-           "call_price", "put_price"}
-_PARSES = ("number", "kind", "american", "payoff", "scheme")
-_OPS = ("price", "greeks", "iv", "stderr", "forward")
-_METHODS = ("binomial", "black-scholes", "mlmc", "adi", "parity")
+           "call_price", "put_price", "object", "chain", "quote_time", "settlement"}
+_PARSES = ("number", "kind", "american", "payoff", "scheme", "text", "time", "settlement", "chain")
+_OPS = ("price", "greeks", "iv", "stderr", "forward", "fit", "vol")
+_METHODS = ("binomial", "black-scholes", "mlmc", "adi", "parity", "surface")
 #: the values a ``payoff`` and a ``scheme`` cell may take
 PAYOFF_NAMES = PAYOFFS
 SCHEME_NAMES = ADI_SCHEMES
@@ -370,7 +425,9 @@ def check(functions: tuple[Function, ...] = FUNCTIONS) -> None:
         if len(f.description) > EXCEL_TEXT_LIMIT:
             raise ValueError(f"{f.name}: description longer than {EXCEL_TEXT_LIMIT} characters")
         if f.op not in _OPS or f.method not in _METHODS or (f.op == "stderr" and f.method != "mlmc") or \
-                ((f.op == "forward") != (f.method == "parity")):
+                ((f.op == "forward") != (f.method == "parity")) or \
+                (f.method == "surface" and f.op not in ("fit", "vol", "price")) or \
+                (f.op in ("fit", "vol") and f.method != "surface"):
             raise ValueError(f"{f.name}: unknown op {f.op!r} or method {f.method!r}")
         optional = False
         for a in f.args:

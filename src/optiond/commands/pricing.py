@@ -158,7 +158,8 @@ def surface_paths_problem(surface_path: str | None, plot_dir: str | None) -> str
 
 def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path: str | None,
                     plot_dir: str | None) -> tuple[pd.DataFrame, Any, list]:
-    """Fit the priced chain's surface (:func:`optiond.surface.fit.fit_surface`), add the theo
+    """Fit the priced chain's surface (:func:`optiond.surface.points.fit_chain`: the fit with
+    each expiry's spot, which American prices on the published surface need), add the theo
     columns (:func:`optiond.surface.theo.apply_surface`, priced on ``pricer``), write the JSON
     to ``surface_path`` and the pictures into ``plot_dir`` (each if given).
 
@@ -170,10 +171,10 @@ def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path:
         ValueError: the chain has no expiry the fit can use.
         OSError: a file cannot be written.
     """
-    from ..surface.fit import fit_surface
+    from ..surface.points import fit_chain
     from ..surface.theo import apply_surface
 
-    surface = fit_surface(out)
+    surface = fit_chain(out)
     out = apply_surface(out, surface, pricer, steps=steps)
     if surface_path:
         surface.to_json(surface_path)
@@ -209,9 +210,7 @@ def surface_lines(surface: Any) -> list[str]:
              + ("" if arb is None else f", {'no arbitrage' if arb else 'ARBITRAGE'}")]
     lines.append(f"  {'expiry':<10} {'T':>7} {'atm iv':>6} {'in spr':>6} {'rms':>5} {'itm':>5} {'conf':>4}")
     for s in surface.slices:
-        w0 = float(s.total_variance(0.0))
-        atm = math.sqrt(w0 / s.T) if w0 > 0 else float("nan")
-        lines.append(f"  {s.expiry:<10} {s.T:>7.4f} {_pct(atm):>6} {_pct(s.stats.get('inside_share')):>6} "
+        lines.append(f"  {s.expiry:<10} {s.T:>7.4f} {_pct(s.atm_vol()):>6} {_pct(s.stats.get('inside_share')):>6} "
                      f"{num(s.stats.get('rms_vol_pts'), '.2f'):>5} {num(s.stats.get('rms_vol_pts_itm'), '.2f'):>5} "
                      f"{num(s.stats.get('confidence'), '.2f'):>4}")
     return lines

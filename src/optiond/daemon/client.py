@@ -27,14 +27,16 @@ table (invalid rows are marked in the result, as in-process); :class:`DaemonErro
 anything else, with the subclasses :class:`RequestRefused` (over a limit, daemon draining,
 unknown job), :class:`JobCancelled` and :class:`DeadlineExceeded`.
 
-The client is three modules. This one holds :class:`Client` itself (the connection file,
+The client is four modules. This one holds :class:`Client` itself (the connection file,
 the sockets, the Lazy Pirate request machinery and the heartbeat watch, the encoding of
 requests, the pricing calls ``price_table``, ``implied_vol`` and ``price_chain``, the control
 calls ``ping``, ``status``, ``shutdown``, ``drain``, ``resume``) and :func:`get_client`;
 :mod:`optiond.daemon.client_jobs` the job API (``submit_*``, ``result``, ``cancel``, ``jobs``,
 ``subscribe``, following a job) as the mixin :class:`Client` inherits, with :class:`Event` and
-:class:`Subscription`; :mod:`optiond.daemon.client_replies` the exception classes and the
-decoding of replies. Every public name is importable from this module.
+:class:`Subscription`; :mod:`optiond.daemon.client_objects` the calls on the daemon's named
+objects (``fit_surface``, ``put_surface``, ``surface_vol``, ``surface_price``, ``objects``,
+``drop_object``), a mixin too; :mod:`optiond.daemon.client_replies` the exception classes and
+the decoding of replies. Every public name is importable from this module.
 
 API (all methods thread-safe):
 
@@ -59,6 +61,13 @@ API (all methods thread-safe):
 ``drain(shutdown=False)``, ``resume()``                      stop taking work (and stop when done) / undo
 ``subscribe(callback=None) -> Subscription``                 progress, status and heartbeat events from
                                                              the daemon's PUB socket, in a thread
+``fit_surface(name, df, **market) -> dict``,                 a surface kept in the daemon by name: fit a
+``put_surface(name, surface)``                               chain there, or keep a fitted one; the reply's
+                                                             ``handle`` is ``NAME#0003``
+``surface_vol(name, K, T) -> ImpliedVol``,                   vols, and prices at those vols, on a named
+``surface_price(name, K, T, kind, american) -> Result``      surface (a name: the latest; a handle: that
+                                                             version, else StaleHandle)
+``objects()``, ``drop_object(name)``                         the live objects / forget one
 ==========================================================  ===========================================
 
 Example::
@@ -96,6 +105,7 @@ from ..models import ImpliedVol, InvalidInputError, Method, Result
 from . import paths
 # the other two modules of the client; their public names are re-exported from here
 from .client_jobs import JOB_LEASE_S, JOB_POLL_S, JOB_STALL_S, RESULT_POLL_S, Event, JobsMixin, Subscription
+from .client_objects import ObjectsMixin
 from .client_replies import (DaemonError, DaemonUnavailable, DeadlineExceeded, JobCancelled, JobPending, RequestRefused,
                              _DaemonDied, _raise_reply_error, _Unsendable, decode_iv, decode_job_result, decode_result)
 from .protocol import (Message, ProtocolError, Session, encode_column, new_id, send_frames, spin_seconds,
@@ -139,7 +149,7 @@ class _Connection:
         return paths.endpoint(self.info, f"{channel}_port")
 
 
-class Client(JobsMixin):
+class Client(JobsMixin, ObjectsMixin):
     """A connection to the local pricing daemon.
 
     Args:
@@ -593,7 +603,9 @@ class Client(JobsMixin):
               ``misses``, ``hit_ratio``); ``coalesced_requests``; ``gpu_fallbacks``;
             * ``mpi_ranks``, ``mpi_workers``, ``mpi_workers_alive`` and ``mpi`` (with
               ``rank_info``: each rank's pid, host, device, threads);
-            * ``limits``, ``endpoint``, ``connection_file``, ``metrics_url``, ``log_file``.
+            * ``limits``, ``endpoint``, ``connection_file``, ``metrics_url``, ``log_file``;
+            * ``objects``: the named objects it keeps (``objects``, ``bytes``, ``max_objects``,
+              ``max_objects_bytes``; :meth:`objects` lists them).
 
         Raises:
             DaemonUnavailable: no daemon answered.

@@ -206,6 +206,7 @@ def _format_status(st: dict) -> str:
     by_op = ", ".join(f"{k} {v}" for k, v in sorted(st.get("by_op", {}).items()))
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(st.get("requests_by_outcome", {}).items()))
     cache = st.get("cache") or {}
+    objects = st.get("objects") or {}
     mem = "; ".join(f"{m.get('device')}: {m.get('used', 0) / 2**30:.1f} / {m.get('total', 0) / 2**30:.1f} GiB"
                     for m in st.get("gpu_memory") or [])
     lines = [
@@ -220,6 +221,7 @@ def _format_status(st: dict) -> str:
         f"  queue depth     {st.get('queue_depth', 0)} ({st.get('jobs_running', 0)} running)",
         f"  cache           {100 * float(st.get('cache_hit_ratio') or 0):.1f} % hits "
         f"({cache.get('entries', 0)} entries)",
+        f"  objects         {objects.get('objects', 0)} ({objects.get('bytes', 0) / 1e3:.0f} kB; optiond objects list)",
         f"  errors          {st.get('errors')} (auth failures {st.get('auth_failures')}, "
         f"malformed {st.get('malformed')})",
         f"  endpoint        {st.get('endpoint')}",

@@ -119,7 +119,7 @@ class ControlOps:
                     "rank_info": [{k: r.get(k) for k in ("rank", "pid", "host", "device", "threads")}
                                   for r in self.ranks]},
             "cpu_threads": self._cpu_threads(), "methods": list(METHODS),
-            "limits": self.limits.as_dict(), "ns_per_node": self.ns_per_node,
+            "limits": self.limits.as_dict(), "ns_per_node": self.ns_per_node, "objects": self.objects.stats(),
             "endpoint": paths.endpoint(self.info) if self.info else None,
             "connection_file": str(self.connection_file),
             "metrics_url": self.http.url if self.http else None,

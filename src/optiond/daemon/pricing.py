@@ -5,7 +5,9 @@ A pricing request is decoded (columns, method), costed and checked here; it is t
 from the reply cache, priced by the shell thread at once (one-option requests read together
 coalesced into one batch, the one-option CPU ones by a short path), or handed to the pricing
 thread(s) as a job whose reply is built here when it ends. Every result reply's body is
-:mod:`optiond.daemon.wire`'s. The warm-up at start (and the timing of the CPU kernel, the
+:mod:`optiond.daemon.wire`'s. A chain request, and a surface fit or price of
+:mod:`optiond.daemon.object_ops`, runs on rank 0's pricing thread through a runner thread that
+sends its reply (:meth:`PricingOps._aside`). The warm-up at start (and the timing of the CPU kernel, the
 cost model's unit) is here too. The socket loops, the dispatch of each message to its
 operation, the threads and the life cycle are in :mod:`optiond.daemon.server`; the control
 operations, status and health in :mod:`optiond.daemon.control_ops`.
@@ -21,10 +23,11 @@ Identical requests are answered from a bounded cache (:mod:`optiond.daemon.cache
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from concurrent import futures as cf
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import zmq
@@ -36,6 +39,7 @@ from . import chain_op, pool, wire
 from .cache import Entry, request_key
 from .control_ops import devices
 from .jobs import FINAL_STATES, Job, Waiter
+from .objects import ObjectError
 from ..limits import LimitExceeded
 from .protocol import (PROTOCOL_VERSION, Message, ProtocolError, Session, date_in_window, decode_column,
                        is_array_spec, send_frames)
@@ -51,8 +55,9 @@ TIMELINE_CHUNKS = 64
 #: fewest one-option requests priced together (fewer are priced one by one: same bits, and on
 #: a CPU a batch of two costs more set-up than it saves)
 COALESCE_MIN = 4
-#: threads that hand chain requests to rank 0's pricing thread, and chain requests accepted
-#: and unanswered at most (more are refused with LimitExceeded)
+#: runner threads that hand chain (and surface fit and price) requests to rank 0's pricing
+#: thread, and such requests accepted and unanswered at most (more are refused with
+#: LimitExceeded): :meth:`PricingOps._aside`
 CHAIN_RUNNERS, CHAIN_QUEUE = 2, 16
 JOB_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 #: the columns the engine cannot price without (a table lacking one is handed to the engine
@@ -352,69 +357,101 @@ class PricingOps:
 
     def _op_chain(self, msg: Message, t0: float) -> None:
         """A whole option chain (:mod:`optiond.daemon.chain_op`): checked and costed here, then
-        priced on rank 0's pricing thread (the GPU's) by a chain runner thread, which sends the
+        priced on rank 0's pricing thread (the GPU's) by a runner thread, which sends the
         reply. A copy resent by a client is priced again (the client sends a chain once)."""
-        if self._state == "draining" or self._stop.is_set():
-            raise _Refused("DaemonDraining", "the daemon is draining: it finishes the work it has and takes no new "
-                                             "work; try again after its restart")
+        df, market, deadline = self._chain_request(msg)
+        self._aside(msg, "chain", "chain", functools.partial(chain_op.run, df, market), len(df), t0, deadline)
+
+    def _chain_request(self, msg: Message) -> tuple[Any, dict, float]:
+        """The chain of a ``chain`` (or ``surface_fit``) request, price_chain's keyword
+        arguments and the deadline (seconds): decoded, costed and checked against the limits.
+
+        Raises:
+            ProtocolError, InvalidInputError, LimitExceeded: as
+                :func:`optiond.daemon.chain_op.decode_request` and :meth:`Limits.check`.
+        """
         df, market = chain_op.decode_request(msg.content, msg.buffers, self.limits.max_options)
         cost = chain_op.cost(df, market, _nbytes(list(msg.buffers)), self.ns_per_node)
         deadline = self.limits.check(cost, self._option(msg, "deadline_s"), self.jobs.slots if self.jobs else 1)
+        return df, market, deadline
+
+    def _aside(self, msg: Message, op: str, model: str, work: Callable[[], tuple[dict, list]], n: int, t0: float,
+               deadline_s: float, pricing_thread: bool = True, once: bool = False) -> None:
+        """Answer ``msg`` off the request loop: ``work()`` (returning the reply's content and
+        buffers) runs on rank 0's pricing thread (the GPU's), or with ``pricing_thread`` False
+        on the runner thread itself; the runner sends the reply (:meth:`_run_aside`).
+        ``once``: the reply is kept for copies of the request (a state-changing one).
+
+        Raises:
+            _Refused: the daemon is draining or stopping.
+            LimitExceeded: :data:`CHAIN_QUEUE` requests are waiting already.
+        """
+        if self._state == "draining" or self._stop.is_set():
+            raise _Refused("DaemonDraining", "the daemon is draining: it finishes the work it has and takes no new "
+                                             "work; try again after its restart")
         with self._chain_lock:
             if self._chain_pending >= CHAIN_QUEUE:
                 raise LimitExceeded("max_queued_jobs", self._chain_pending + 1, CHAIN_QUEUE,
-                                    f"the daemon has {self._chain_pending} chain requests waiting (limit "
+                                    f"the daemon has {self._chain_pending} chain or surface requests waiting (limit "
                                     f"{CHAIN_QUEUE}); try again when some finish")
             self._chain_pending += 1
         try:
-            self._chain_runner.submit(self._run_chain, msg, df, market, t0, deadline)
+            self._chain_runner.submit(self._run_aside, msg, op, model, work, n, t0, deadline_s, pricing_thread, once)
         except RuntimeError:  # shut down meanwhile
             with self._chain_lock:
                 self._chain_pending -= 1
             raise _Refused("DaemonDraining", "the daemon is stopping") from None
-        return None
 
-    def _run_chain(self, msg: Message, df: Any, market: dict, t0: float, deadline_s: float) -> None:
-        """Chain runner thread: price the chain on rank 0's pricing thread and send the reply
-        (or the error) through the outbox. Never raises."""
+    def _run_aside(self, msg: Message, op: str, model: str, work: Callable[[], tuple[dict, list]], n: int, t0: float,
+                   deadline_s: float, pricing_thread: bool, once: bool) -> None:
+        """Runner thread: run ``work`` (see :meth:`_aside`) and send its reply, or the error,
+        through the outbox. Never raises."""
         outcome, device, error = "ok", "-", None
         try:
             try:
-                if self.jobs is not None:
-                    fut = self.jobs.submit_local(chain_op.run, df, market)
+                if self.jobs is not None and pricing_thread:
+                    fut = self.jobs.submit_local(work)
                     try:
                         content, buffers = fut.result(timeout=deadline_s)
                     except cf.TimeoutError:
                         fut.cancel()  # one still queued behind other work never runs (a running one ends)
                         raise
                 else:
-                    content, buffers = chain_op.run(df, market)
+                    content, buffers = work()
                 device = str(content.get("device", "-"))
                 content["status"] = "ok"
             except InvalidInputError as e:
                 outcome, error = "invalid", str(e)
                 content, buffers = {"status": "error", "ename": "InvalidInputError", "error": _short(str(e)),
                                     **_invalid_details(e)}, []
+            except LimitExceeded as e:
+                outcome, error = "refused", str(e)
+                content, buffers = {"status": "error", "ename": "LimitExceeded", "error": _short(error),
+                                    "limit": e.limit}, []
+            except ObjectError as e:
+                outcome, error = "invalid", str(e)
+                content, buffers = {"status": "error", "ename": e.ename, "error": _short(error)}, []
             except (cf.TimeoutError, TimeoutError):
-                outcome, error = "deadline", f"the chain took longer than its deadline of {deadline_s:.3g} s"
+                outcome, error = "deadline", f"the {op} request took longer than its deadline of {deadline_s:.3g} s"
                 content, buffers = {"status": "error", "ename": "DeadlineExceeded", "error": error}, []
             except cf.CancelledError:
-                outcome, error = "cancelled", "the chain was cancelled: the daemon is stopping"
+                outcome, error = "cancelled", f"the {op} request was cancelled: the daemon is stopping"
                 content, buffers = {"status": "error", "ename": "JobCancelled", "error": error}, []
             except Exception as e:  # noqa: BLE001 (the client gets the reason; the daemon goes on)
-                log.warning("chain request failed: %s", e, exc_info=log.isEnabledFor(logging.DEBUG))
+                log.warning("%s request failed: %s", op, e, exc_info=log.isEnabledFor(logging.DEBUG))
                 outcome, error = "failed", str(e) or repr(e)
                 content, buffers = {"status": "error", "ename": type(e).__name__, "error": _short(error)}, []
             session = Session(self.key.encode("ascii"), self.session.session, **self._session_args)
-            frames = session.serialize(session.header("chain_reply"), content, msg.raw_header, None, buffers)
+            frames = session.serialize(session.header(op + "_reply"), content, msg.raw_header, None, buffers)
+            if once:
+                self._replies.keep_once((msg.header["session"], msg.header["msg_id"]), frames)
             self._thread_socket("outbox", self._outbox_url).send_multipart([*msg.identities, *frames],
                                                                            copy=len(buffers) == 0)
             dt = time.perf_counter() - t0
-            self.metrics.observe("chain", "chain", _device_label(device), outcome, dt)
-            self._access(msg.header, "chain", "chain", device, len(df), dt, outcome, None,
-                         None if error is None else _short(error))
+            self.metrics.observe(op, model, _device_label(device), outcome, dt)
+            self._access(msg.header, op, model, device, n, dt, outcome, None, None if error is None else _short(error))
         except Exception:  # noqa: BLE001 (a socket closed by a stopping daemon: nobody to answer)
-            log.debug("chain reply not sent", exc_info=True)
+            log.debug("%s reply not sent", op, exc_info=True)
         finally:
             with self._chain_lock:
                 self._chain_pending -= 1

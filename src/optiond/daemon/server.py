@@ -21,9 +21,12 @@ Sockets (all bound on ``tcp://127.0.0.1``, free ports, written to the connection
 
 Operations (``msg_type`` ``<op>_request``, answered by ``<op>_reply``): ``ping``, ``status``,
 ``price``, ``implied_vol``, ``submit``, ``result``, ``cancel``, ``jobs``, ``drain``,
-``resume``, ``shutdown``, and ``chain`` (a whole option chain: market and pricing on rank 0's
-pricing thread in one round trip, :mod:`optiond.daemon.chain_op`). Every reply has ``status`` ``"ok"`` or ``"error"`` (with a short
-``error`` text and ``ename``). Messages whose signature is missing or wrong are dropped without
+``resume``, ``shutdown``, ``chain`` (a whole option chain: market and pricing on rank 0's
+pricing thread in one round trip, :mod:`optiond.daemon.chain_op`), and the named, versioned
+market objects the daemon keeps (:mod:`optiond.daemon.objects`): ``surface_fit``,
+``surface_put``, ``surface_vol``, ``surface_price``, ``objects``, ``object_drop``
+(:mod:`optiond.daemon.surface_op`). Every reply has ``status`` ``"ok"`` or ``"error"`` (with a
+short ``error`` text and ``ename``). Messages whose signature is missing or wrong are dropped without
 a reply, counted (``auth_failures``) and logged, rate-limited, as "authentication failure";
 every other bad message gets an error reply. Only a signed ``shutdown`` (or SIGTERM/SIGINT)
 stops the daemon; ``drain`` stops it taking new work (``readyz`` says 503) and, with
@@ -46,9 +49,10 @@ Where the code is: this module holds the sockets, the threads, the life cycle
 loops and the dispatch of each message to its operation. The operations are mixins that
 :class:`Server` inherits: :class:`~optiond.daemon.pricing.PricingOps` (the pricing
 pipeline: warm-up, decoding, costing, cache, inline pricing and coalescing, jobs, the chain
-request) and :class:`~optiond.daemon.control_ops.ControlOps` (the control operations, status
-and health); :mod:`optiond.daemon.server_parts` holds what they share (with the replies kept
-for retried and replayed requests, :class:`~optiond.daemon.server_parts.ReplyMemory`).
+request), :class:`~optiond.daemon.object_ops.ObjectOps` (the named objects) and
+:class:`~optiond.daemon.control_ops.ControlOps` (the control operations, status and health);
+:mod:`optiond.daemon.server_parts` holds what they share (with the replies kept for retried
+and replayed requests, :class:`~optiond.daemon.server_parts.ReplyMemory`).
 """
 
 from __future__ import annotations
@@ -77,6 +81,8 @@ from .control_ops import ControlOps, devices
 from .jobs import Job, JobManager, Waiter
 from ..limits import LimitExceeded, Limits
 from .metrics import HTTP_MAX_CONNECTIONS, HttpEndpoint, Metrics
+from .object_ops import ObjectOps
+from .objects import ObjectError, ObjectStore
 from .pricing import CHAIN_RUNNERS, COALESCE_MIN, PricingOps
 from .protocol import (PROTOCOL_VERSION, REPLAY_WINDOW_S, SIGNATURE_SCHEME, AuthenticationError,
                        Message, ProtocolError, Session, date_in_window, packb, readable, send_frames, spin_seconds,
@@ -100,7 +106,7 @@ INLINE_MAX_S = 0.002
 BATCH_READ = 128
 #: operations that change the daemon's state: each (session, msg_id) acts once; a copy
 #: (a retry, or a replay within the replay window) gets the first reply again
-ONCE_OPS = frozenset({"shutdown", "drain", "resume", "cancel"})
+ONCE_OPS = frozenset({"shutdown", "drain", "resume", "cancel", "surface_fit", "surface_put", "object_drop"})
 #: the daemon process's interpreter switch interval (seconds; Python's default is 0.005)
 SWITCH_INTERVAL_S = 0.0005
 #: seconds between two checks that the connection file, its lock and pid file are still this daemon's
@@ -109,7 +115,7 @@ GUARD_S = 1.0
 Handler = Callable[[Message, float], "tuple[dict, list] | _Req | None"]
 
 
-class Server(PricingOps, ControlOps):
+class Server(PricingOps, ObjectOps, ControlOps):
     """The daemon. ``start()`` binds and writes the connection file, ``serve_forever()`` runs
     the request loop, ``close()`` cleans up; :func:`serve` does all three with signal handling.
 
@@ -164,6 +170,7 @@ class Server(PricingOps, ControlOps):
         self.started_iso = utcnow()
         self.info: dict[str, Any] = {}
         self.limits = limits or Limits()
+        self.objects = ObjectStore(self.limits)
         self.cache = ReplyCache(cache_entries, cache_bytes)
         self.coalesce_mode = {True: "always", False: "never"}.get(coalesce, coalesce)  # type: ignore[call-overload]
         if self.coalesce_mode not in ("auto", "always", "never"):
@@ -217,8 +224,11 @@ class Server(PricingOps, ControlOps):
         self._shell_ops: dict[str, Handler] = {
             "ping": self._op_ping, "status": self._op_status, "price": self._op_price,
             "implied_vol": self._op_implied_vol, "submit": self._op_submit, "result": self._op_result,
-            "cancel": self._op_cancel, "shutdown": self._op_shutdown, "chain": self._op_chain}
-        # chain requests wait here for rank 0's pricing thread (their replies leave from here)
+            "cancel": self._op_cancel, "shutdown": self._op_shutdown, "chain": self._op_chain,
+            "surface_fit": self._op_surface_fit, "surface_put": self._op_surface_put,
+            "surface_vol": self._op_surface_vol, "surface_price": self._op_surface_price,
+            "objects": self._op_objects, "object_drop": self._op_object_drop}
+        # chain and surface requests wait here for rank 0's pricing thread (their replies leave from here)
         self._chain_runner = cf.ThreadPoolExecutor(CHAIN_RUNNERS, thread_name_prefix="optiond-chain")
         self._chain_pending = 0
         self._chain_lock = threading.Lock()
@@ -763,6 +773,9 @@ class Server(PricingOps, ControlOps):
             return None
         except _Refused as e:
             self._fail(session, sock, counters, msg, op, reply_type, e.ename, str(e), e.outcome, t0, e.extra)
+            return None
+        except ObjectError as e:
+            self._fail(session, sock, counters, msg, op, reply_type, e.ename, str(e), "invalid", t0)
             return None
         except ProtocolError as e:
             self._fail(session, sock, counters, msg, op, reply_type, "ProtocolError", str(e), "protocol_error", t0)

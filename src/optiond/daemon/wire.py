@@ -7,7 +7,9 @@ The server's pricing pipeline (:mod:`optiond.daemon.pricing`: inline, coalesced,
 path, a job's final reply), the pool's chunks (:mod:`optiond.daemon.pool`), the job manager
 (:mod:`optiond.daemon.jobs`) and the client (:mod:`optiond.daemon.client`) all use it; no other
 module builds or reads these bodies. The envelope (header, signature, buffers) is
-:mod:`optiond.daemon.protocol`'s; the ``chain`` reply is :mod:`optiond.daemon.chain_op`'s.
+:mod:`optiond.daemon.protocol`'s; the ``chain`` reply is :mod:`optiond.daemon.chain_op`'s. The
+``surface_vol`` and ``surface_price`` replies are these bodies with the surface's ``handle``
+(:mod:`optiond.daemon.surface_op`).
 
 A ``price_reply`` (and a ``result_reply`` of a price job)::
 
@@ -51,8 +53,9 @@ NO_ERRORS = {"default": "", "rows": [], "values": []}
 ONE_VALUES = {"__nd__": ["<f8", [len(VALUE_FIELDS), 1], 0]}
 #: the buffer of :data:`ONE_VALUES` from the six numbers
 pack_one = struct.Struct(f"<{len(VALUE_FIELDS)}d").pack
-#: the reply fields a decoded result keeps in its diagnostics
-_REPLY_NOTES = ("job_id", "cached")
+#: the reply fields a decoded result keeps in its diagnostics (``handle``: the version of the
+#: named surface that answered a surface request, :mod:`optiond.daemon.surface_op`)
+_REPLY_NOTES = ("job_id", "cached", "handle")
 
 
 def plain(obj: Any, depth: int = 0) -> bool:

@@ -4,8 +4,13 @@ and the fit's statistics, its JSON form (versioned schema), and volatility at an
 Between two slices the total variance is interpolated linearly in T at fixed
 log-moneyness ``k = ln(K / F_T)`` (Gatheral & Jacquier 2014, §5: the interpolation keeps the
 absence of calendar arbitrage when the slices are ordered, ``w(k, t1) <= w(k, t2)``), and the
-forward ``F_T`` log-linearly in T; before the first slice the first slice's total variance is
-scaled by ``T / T1``; after the last, the last slice's ``k``-shape at ``w T / T_n``.
+forward ``F_T`` log-linearly in T, and the discount factor too (``r_T T`` linear in T); before
+the first slice the first slice's total variance is scaled by ``T / T1``; after the last, the
+last slice's ``k``-shape at ``w T / T_n``.
+
+Schema 1.1 adds each slice's ``spot`` (the underlying price the chain job priced that expiry
+on), which an American price at the surface's volatility needs; a 1.0 document reads with no
+spot (``None``), and a 1.0 reader skips the field.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from .svi import SVI, total_variance
 
 #: the JSON schema's name and version (a reader refuses another major version)
 SCHEMA = "optiond.surface"
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 @dataclass
@@ -36,6 +41,8 @@ class Slice:
         svi: raw SVI parameters in total variance (:class:`optiond.surface.svi.SVI`).
         stats: the fit's statistics (errors in vol points, share of mids inside the fitted
             bid/ask, confidence in [0, 1], the arbitrage checks' results, quotes used).
+        spot: the underlying price the expiry was priced on (currency units; the implied spot
+            of an American chain), or None where unknown (a schema 1.0 document).
     """
 
     expiry: str
@@ -44,9 +51,16 @@ class Slice:
     rate: float
     svi: SVI
     stats: dict = field(default_factory=dict)
+    spot: float | None = None
 
     def total_variance(self, k) -> np.ndarray:
         return total_variance(self.svi, k)
+
+    def atm_vol(self) -> float:
+        """The at-the-money (``k = 0``) implied volatility, annualised decimal; NaN where the
+        total variance there is not positive."""
+        w0 = float(self.total_variance(0.0))
+        return math.sqrt(w0 / self.T) if w0 > 0 else float("nan")
 
 
 @dataclass
@@ -65,16 +79,36 @@ class Surface:
         if any(b <= a for a, b in zip(Ts, Ts[1:])):
             raise ValueError("a surface needs one slice per expiry with distinct times to expiry")
 
+    def _through_slices(self, y: Any, T: float) -> float:
+        """``y`` (one value per slice) at ``T``: linear in T between the slices, extended along
+        the nearest two slices' slope beyond them (flat with one slice)."""
+        Ts = np.array([s.T for s in self.slices])
+        y = np.asarray(y, dtype=np.float64)
+        if len(Ts) == 1:
+            return float(y[0])
+        j = int(np.clip(np.searchsorted(Ts, T), 1, len(Ts) - 1))
+        slope = (y[j] - y[j - 1]) / (Ts[j] - Ts[j - 1])
+        return float(y[j - 1] + slope * (T - Ts[j - 1]))
+
     def forward(self, T: float) -> float:
         """``F_T``: log-linear in T through the slices' forwards, extended along the nearest
         two slices' slope beyond them (flat with one slice)."""
-        Ts = np.array([s.T for s in self.slices])
-        lf = np.log([s.forward for s in self.slices])
-        if len(Ts) == 1:
-            return float(math.exp(lf[0]))
-        j = int(np.clip(np.searchsorted(Ts, T), 1, len(Ts) - 1))
-        slope = (lf[j] - lf[j - 1]) / (Ts[j] - Ts[j - 1])
-        return float(math.exp(lf[j - 1] + slope * (T - Ts[j - 1])))
+        return math.exp(self._through_slices(np.log([s.forward for s in self.slices]), T))
+
+    def rate(self, T: float) -> float:
+        """``r_T``, the zero rate to ``T`` > 0 (annualised, continuously compounded): ``r_T T``
+        (minus the log discount factor) linear in T through the slices', extended as
+        :meth:`forward` is; at a slice's T its own rate (to rounding)."""
+        return self._through_slices([s.rate * s.T for s in self.slices], T) / T
+
+    def spot(self, T: float) -> float | None:
+        """The underlying price to price an expiry ``T`` on: the slices' spots (one value for an
+        American chain, whose expiries all price on its implied spot) linear in T between the
+        slices, flat beyond them; None when a slice has no spot (schema 1.0)."""
+        spots = [s.spot for s in self.slices]
+        if any(x is None for x in spots):
+            return None
+        return float(np.interp(T, [s.T for s in self.slices], spots))
 
     def total_variance(self, k, T: float) -> np.ndarray:
         """``w(k, T)``: total implied variance at log-moneyness ``k`` (array) and time ``T`` > 0."""
@@ -100,11 +134,11 @@ class Surface:
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "version": SCHEMA_VERSION, "underlying": self.underlying,
                 "quote_time": self.quote_time, "method": self.method, "stats": self.stats,
-                "slices": [{"expiry": s.expiry, "T": s.T, "forward": s.forward, "rate": s.rate,
+                "slices": [{"expiry": s.expiry, "T": s.T, "forward": s.forward, "rate": s.rate, "spot": s.spot,
                             "svi": s.svi._asdict(), "stats": s.stats} for s in self.slices]}
 
     def to_json(self, path: str | None = None) -> str:
-        text = json.dumps(_plain(self.to_dict()), indent=1, allow_nan=False)
+        text = json.dumps(json_ready(self.to_dict()), indent=1, allow_nan=False)
         if path is not None:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text + "\n")
@@ -120,7 +154,8 @@ class Surface:
         if d.get("schema") != SCHEMA or str(d.get("version", "")).split(".")[0] != SCHEMA_VERSION.split(".")[0]:
             raise ValueError(f"not an {SCHEMA} {SCHEMA_VERSION} document")
         slices = [Slice(s["expiry"], float(s["T"]), float(s["forward"]), float(s["rate"]), SVI(**s["svi"]),
-                        dict(s.get("stats", {}))) for s in d["slices"]]
+                        dict(s.get("stats", {})), None if s.get("spot") is None else float(s["spot"]))
+                  for s in d["slices"]]
         return cls(d["underlying"], d["quote_time"], slices, d.get("method", "svi"), dict(d.get("stats", {})))
 
     @classmethod
@@ -132,14 +167,14 @@ class Surface:
         return cls.from_dict(json.loads(text))
 
 
-def _plain(obj: Any) -> Any:
+def json_ready(obj: Any) -> Any:
     """JSON-ready: NumPy scalars and arrays as Python numbers and lists, NaN and inf as None."""
     if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
+        return {str(k): json_ready(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
+        return [json_ready(v) for v in obj]
     if isinstance(obj, np.ndarray):
-        return _plain(obj.tolist())
+        return json_ready(obj.tolist())
     if isinstance(obj, (np.floating, float)):
         return float(obj) if math.isfinite(obj) else None
     if isinstance(obj, (np.integer,)):
@@ -149,4 +184,4 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "Slice", "Surface"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "Slice", "Surface", "json_ready"]

@@ -29,6 +29,12 @@ THEO_COLUMNS = ("iv_fit", "theo", "edge") + THEO_GREEKS
 T_SLACK = 1e-9
 
 
+def time_range(surface: Surface) -> tuple[float, float]:
+    """The times to expiry the surface answers for, years: ``[T_first, T_last]`` of its slices
+    widened by :data:`T_SLACK` (no extrapolation in time beyond them)."""
+    return surface.slices[0].T * (1 - T_SLACK), surface.slices[-1].T * (1 + T_SLACK)
+
+
 def fitted_vol(out: pd.DataFrame, surface: Surface) -> np.ndarray:
     """``iv_fit`` per row, shape ``(n,)``, annualised decimal.
 
@@ -44,7 +50,7 @@ def fitted_vol(out: pd.DataFrame, surface: Surface) -> np.ndarray:
     vol = np.full(len(out), np.nan)
     if not surface.slices:
         return vol
-    t_lo, t_hi = surface.slices[0].T * (1 - T_SLACK), surface.slices[-1].T * (1 + T_SLACK)
+    t_lo, t_hi = time_range(surface)
     with np.errstate(invalid="ignore"):
         ok = np.isfinite(K) & (K > 0) & np.isfinite(T) & (T >= t_lo) & (T <= t_hi) & (T > 0)
     rows = np.flatnonzero(ok)
@@ -73,7 +79,8 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
         ``theo_gamma``, ``theo_theta``, ``theo_vega``, ``theo_rho`` (the Greeks at ``iv_fit``,
         units of :class:`optiond.models.Result`). NaN where ``iv_fit`` is NaN, where the row has
         no call/put type or no finite spot, rate or dividend yield, or where the pricer marks
-        the row as an error; ``edge`` is NaN where ``mid`` is.
+        the row as an error; ``edge`` is NaN where ``mid`` is. ``attrs["device"]`` names what
+        priced the theo values (the last pricer call's device; absent when nothing was priced).
 
     Raises:
         KeyError: a column above is missing.
@@ -82,6 +89,7 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
     n = len(out)
     iv_fit = fitted_vol(out, surface)
     cols = {c: np.full(n, np.nan) for c in ("theo",) + THEO_GREEKS}
+    device = None
     kind, style = labels(out["type"]), labels(out["style"])
     num = {c: pd.to_numeric(out[c], errors="coerce").to_numpy(dtype=np.float64)
            for c in ("strike", "expiry_years", "spot", "rate", "dividend_yield", "mid")}
@@ -100,6 +108,7 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
                                       dividend_yield=num["dividend_yield"][r], volatility=iv_fit[r]),
                                  Method(name=name, steps=steps))
         ok = np.asarray(res.status) == "ok"
+        device = res.device
         cols["theo"][r[ok]] = np.asarray(res.price)[ok]
         for g in GREEK_FIELDS:
             cols[f"theo_{g}"][r[ok]] = np.asarray(getattr(res, g))[ok]
@@ -109,7 +118,9 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
     result["edge"] = num["mid"] - cols["theo"]
     for g in THEO_GREEKS:
         result[g] = cols[g]
+    if device is not None:
+        result.attrs["device"] = device
     return result
 
 
-__all__ = ["THEO_COLUMNS", "THEO_GREEKS", "apply_surface", "fitted_vol"]
+__all__ = ["THEO_COLUMNS", "THEO_GREEKS", "apply_surface", "fitted_vol", "time_range"]

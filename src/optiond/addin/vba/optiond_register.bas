@@ -178,4 +178,29 @@ Public Sub OptiondRegisterFunctions()
             "Put prices (mids) at those strikes, in the currency of the strikes: a row or column of the same length as strikes.", _
             "Time to expiry of the strip in years (> 0), e.g. 0.25 for three months.", _
             "Optional. Risk-free rate, annual and continuously compounded (0.05 = 5%): the discount factor is exp(-rate x T) and only the forward is fitted. Omitted: forward and discount factor are both fitted (at least 3 strikes).")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!SURFACE_FIT", _
+        Description:="Fits a volatility surface (one arbitrage-free SVI smile per expiry) to a pasted option chain in the optiond daemon and keeps it under name. Returns its handle, e.g. SPY#0002: each refit bumps the version, so cells that refer to this one recalculate.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Name to keep the surface under in the optiond daemon, e.g. ""SPY"" (1 to 64 of A-Z a-z 0-9 _ . : / -, case-sensitive). Fitting again under the name replaces the surface and bumps its version.", _
+            "The option chain pasted with its header row, the columns of a chain CSV: underlying, quote_date, expiry, type, strike, bid, ask, last, implied_vol, underlying_price, style (quote_time, settlement optional). Empty rows are skipped.", _
+            "Optional. When the chain was quoted: ""HH:MM"" New York time on its quote date (e.g. ""10:50""), a time cell, or an ISO 8601 timestamp. Omitted: the 16:00 close.", _
+            "Optional. Risk-free rate, annual and continuously compounded (0.04 = 4%). Omitted: the default of optiond chain. The forward and carry of each expiry come from the chain itself.", _
+            "Optional. ""pm"" (16:00) or ""am"" (09:30, AM-settled index series) for rows of the chain without a settlement column. Omitted: ""pm"".")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!SURFACE_VOL", _
+        Description:="Implied volatility (annualised decimal) of a surface the optiond daemon keeps, at strike K and time T. Give the SURFACE_FIT cell (its handle) as name so this recalculates after a refit. Ranges return a range.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "The surface: the handle SURFACE_FIT returns (e.g. SPY#0002: refer to that cell, so this one recalculates after a refit) or its name (SPY: the live version). The handle of a replaced version is an error.", _
+            "Strike (> 0), in the currency of the surface's underlying. A range returns a range of results, all from one daemon request.", _
+            "Time to expiry in years (> 0), within the surface's first and last expiries: no extrapolation in time (outside them the cell says so).")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!SURFACE_PRICE", _
+        Description:="Option price at a daemon surface's volatility at (K, T), on its forward and rate at T: closed form if European, CRR tree (500 steps) if American. Give the SURFACE_FIT cell as name so this recalculates after a refit.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "The surface: the handle SURFACE_FIT returns (e.g. SPY#0002: refer to that cell, so this one recalculates after a refit) or its name (SPY: the live version). The handle of a replaced version is an error.", _
+            "Strike (> 0), in the currency of the surface's underlying. A range returns a range of results, all from one daemon request.", _
+            "Time to expiry in years (> 0), within the surface's first and last expiries: no extrapolation in time (outside them the cell says so).", _
+            """call"" or ""put"".", _
+            "Optional. TRUE for American exercise (the default), FALSE for European.")
 End Sub

@@ -183,3 +183,42 @@ failed:
     PARITY_FORWARD = Err.Description
 End Function
 
+Function SURFACE_FIT(name, chain_range, Optional quote_time, Optional rate, Optional settlement)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        SURFACE_FIT = XLPy.CallUDF("optiond.addin.functions", "SURFACE_FIT", Array(name, chain_range, quote_time, rate, settlement), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        SURFACE_FIT = XLPy.CallUDF("optiond.addin.functions", "SURFACE_FIT", Array(name, chain_range, quote_time, rate, settlement))
+        Exit Function
+    #End If
+failed:
+    SURFACE_FIT = Err.Description
+End Function
+
+Function SURFACE_PRICE(name, K, T, kind, Optional american)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        SURFACE_PRICE = XLPy.CallUDF("optiond.addin.functions", "SURFACE_PRICE", Array(name, K, T, kind, american), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        SURFACE_PRICE = XLPy.CallUDF("optiond.addin.functions", "SURFACE_PRICE", Array(name, K, T, kind, american))
+        Exit Function
+    #End If
+failed:
+    SURFACE_PRICE = Err.Description
+End Function
+
+Function SURFACE_VOL(name, K, T)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        SURFACE_VOL = XLPy.CallUDF("optiond.addin.functions", "SURFACE_VOL", Array(name, K, T), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        SURFACE_VOL = XLPy.CallUDF("optiond.addin.functions", "SURFACE_VOL", Array(name, K, T))
+        Exit Function
+    #End If
+failed:
+    SURFACE_VOL = Err.Description
+End Function
+

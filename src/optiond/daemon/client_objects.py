@@ -1,0 +1,169 @@
+"""The daemon client's calls on named market objects: fitted surfaces kept in the daemon by
+name, each with a version (:mod:`optiond.daemon.objects`).
+
+Part of the client of :mod:`optiond.daemon.client`, whose :class:`~optiond.daemon.client.Client`
+inherits :class:`ObjectsMixin` (it uses the client's ``_request``). The objects live in the
+daemon only, so these calls never price in this process: without a daemon they raise
+:class:`~optiond.daemon.client.DaemonUnavailable`. A name the daemon does not hold, a stale
+handle or an object of another kind raise :class:`~optiond.daemon.client.DaemonError` with
+``ename`` ``UnknownObject``, ``StaleHandle`` or ``WrongKind``; bad input
+:class:`optiond.models.InvalidInputError`.
+
+Example::
+
+    from optiond import chain
+    from optiond.daemon.client import get_client
+
+    c = get_client()
+    df = chain.read_chain("examples/data/spy_chain_2026-02-13.csv")
+    h = c.fit_surface("SPY", df, quote_time="10:50")["handle"]      # "SPY#0001"
+    c.surface_vol(h, [600.0, 680.0], 0.25).vol                      # annualised decimals
+    c.surface_price("SPY", 680.0, 0.25, "put", american=True).price  # the latest version
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..models import ImpliedVol, Result
+from . import surface_op
+from .client_replies import decode_iv, decode_result
+
+#: seconds a surface fit or price waits for its reply by default (a fit runs the chain job)
+FIT_TIMEOUT_S = 300.0
+
+
+class ObjectsMixin:
+    """The object calls of :class:`optiond.daemon.client.Client` (see the module docstring)."""
+
+    def fit_surface(self, name: str, df: Any, *, timeout: float | None = None, deadline_s: float | None = None,
+                    **market: Any) -> dict:
+        """Fit a volatility surface to an option chain in the daemon and keep it as the next
+        version of ``name``: the chain job (:func:`optiond.chain.price_chain`) and the fit
+        (:func:`optiond.surface.points.fit_chain`) run next to the daemon's GPU, in one request.
+
+        Args:
+            name: 1 to 64 of ``A-Za-z0-9_.:/-`` (case-sensitive), e.g. ``"SPY"``.
+            df: the chain (:func:`optiond.chain.read_chain`'s columns).
+            market: ``rate``, ``dividend_yield``, ``steps``, ``carry``, ``spot_mode``,
+                ``quote_time``, ``settlement``, ``curve`` as :func:`optiond.chain.price_chain`.
+            timeout: seconds to wait for the reply (default :data:`FIT_TIMEOUT_S`); sent once.
+            deadline_s: seconds the daemon may spend.
+
+        Returns:
+            the reply (:mod:`optiond.daemon.surface_op`): ``handle`` (``"SPY#0002"``), ``name``,
+            ``version``, ``summary``, ``slices`` (per-expiry statistics), ``chain`` (contracts
+            and counts by status), ``skipped`` (expiries with too few quotes), ``elapsed_s``.
+
+        Raises:
+            ValueError: an unknown market field (before anything is sent).
+            InvalidInputError: a bad name, chain column or market field, or a chain with no
+                expiry to fit.
+            DaemonUnavailable: no daemon answered.
+            DaemonError: refused (``max_objects``, ``max_objects_bytes``, another kind under
+                the name) or failed.
+        """
+        buffers: list = []
+        content = surface_op.encode_fit(name, df, market, buffers)
+        meta = None if deadline_s is None else {"deadline_s": float(deadline_s)}
+        msg = self._request("surface_fit", content, buffers, timeout=FIT_TIMEOUT_S if timeout is None else timeout,
+                            retries=0, metadata=meta)
+        return dict(msg.content)
+
+    def put_surface(self, name: str, surface: Any, *, timeout: float | None = None) -> dict:
+        """Keep a fitted surface in the daemon as the next version of ``name`` (publish
+        ``optiond chain --surface FILE.json``'s output).
+
+        Args:
+            name: as :meth:`fit_surface`.
+            surface: a :class:`optiond.surface.Surface`, its :meth:`~optiond.surface.Surface.to_dict`
+                map, or its JSON text (read by the daemon, which says what is wrong with it).
+
+        Returns:
+            the reply: ``handle``, ``name``, ``version``, ``summary``, ``slices``.
+
+        Raises:
+            InvalidInputError: a bad name, or a malformed surface document (field ``surface``).
+            DaemonUnavailable, DaemonError: as :meth:`fit_surface`.
+        """
+        if hasattr(surface, "to_json"):
+            surface = json.loads(surface.to_json())
+        msg = self._request("surface_put", {"name": name, "surface": surface}, timeout=timeout, retries=0)
+        return dict(msg.content)
+
+    def surface_vol(self, name: str, strike: Any, expiry: Any, *, timeout: float | None = None) -> ImpliedVol:
+        """The implied volatility of the daemon's surface ``name`` at each ``(K, T)``.
+
+        Args:
+            name: a name (the live version) or a handle ``NAME#0003`` (that version, which
+                must be the live one).
+            strike: K in the surface's currency; expiry: T in years; each a scalar or shape
+                (n,) (scalars broadcast). T must lie within the surface's expiries.
+
+        Returns:
+            :class:`optiond.models.ImpliedVol`: ``vol`` annualised decimals; a bad row has
+            status ``invalid`` and its reason in ``error`` (``expiry=3.0: must lie within the
+            surface's expiries, ...``); ``diagnostics["handle"]`` the version that answered.
+
+        Raises:
+            DaemonError: ``UnknownObject``, ``StaleHandle``, ``WrongKind``.
+            InvalidInputError, DaemonUnavailable: as :meth:`fit_surface`.
+        """
+        buffers: list = []
+        content = surface_op.encode_points(name, {"strike": strike, "expiry": expiry}, buffers)
+        return decode_iv(self._request("surface_vol", content, buffers, timeout=timeout))
+
+    def surface_price(self, name: str, strike: Any, expiry: Any, kind: Any, american: Any = True, *,
+                      style: Any = None, steps: int | None = None, timeout: float | None = None) -> Result:
+        """Option prices at the daemon's surface ``name``'s volatility at each ``(K, T)``, on the
+        surface's forward, rate and spot at T (:mod:`optiond.surface.points`): the closed form
+        for European options, the CRR tree for American ones.
+
+        Args:
+            name, strike, expiry: as :meth:`surface_vol`.
+            kind: ``"call"``/``"put"``, a scalar or shape (n,).
+            american: True (the default) or False; or ``style``: ``"american"``/``"european"``
+                per row (overrides ``american``).
+            steps: CRR steps of American prices (default :data:`optiond.chain.DEFAULT_STEPS`).
+            timeout: seconds to wait (default :data:`FIT_TIMEOUT_S`); sent once.
+
+        Returns:
+            :class:`optiond.models.Result`: prices (currency units) and Greeks; a bad row has
+            status ``error`` and its reason; ``diagnostics["handle"]`` the version that answered.
+
+        Raises:
+            as :meth:`surface_vol`; RequestRefused over the daemon's work limits.
+        """
+        if style is None:
+            style = "american" if american else "european"
+        buffers: list = []
+        content = surface_op.encode_points(name, {"strike": strike, "expiry": expiry, "kind": kind, "style": style},
+                                           buffers)
+        if steps is not None:
+            content["steps"] = steps
+        msg = self._request("surface_price", content, buffers, timeout=FIT_TIMEOUT_S if timeout is None else timeout,
+                            retries=0)
+        return decode_result(msg)
+
+    def objects(self, *, timeout: float | None = None) -> list[dict]:
+        """The daemon's live objects, by name: each ``name``, ``kind``, ``version``,
+        ``handle``, ``created`` (ISO 8601), ``bytes`` and ``summary``.
+
+        Raises:
+            DaemonUnavailable: no daemon answered.
+        """
+        return list(self._request("objects", {}, timeout=timeout).content["objects"])
+
+    def drop_object(self, name: str, *, timeout: float | None = None) -> dict:
+        """Forget the daemon's object ``name`` (or its live handle). Returns ``{"dropped":
+        handle, "name", "kind", "version"}``.
+
+        Raises:
+            DaemonError: ``UnknownObject``, ``StaleHandle``.
+            DaemonUnavailable: no daemon answered.
+        """
+        return dict(self._request("object_drop", {"name": name}, timeout=timeout, retries=0).content)
+
+
+__all__ = ["FIT_TIMEOUT_S", "ObjectsMixin"]
