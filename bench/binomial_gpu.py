@@ -232,6 +232,27 @@ def batch(args) -> dict:
             "cpu_all_cores_ms": cpu_ms, "cpu_cores": os.cpu_count()}
 
 
+def dividends(args) -> dict:
+    """10,000 American puts x N = 1000, each with four cash dividends (crr_batch_warp_div, FP64),
+    beside the same batch without (crr_batch_warp), in one run; and the result against the CPU."""
+    n, N = 10_000, 1000
+    K = np.random.default_rng(0).uniform(80.0, 120.0, n)
+    a = (0, 1, 100.0, K, 1.0, 0.05, 0.0, 0.3, N)
+    t = np.array([45, 136, 227, 318]) / 365.0
+    amt = np.ones(4)
+    plain = measure(lambda tm: bg.crr_batch_gpu(*a, greeks=False, timing=tm), args.repeats)
+    cash = measure(lambda tm: bg.crr_batch_gpu(*a, greeks=False, timing=tm, dividend_times=t, dividend_amounts=amt),
+                   args.repeats)
+    cash_g = measure(lambda tm: bg.crr_batch_gpu(*a, greeks=True, timing=tm, dividend_times=t, dividend_amounts=amt), 3)
+    plain_g = measure(lambda tm: bg.crr_batch_gpu(*a, greeks=True, timing=tm), 3)
+    dev = bg.crr_batch_gpu(*a[:3], K[:200], *a[4:], greeks=False, dividend_times=t, dividend_amounts=amt)[0]
+    ref = bc.crr_batch(*a[:3], K[:200], *a[4:], greeks=False, dividend_times=t, dividend_amounts=amt)[0]
+    return {"options": n, "N": N, "dividends": 4, "no_dividends": plain, "dividends_fp64": cash,
+            "ratio_device": cash["device_ms"] / plain["device_ms"], "with_greeks": {"no_dividends": plain_g,
+            "dividends": cash_g, "ratio_device": cash_g["device_ms"] / plain_g["device_ms"]},
+            "max_rel_diff_vs_cpu_200": float(np.max(np.abs(dev - ref) / np.abs(ref)))}
+
+
 def accuracy(args) -> list[dict]:
     """Max relative error of each kernel against crr_batch on a grid (K 80/100/125, sigma
     0.1-0.6, T 0.25-5, r 0-10 %, q 0/3 %, puts and calls, American and European)."""
@@ -327,7 +348,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repeats, no N = 1e6 sweeps")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", help="also write the JSON here")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip: accuracy,single,prune,plans,batch,split,chain")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: accuracy,single,prune,plans,batch,split,chain,dividends")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     if not gpu.available():
@@ -345,6 +366,8 @@ def main() -> None:
         out["accuracy"] = accuracy(args)
     if "batch" not in skip:
         out["batch_10000x1000"] = batch(args)
+    if "dividends" not in skip:
+        out["dividends_10000x1000"] = dividends(args)
     if "single" not in skip:
         out["single_american_put_fp64"] = single(args, plan)
     if "prune" not in skip:

@@ -97,28 +97,37 @@ def price(batch: Batch, method: Method, device: str) -> Result:
         return res
     sub = batch if good.size == len(batch) else batch.take(good)
     cash = dividend_rows(sub)
-    if device == "cpu" or cash.all():
+    if device == "cpu":
         out = _price_cpu(sub, method, steps[good])
-        if device != "cpu":
-            res.device = "cpu"
-            res.diagnostics["path"] = "cpu"
-            res.diagnostics["dividends_note"] = DIVIDENDS_ON_CPU
-    elif cash.any():  # the cash-dividend rows on the CPU, the rest on the GPU
-        out = np.empty((1 + len(GREEK_FIELDS), len(sub)))
-        rest = np.flatnonzero(~cash)
-        out[:, rest] = _price_gpu(sub.take(rest), method, steps[good][rest], res)
-        on_cpu = np.flatnonzero(cash)
-        out[:, on_cpu] = _price_cpu(sub.take(on_cpu), method, steps[good][on_cpu])
-        res.diagnostics["dividends_note"] = DIVIDENDS_ON_CPU
-    else:
+    elif not cash.any():
         out = _price_gpu(sub, method, steps[good], res)
+    else:  # cash-dividend rows on their own kernel (FP64), the rest as usual
+        from . import gpu
+
+        st = steps[good]
+        out = np.empty((1 + len(GREEK_FIELDS), len(sub)))
+        parts = {"rest": np.flatnonzero(~cash), "gpu": np.flatnonzero(cash & (st <= gpu.DIV_MAX_STEPS)),
+                 "cpu": np.flatnonzero(cash & (st > gpu.DIV_MAX_STEPS))}
+        if parts["rest"].size:
+            out[:, parts["rest"]] = _price_gpu(sub.take(parts["rest"]), method, st[parts["rest"]], res)
+        if parts["gpu"].size:
+            d = sub.take(parts["gpu"])
+            out[:, parts["gpu"]] = _on_gpu(gpu.crr_batch_gpu, d.kind, d.style, d.spot, d.strike, d.expiry, d.rate,
+                                           d.dividend_yield, d.volatility, st[parts["gpu"]], greeks=method.greeks,
+                                           dividend_times=d.market.dividend_times,
+                                           dividend_amounts=d.market.dividend_amounts)
+            res.diagnostics["dividends_path"] = "gpu-dividend-warp (fp64)"
+        if parts["cpu"].size:
+            out[:, parts["cpu"]] = _price_cpu(sub.take(parts["cpu"]), method, st[parts["cpu"]])
+            res.diagnostics["dividends_note"] = DIVIDENDS_ON_CPU
     for k, name in enumerate(("price",) + GREEK_FIELDS):
         getattr(res, name)[good] = out[k]
     return res
 
 
 #: why cash-dividend rows are priced on the CPU when the GPU was chosen
-DIVIDENDS_ON_CPU = "cash-dividend rows priced on the CPU (the GPU kernels are dividend-free)"
+DIVIDENDS_ON_CPU = ("cash-dividend rows with more steps than the GPU's dividend kernel holds "
+                    "(gpu.DIV_MAX_STEPS) priced on the CPU")
 
 
 def dividend_rows(batch: Batch) -> np.ndarray:
@@ -184,7 +193,7 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str, l
     steps = method.steps_for(n)
     cash = dividend_rows(batch)
     if device != "cpu" and cash.any() and not cash.all():
-        # the cash-dividend rows on the CPU (the GPU kernels are dividend-free), the rest here
+        # the cash-dividend rows on the CPU (the device root find is dividend-free), the rest here
         rest, on_cpu = np.flatnonzero(~cash), np.flatnonzero(cash)
         part = implied_vol(prices[rest], batch.take(rest), _rows(method, steps, rest), device, _at(lo, rest),
                            _at(hi, rest))

@@ -535,6 +535,172 @@ __device__ __forceinline__ void warp_tree(const double* __restrict__ par, int N,
     if (lane == 0) *price = (double)V[0][0];
 }
 
+// ------------------------------------------------------------------ cash dividends (FP64 warp per tree)
+//
+// The spot model on the dividend-free lattice (Vellekoop & Nieuwenhuis 2006), the recurrence of
+// binomial_cpu.crr_tree_div: the levels between ex-dates run as in warp_tree (run_levels); at a
+// dividend's level L (host: binomial_cpu.dividend_level) the level's values go to the warp's
+// scratch rows in global memory, and each node j takes the value at S_j - D by the CPU's
+// interpolation (quadratic in S through the three nearest nodes; linear to the value v0 at
+// S = 0 below the lowest node, v0 from the host), then max with the cum-dividend exercise value
+// (American). Each lane takes a run of consecutive nodes: their values come from one exp for the
+// first and products along it, the bracketing node from one log and a forward walk, as the CPU's
+// chain and walk (the two differ by rounding only). X rows that run_levels leaves stale hold values <= 0 (exercise_rows), which the
+// max ignores as the CPU's current ones do (W >= 0 up to the interpolation's rounding).
+#define CRR_MAXDIV 8
+
+// The level's values V and exercise values X go to the warp's scratch rows (rv, rx, 32 G R
+// doubles each), so that neither is live in registers while the new values are computed
+// (rw), node by node across the lanes, and come back from there.
+template <int G, int R>
+__device__ __forceinline__ void apply_dividend(double (&V)[R][G], double (&X)[R][G], const Par<double>& P, int t,
+                                               double D, double v0, bool am, double* __restrict__ rv) {
+    const int lane = threadIdx.x & 31;
+    double* __restrict__ rx = rv + 32 * G * R;
+    double* __restrict__ rw = rx + 32 * G * R;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            const int j = r * 32 * G + lane * G + k;
+            if (j <= t) {
+                rv[j] = V[r][k];
+                rx[j] = X[r][k];
+            }
+        }
+    __syncwarp();
+    const double a = P.a;
+    const double s0 = P.S * exp(-(double)t * a);
+    const double u2 = exp(2.0 * a);
+    const double u = exp(a);
+    const double u4 = u2 * u2;
+    const double c0 = 1.0 / ((1.0 - u2) * (1.0 - u4));
+    const double c1 = 1.0 / ((u2 - 1.0) * (u2 - u4));
+    const double c2 = 1.0 / ((u4 - 1.0) * (u4 - u2));
+    // each lane a run of consecutive nodes: one exp and one log for its first node, then the
+    // CPU's product chain and forward walk
+    const int per = (t + 32) / 32;
+    const int jb = lane * per;
+    const int je = min(jb + per - 1, t);
+    if (jb <= t) {
+        double sj = s0 * exp(2.0 * (double)jb * a);
+        int i = 0;
+        double xi = s0, xm = s0 / u2;
+        const double x_first = sj - D;
+        if (x_first >= s0) {
+            i = min(max((int)floor(log(x_first / s0) / (2.0 * a)), 0), t);
+            xi = s0 * exp(2.0 * (double)i * a);
+            while (i > 0 && !(xi <= x_first)) { --i; xi = s0 * exp(2.0 * (double)i * a); }
+            xm = s0 * exp(2.0 * (double)(i - 1) * a);
+        }
+        for (int j = jb; j <= je; ++j) {
+            if (j > jb) sj *= u2;
+            const double x = sj - D;
+            double w;
+            if (x <= 0.0) {
+                w = v0;
+            } else if (x < s0) {
+                w = v0 + (rv[0] - v0) * (x / s0);
+            } else {
+                while (i < t && xi * u2 <= x) { ++i; xm = xi; xi *= u2; }
+                if (t < 2) {
+                    w = i == t ? rv[i] : rv[i] + (rv[i + 1] - rv[i]) * (x - xi) / (xi * (u2 - 1.0));
+                } else {
+                    int j0;
+                    double x0;
+                    if ((x < xi * u && i > 0) || i == t - 1) { j0 = i - 1; x0 = xm; } else { j0 = i; x0 = xi; }
+                    const double e = x / x0;  // Lagrange weights on x0, x0 u^2, x0 u^4
+                    w = rv[j0] * (e - u2) * (e - u4) * c0 + rv[j0 + 1] * (e - 1.0) * (e - u4) * c1
+                        + rv[j0 + 2] * (e - 1.0) * (e - u2) * c2;
+                }
+            }
+            const double xe = rx[j];
+            rw[j] = am ? (w > xe ? w : xe) : w;
+        }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            const int j = r * 32 * G + lane * G + k;
+            if (j <= t) {
+                V[r][k] = rw[j];
+                X[r][k] = rx[j];
+            }
+        }
+    __syncwarp();
+}
+
+// One FP64 tree with nd cash dividends: lev (descending order of application: the host lists
+// them latest first), amt, v0 per dividend; row: this warp's scratch (3 x 32 G R doubles).
+template <int G, int R>
+__device__ __forceinline__ void warp_tree_div(const double* __restrict__ par, int N, bool am, int nd,
+                                              const int* __restrict__ lev, const double* __restrict__ amt,
+                                              const double* __restrict__ v0, double* __restrict__ row,
+                                              double* __restrict__ price, double* __restrict__ lv) {
+    const Par<double> P = load_par<double>(par, N);
+    const int lane = threadIdx.x & 31;
+    double V[R][G], X[R][G];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        double x[G];
+        if (r * 32 * G <= N) exercise_row<double, false, G>(P, r * 32 * G + lane * G, N, 1.0, x);
+#pragma unroll
+        for (int k = 0; k < G; ++k) {
+            const int j = r * 32 * G + lane * G + k;
+            X[r][k] = j <= N ? x[k] : 0.0;
+            V[r][k] = j <= N ? crr_max<double>(x[k], 0.0) : 0.0;
+        }
+    }
+    record_level<double, G, R>(V, 0, N, lv);  // N <= 2: the leaves are one of the first levels
+    int d = 0;
+    int top = N;
+    // one call site of run_levels per exercise style: the segments between ex-dates in a loop
+    while (true) {
+        const int L = d < nd ? lev[d] : 0;
+        if (top > L) {
+            if (am)
+                run_levels<double, G, R, true, false>(V, X, P, 0, top, L, 1 << 30, lv);
+            else
+                run_levels<double, G, R, false, false>(V, X, P, 0, top, L, 1 << 30, lv);
+        }
+        if (d >= nd) break;
+        while (d < nd && lev[d] == L) {
+            apply_dividend<G, R>(V, X, P, L, amt[d], v0[d], am, row);
+            ++d;
+        }
+        record_level<double, G, R>(V, 0, L, lv);  // a first level (or the leaves): its cum-dividend values
+        top = L;
+    }
+    if (lane == 0) *price = V[0][0];
+}
+
+// Persistent warps over trees with cash dividends (FP64, N + 1 <= 32 G R), as crr_batch_warp;
+// per tree i: div_n[i] dividends in div_lev / div_amt / div_v0 [i * CRR_MAXDIV ...]; scratch:
+// three rows of 32 G R doubles per warp of the grid.
+template <int G, int R>
+__global__ void __launch_bounds__(128, 1) crr_batch_warp_div(
+        const double* __restrict__ par, const int* __restrict__ steps, const int* __restrict__ flags,
+        const int* __restrict__ order, int ntrees, int* __restrict__ counter, const int* __restrict__ div_n,
+        const int* __restrict__ div_lev, const double* __restrict__ div_amt, const double* __restrict__ div_v0,
+        double* __restrict__ scratch, double* __restrict__ price, double* __restrict__ lv) {
+    const int lane = threadIdx.x & 31;
+    const int nw = (gridDim.x * blockDim.x) >> 5;
+    const int wid = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    double* row = scratch + (size_t)wid * (3 * 32 * G * R);
+    int idx = wid;
+    while (idx < ntrees) {
+        const int i = order[idx];
+        const size_t o = (size_t)i * CRR_MAXDIV;
+        warp_tree_div<G, R>(par + (size_t)i * CRR_NPAR, steps[i], (flags[i] & 1) != 0, div_n[i], div_lev + o,
+                            div_amt + o, div_v0 + o, row, price + i, lv + (size_t)6 * i);
+        int nxt = 0;
+        if (lane == 0) nxt = atomicAdd(counter, 1) + nw;
+        idx = __shfl_sync(CRR_FULL, nxt, 0);
+    }
+}
+
 // ------------------------------------------------------------------ FP32 warp per tree, scaled scheme
 //
 // The float batch kernel carries U_t = W_t / s_t, where W_t = V_t e^{-r t dt} are the values

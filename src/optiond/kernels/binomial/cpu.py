@@ -77,41 +77,53 @@ def _apply_dividend(is_call, american, S, K, T, r, a, N, t, D, V, X, W):
     ``S_j - D``, read from the level's ex-dividend values by quadratic interpolation in ``S``
     through the three nearest nodes (linear with two nodes; towards ``S = 0`` linear to the value
     there: 0 for a call, ``K`` for an American put, ``K e^{-r (T - t dt)}`` for a European put);
-    then the cum-dividend exercise value ``X`` (American)."""
+    then the cum-dividend exercise value ``X`` (American).
+
+    The level's nodes ``s0 u^(2i)`` come from one product chain (no exp per node) and the node
+    at or below ``S_j - D`` from one forward walk (``S_j - D`` grows with ``j``): O(t) flops."""
     s0 = S * math.exp(-t * a)
     u2 = math.exp(2.0 * a)
+    u = math.exp(a)
     if is_call:
         v0 = 0.0
     elif american:
         v0 = K
     else:
         v0 = K * math.exp(-r * (T - t * (T / N)))
-    i = 0  # the node at or below x: x grows with j, so the search moves one way
+    u4 = u2 * u2
+    c0 = 1.0 / ((1.0 - u2) * (1.0 - u4))
+    c1 = 1.0 / ((u2 - 1.0) * (u2 - u4))
+    c2 = 1.0 / ((u4 - 1.0) * (u4 - u2))
+    i = 0  # the node at or below x, its value and the one below (x grows with j)
+    xi = s0
+    xm = s0 / u2
+    sj = s0  # node j of the level
     for j in range(t + 1):
-        x = S * math.exp((2 * j - t) * a) - D
+        if j > 0:
+            sj *= u2
+        x = sj - D
         if x <= 0.0:
             W[j] = v0
             continue
         if x < s0:
             W[j] = v0 + (V[0] - v0) * (x / s0)
             continue
-        while i < t and s0 * math.exp(2.0 * (i + 1) * a) <= x:
+        while i < t and xi * u2 <= x:
             i += 1
+            xm = xi
+            xi *= u2
         if t < 2:
-            x0 = s0 * math.exp(2.0 * i * a)
-            i1 = min(i + 1, t)
-            W[j] = V[i] if i1 == i else V[i] + (V[i1] - V[i]) * (x - x0) / (x0 * (u2 - 1.0))
+            W[j] = V[i] if i == t else V[i] + (V[i + 1] - V[i]) * (x - xi) / (xi * (u2 - 1.0))
             continue
-        # the three nearest nodes: i - 1, i, i + 1 when x is nearer node i's lower half
-        x_i = s0 * math.exp(2.0 * i * a)
-        j0 = i - 1 if x < x_i * math.sqrt(u2) else i
-        j0 = min(max(j0, 0), t - 2)
-        x0 = s0 * math.exp(2.0 * j0 * a)
-        x1 = x0 * u2
-        x2 = x1 * u2
-        W[j] = (V[j0] * (x - x1) * (x - x2) / ((x0 - x1) * (x0 - x2))
-                + V[j0 + 1] * (x - x0) * (x - x2) / ((x1 - x0) * (x1 - x2))
-                + V[j0 + 2] * (x - x0) * (x - x1) / ((x2 - x0) * (x2 - x1)))
+        # the three nearest nodes: i - 1, i, i + 1 when x is in node i's lower half
+        if (x < xi * u and i > 0) or i == t - 1:
+            j0, x0 = i - 1, xm
+        else:
+            j0, x0 = i, xi
+        # Lagrange weights on the nodes x0, x0 u^2, x0 u^4 in e = x / x0 (one division)
+        e = x / x0
+        W[j] = (V[j0] * (e - u2) * (e - u4) * c0 + V[j0 + 1] * (e - 1.0) * (e - u4) * c1
+                + V[j0 + 2] * (e - 1.0) * (e - u2) * c2)
     for j in range(t + 1):
         V[j] = max(W[j], X[j]) if american else W[j]
 

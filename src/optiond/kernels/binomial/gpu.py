@@ -103,7 +103,7 @@ from ...columns import as_columns
 from .. import gpu as gpus
 from . import cpu as bc
 from .timer import DeviceTimer
-from .variants import BLOCK_VARIANT, WARP_VARIANTS, Variant, coop_names, plain_names
+from .variants import BLOCK_VARIANT, DIV_WARP_SHAPES, WARP_VARIANTS, Variant, coop_names, div_kernel_name, plain_names
 
 log = logging.getLogger(__name__)
 
@@ -531,9 +531,79 @@ def _run_trees(par: np.ndarray, steps: np.ndarray, flags: np.ndarray, precision:
     return out[:m].copy(), out[m:].reshape(m, 6).copy()
 
 
+#: the most steps a cash-dividend tree may have on the GPU (the widest dividend warp kernel)
+DIV_MAX_STEPS = 32 * DIV_WARP_SHAPES[-1][0] * DIV_WARP_SHAPES[-1][1] - 1
+MAXDIV = bc.MAX_DIVIDENDS
+
+
+def _dividend_table(T, r, K, kind, style, steps, par_rate, owner, div_t, div_a, nd):
+    """Per tree (``owner[k]``: its option; ``par_rate[k]``: its rate, bumped for rho) the cash
+    dividends as ``crr_batch_warp_div`` reads them, latest first: ``(count (m,) int32, level
+    (m, 8) int32, amount (m, 8), v0 (m, 8))``, with the levels of
+    :func:`optiond.kernels.binomial.cpu.dividend_level` and ``v0`` the value at ``S = 0`` of
+    :func:`optiond.kernels.binomial.cpu._apply_dividend` (0 for a call, K for an American put,
+    ``K e^{-r (T - L dt)}`` for a European one), each computed as the CPU computes it."""
+    m = owner.shape[0]
+    count = nd[owner].astype(np.int32)
+    dt = T[owner] / steps[owner]
+    d = np.arange(MAXDIV)
+    live = d[None, :] < count[:, None]
+    src = np.clip(count[:, None] - 1 - d[None, :], 0, max(div_t.shape[1] - 1, 0))  # latest first
+    if div_t.shape[1] == 0:
+        return count, np.zeros((m, MAXDIV), np.int32), np.zeros((m, MAXDIV)), np.zeros((m, MAXDIV))
+    t_src = np.take_along_axis(div_t[owner], src, axis=1)
+    level = np.minimum(np.maximum(np.floor(t_src / dt[:, None] + 0.5), 2), steps[owner][:, None]).astype(np.int32)
+    amount = np.where(live, np.take_along_axis(div_a[owner], src, axis=1), 0.0)
+    with np.errstate(over="ignore"):
+        euro_put = K[owner][:, None] * np.exp(-par_rate[:, None] * (T[owner][:, None] - level * dt[:, None]))
+    v0 = np.where(kind[owner][:, None] == 1, 0.0, np.where(style[owner][:, None] == 1, K[owner][:, None], euro_put))
+    return count, np.where(live, level, 0).astype(np.int32), amount, np.where(live, v0, 0.0)
+
+
+def _run_dividend_trees(par, steps, flags, table, timing: dict | None = None):
+    """Price m trees with cash dividends (``table`` from :func:`_dividend_table`) on the GPU, one
+    warp per tree (FP64, N + 1 <= 32 G R of the narrowest shape that holds the widest).
+
+    Returns ``(price (m,), lv (m, 6))`` as :func:`_run_trees`."""
+    cp = gpus.cupy()
+    m = int(par.shape[0])
+    if m == 0:
+        return np.empty(0), np.empty((0, 6))
+    count, level, amount, v0 = table
+    wmax = int(steps.max()) + 1
+    G, R = next(((g, r) for g, r in DIV_WARP_SHAPES if 32 * g * r >= wmax), (0, 0))
+    if G == 0:
+        raise ValueError(f"cash-dividend trees on the GPU need N <= {DIV_MAX_STEPS}, got {wmax - 1}")
+    order = np.argsort(-steps, kind="stable").astype(np.int32)
+    stream = cp.cuda.get_current_stream()
+    with stream:
+        timer = DeviceTimer(timing, stream)
+        d_par = cp.asarray(np.ascontiguousarray(par, dtype=np.float64))
+        d_steps = cp.asarray(steps.astype(np.int32))
+        d_flags = cp.asarray(flags.astype(np.int32))
+        d_order = cp.asarray(order)
+        d_cnt = cp.zeros(1, dtype=cp.int32)
+        d_n = cp.asarray(count)
+        d_lev = cp.asarray(level)
+        d_amt = cp.asarray(amount)
+        d_v0 = cp.asarray(v0)
+        d_out = cp.full(7 * m, np.nan)
+        k = kernel(div_kernel_name(G, R))
+        grid = min((m + 3) // 4, resident_blocks(k, 128))
+        scratch = cp.empty(grid * 4 * 3 * 32 * G * R, dtype=cp.float64)  # 3 rows per warp
+        timer.start()
+        _launch_persistent(k, grid, 128, (d_par, d_steps, d_flags, d_order, np.int32(m), d_cnt, d_n, d_lev, d_amt,
+                                          d_v0, scratch, d_out[:m], d_out[m:]))
+        timer.stop()
+        out = cp.asnumpy(d_out, stream=stream)
+        stream.synchronize()
+        timer.finish()
+    return out[:m].copy(), out[m:].reshape(m, 6).copy()
+
+
 def crr_batch_gpu(kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps, greeks=True,
                   precision="fp64", timing: dict | None = None, warp_variant: Variant | None = None,
-                  route: str = "auto"):
+                  route: str = "auto", dividend_times=None, dividend_amounts=None):
     """Price arrays of options on CRR trees on the GPU; the same contract as
     :func:`optiond.kernels.binomial.cpu.crr_batch`.
 
@@ -546,28 +616,57 @@ def crr_batch_gpu(kind, style, spot, strike, expiry, rate, dividend_yield, volat
             error <= FP32_RTOL * price + FP32_ATOL_K * strike, see the module docstring).
         timing: optional dict that receives ``device_s`` (CUDA-event time of the launches).
         warp_variant, route: force a kernel shape or kernel (tests, benchmarks).
+        dividend_times, dividend_amounts: cash dividends as ``crr_batch`` (the spot model,
+            ``crr_tree_div``): every option of the call then runs on ``crr_batch_warp_div``
+            (FP64 whatever ``precision`` says, N <= :data:`DIV_MAX_STEPS`); None: the
+            dividend-free kernels.
 
     Returns:
         float64 array (6, n): price, delta, gamma, theta, vega, rho (NaN rows without greeks).
 
     Raises:
         CRRProbabilityError: p outside [0, 1] for some option.
-        ValueError: fp32 with N > 1e4, or an unknown precision.
+        ValueError: fp32 with N > 1e4, an unknown precision, or cash dividends with N >
+            :data:`DIV_MAX_STEPS`.
         GPUError: no GPU, a CUDA error or out of device memory.
     """
     kind, style, S, K, T, r, q, s, N = _columns(kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps)
     _check_p(T, r, q, s, N)
-    fwd = _check_precision(precision, N)
+    cash = dividend_times is not None
+    fwd = False if cash else _check_precision(precision, N)
     if S.shape[0] == 0:
         return np.full((6, 0), np.nan)
+    if cash:
+        S, div_t, div_a, nd = bc.cash_dividends(S, T, dividend_times, dividend_amounts)
     par, st, fl, bump = _tree_table(kind, style, S, K, T, r, q, s, N, bool(greeks), fwd, pd_fma_mode())
-    price, lv = _gpu_call(_run_trees, par, st, fl, precision, warp_variant, timing, route)
+    if cash:
+        owner, rate_k = _tree_owners(r, bump, st.shape[0])
+        table = _dividend_table(T, r, K, kind, style, N, rate_k, owner, div_t, div_a, nd)
+        price, lv = _gpu_call(_run_dividend_trees, par, st, fl, table, timing)
+    else:
+        price, lv = _gpu_call(_run_trees, par, st, fl, precision, warp_variant, timing, route)
     return _assemble(S, T, r, s, N, price, lv, bump, bool(greeks), fwd)
+
+
+def _tree_owners(r, bump, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per tree of :func:`_tree_table`: the option it prices and its rate (rho's bumps)."""
+    n = r.shape[0]
+    owner = np.empty(m, dtype=np.int64)
+    rate = np.empty(m)
+    owner[:n] = np.arange(n)
+    rate[:n] = r
+    for b, dr in ((0, 0.0), (1, 0.0), (2, bc.RHO_BUMP), (3, -bc.RHO_BUMP)):
+        k = bump[:, b]
+        sel = k >= 0
+        owner[k[sel]] = np.flatnonzero(sel)
+        rate[k[sel]] = r[sel] + dr
+    return owner, rate
 
 
 __all__: Sequence[str] = (
     "FP32_ATOL_K",
     "FP32_MAX_STEPS",
     "FP32_RTOL",
+    "DIV_MAX_STEPS",
     "crr_batch_gpu",
 )

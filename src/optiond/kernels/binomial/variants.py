@@ -107,6 +107,15 @@ def iv_kernel_name(G: int, R: int) -> str:
     return f"crr_iv_warp<{G}, {R}>"
 
 
+#: the cash-dividend warp kernel's shapes (binomial.cu, crr_batch_warp_div<G, R>; FP64,
+#: N + 1 <= 32 G R), narrowest first, as WARP_VARIANTS["fp64"]
+DIV_WARP_SHAPES = IV_WARP_SHAPES
+
+
+def div_kernel_name(G: int, R: int) -> str:
+    return f"crr_batch_warp_div<{G}, {R}>"
+
+
 def plain_names(clusters: bool = True) -> list[str]:
     """Kernels of the plain module; ``clusters``: with the sm_90 cluster kernels."""
     vs = [v for lst in WARP_VARIANTS.values() for v in lst] + BENCH_WARP_VARIANTS
@@ -115,7 +124,7 @@ def plain_names(clusters: bool = True) -> list[str]:
     if clusters:
         vs += list(PIPE_CLUSTER.values()) + BENCH_CLUSTER_VARIANTS
     return (sorted({v.name for v in vs}) + [iv_kernel_name(G, R) for G, R in IV_WARP_SHAPES]
-            + ["crr_naive_leaves", "crr_naive_step"])
+            + [div_kernel_name(G, R) for G, R in DIV_WARP_SHAPES] + ["crr_naive_leaves", "crr_naive_step"])
 
 
 def coop_names() -> list[str]:
