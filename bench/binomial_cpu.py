@@ -38,7 +38,9 @@ def best_of(fn, repeats: int) -> float:
     return best
 
 
-def quantlib_put(N: int, repeats: int):
+def quantlib_setup(vol: float, strike: float):
+    """QuantLib's American put (S = 100, r = 5 %, q = 0, T = 365 days) on a Black-Scholes
+    process: ``(ql, today, spot quote, process, option, run)``; ``run`` prices it afresh."""
     import QuantLib as ql
 
     today = ql.Date(2, 1, 2026)
@@ -48,9 +50,8 @@ def quantlib_put(N: int, repeats: int):
     proc = ql.BlackScholesMertonProcess(
         ql.QuoteHandle(spot), ql.YieldTermStructureHandle(ql.FlatForward(today, 0.0, dc)),
         ql.YieldTermStructureHandle(ql.FlatForward(today, 0.05, dc)),
-        ql.BlackVolTermStructureHandle(ql.BlackConstantVol(today, ql.NullCalendar(), 0.2, dc)))
-    opt = ql.VanillaOption(ql.PlainVanillaPayoff(ql.Option.Put, 100.0), ql.AmericanExercise(today, today + 365))
-    opt.setPricingEngine(ql.BinomialVanillaEngine(proc, "crr", N))
+        ql.BlackVolTermStructureHandle(ql.BlackConstantVol(today, ql.NullCalendar(), vol, dc)))
+    opt = ql.VanillaOption(ql.PlainVanillaPayoff(ql.Option.Put, strike), ql.AmericanExercise(today, today + 365))
     state = {"i": 0}
 
     def run():
@@ -58,6 +59,12 @@ def quantlib_put(N: int, repeats: int):
         spot.setValue(100.0 + 1e-9 * (state["i"] % 2))  # forces a fresh calculation
         return opt.NPV()
 
+    return ql, today, spot, proc, opt, run
+
+
+def quantlib_put(N: int, repeats: int):
+    ql, _, _, proc, opt, run = quantlib_setup(0.2, 100.0)
+    opt.setPricingEngine(ql.BinomialVanillaEngine(proc, "crr", N))
     return best_of(run, repeats), ql.__version__
 
 
@@ -87,30 +94,14 @@ def dividends(repeats: int) -> dict:
         sec = best_of(f, repeats)
         out["one_option"]["ours"].append({"N": steps, "s": sec, "error": abs(f() - QUARTERLY_PUT_110)})
     try:
-        import QuantLib as ql
+        ql, today, spot, proc, opt, run = quantlib_setup(0.3, 110.0)
     except ImportError:
         out["one_option"]["quantlib_fd"] = "QuantLib is not installed"
         return out
-    today = ql.Date(2, 1, 2026)
-    ql.Settings.instance().evaluationDate = today
-    dc = ql.Actual365Fixed()
-    spot = ql.SimpleQuote(100.0)
-    proc = ql.BlackScholesMertonProcess(
-        ql.QuoteHandle(spot), ql.YieldTermStructureHandle(ql.FlatForward(today, 0.0, dc)),
-        ql.YieldTermStructureHandle(ql.FlatForward(today, 0.05, dc)),
-        ql.BlackVolTermStructureHandle(ql.BlackConstantVol(today, ql.NullCalendar(), 0.3, dc)))
-    opt = ql.VanillaOption(ql.PlainVanillaPayoff(ql.Option.Put, 110.0), ql.AmericanExercise(today, today + 365))
     schedule = ql.DividendVector([today + d for d, _ in QUARTERLY], [x for _, x in QUARTERLY])
     for grid in (50, 100, 200, 400, 800):
         opt.setPricingEngine(ql.FdBlackScholesVanillaEngine(proc, schedule, grid, grid, 0, ql.FdmSchemeDesc.Douglas(),
                                                             False, -0.1, ql.FdBlackScholesVanillaEngine.Spot))
-        state = {"i": 0}
-
-        def run():
-            state["i"] += 1
-            spot.setValue(100.0 + 1e-9 * (state["i"] % 2))  # a fresh calculation each time
-            return opt.NPV()
-
         sec = best_of(run, repeats)
         spot.setValue(100.0)
         out["one_option"]["quantlib_fd"].append({"grid": grid, "s": sec, "error": abs(opt.NPV() - QUARTERLY_PUT_110)})
