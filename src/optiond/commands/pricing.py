@@ -16,8 +16,9 @@ from .. import _moved
 from .. import chain as chain_job
 from ..columns import TableFileError, read_csv_table
 from ..models import HESTON_RENAMED, Method
+from ..dividends import DIVIDENDS_COLUMN, valuation_instant
 from ..pricer import (OPTIONAL_COLUMNS, PORTFOLIO_COLUMNS, DaemonPricer, LocalPricer, merge_portfolio, portfolio_frame,
-                      portfolio_request)
+                      price_portfolio)
 
 #: a file of more rows than this is priced on the daemon as a followed job (progress bar; the
 #: client waits while the daemon lives and moves, and cancels the job if it stops waiting)
@@ -93,7 +94,7 @@ class _JobBar:
 
 
 def cmd_price(args: argparse.Namespace) -> int:
-    df = read_csv_table(args.file, PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS + tuple(HESTON_RENAMED))
+    df = read_csv_table(args.file, PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS + (DIVIDENDS_COLUMN,) + tuple(HESTON_RENAMED))
     df = portfolio_frame(df)  # a Heston file's earlier theta / rho columns, renamed (a warning)
     renamed = df.attrs.get("renamed_columns") or {}
     if renamed:
@@ -107,18 +108,23 @@ def cmd_price(args: argparse.Namespace) -> int:
         raise TableFileError(f"{args.file}: missing columns {missing}; expected {list(PORTFOLIO_COLUMNS)}")
     if df.empty:
         raise TableFileError(f"{args.file}: a header and no rows: nothing to price")
-    cols = portfolio_request(df)
+    try:
+        valuation = valuation_instant(args.valuation) if args.valuation else None
+    except ValueError as e:
+        print(f"optiond price: --valuation: {e}", file=sys.stderr)
+        return 2
     method = Method(steps=args.steps, greeks=not args.no_greeks, eps=args.eps, seed=args.seed, scheme=args.scheme,
                     grid=tuple(args.grid), time_steps=args.time_steps, device=args.device)
     pricer = make_pricer(args)
     if isinstance(pricer, DaemonPricer):  # a big file is a followed daemon job, with a progress bar
         bar = _JobBar(len(df), "price", not args.no_progress)
         try:
-            res = pricer.price_table(cols, method, as_job=True if len(df) > JOB_ROWS else None, on_progress=bar)
+            res = price_portfolio(pricer, df, method, valuation=valuation,
+                                  as_job=True if len(df) > JOB_ROWS else None, on_progress=bar)
         finally:
             bar.close()
     else:
-        res = pricer.price_table(cols, method)
+        res = price_portfolio(pricer, df, method, valuation=valuation)
     merge_portfolio(df, res).to_csv(args.output or sys.stdout, index=False)
     ok = int(np.sum(res.ok))
     print(f"priced {ok}/{len(res)} rows ({len(res) - ok} errors) in {res.elapsed_s:.3f} s on {res.device} ({res.via})",
@@ -281,6 +287,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Price every row of a portfolio CSV with columns "
                                    f"{','.join(PORTFOLIO_COLUMNS)} (style, dividend_yield, method, steps optional; "
                                    f"method binomial, black-scholes, mlmc or adi; optional {','.join(OPTIONAL_COLUMNS)}) and "
+                                   "an optional dividends column of cash dividends per row, 'YYYY-MM-DD:amount;...' (ex-dates, "
+                                   "read against --valuation) or 'years:amount;...' (years from the valuation, as expiry); "
                                    "(a result column whose name is already an input column, such as the Greek theta "
                                    "beside the Heston theta, is written as model_<name>) "
                                    "write it back with price,delta,gamma,theta,vega,rho,status,error,device appended. "
@@ -295,6 +303,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grid", type=int, nargs=2, default=(200, 100), metavar=("NS", "NV"), help="ADI grid (default 200 100)")
     p.add_argument("--time-steps", type=int, default=100, help="ADI time steps (default 100)")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto", help="where to price (default auto)")
+    p.add_argument("--valuation", metavar="DATE",
+                   help="valuation instant of the dividends column's ex-dates: YYYY-MM-DD (its 16:00 New York close) "
+                        "or an ISO 8601 timestamp; an ex-date counts from it at 09:30 New York on that day, in "
+                        "minutes over 525,600 (the chain's clock); expiry stays in years from it")
     p.add_argument("--allow-errors", action="store_true", help="exit 0 even if some rows failed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while the daemon prices a long file")
     _add_pricer_flags(p)
