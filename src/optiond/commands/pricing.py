@@ -16,7 +16,7 @@ from .. import _moved
 from .. import chain as chain_job
 from ..columns import TableFileError, read_csv_table
 from ..models import HESTON_RENAMED, Method
-from ..dividends import DIVIDENDS_COLUMN, valuation_instant
+from ..dividends import DIVIDENDS_COLUMN, read_dividend_file, valuation_instant
 from ..pricer import (OPTIONAL_COLUMNS, PORTFOLIO_COLUMNS, DaemonPricer, LocalPricer, merge_portfolio, portfolio_frame,
                       price_portfolio)
 
@@ -233,6 +233,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
     warn_ignored_columns("chain", df)
     try:
         curve = ZeroCurve.from_csv(args.rates) if args.rates else None
+        divs = read_dividend_file(args.dividends) if args.dividends else None
         chain_job.check_market_args(carry=args.carry, quote_time=args.quote_time, settlement=args.settlement,
                                     spot_mode=args.spot)
     except (CurveError, ValueError) as e:
@@ -245,12 +246,13 @@ def cmd_chain(args: argparse.Namespace) -> int:
     pricer = make_pricer(args)
     market = dict(steps=args.steps, rate=args.rate, dividend_yield=args.dividend_yield, curve=curve, carry=args.carry,
                   quote_time=args.quote_time, settlement=args.settlement, spot_mode=args.spot)
-    if isinstance(pricer, DaemonPricer):  # one request: the daemon solves the market next to its GPU
+    if isinstance(pricer, DaemonPricer) and divs is None:  # one request: the daemon solves the market next to its GPU
         out, summary = pricer.price_chain(df, **market)
     else:
         bar, update = _progress(len(df), df["underlying"].iloc[0] if len(df) else "chain")
         try:
-            out, summary = chain_job.price_chain(df, pricer, progress=update, **market)
+            # with dividends the job runs here, its pricing requests on the pricer (the daemon's too)
+            out, summary = chain_job.price_chain(df, pricer, progress=update, dividends=divs, **market)
         finally:
             bar.close()
     surface = None
@@ -333,6 +335,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--dividend-yield", type=float, default=chain_job.DEFAULT_DIVIDEND_YIELD,
                    help=f"continuous dividend yield, annual decimal: the carry of --carry flat, and with --spot "
                         f"implied the carry over the front expiry's few days (default {chain_job.DEFAULT_DIVIDEND_YIELD})")
+    c.add_argument("--dividends", metavar="FILE.csv",
+                   help="cash dividends: columns ex_date,amount (YYYY-MM-DD, currency units). Each contract's tree "
+                        "gets those ex after the quote and before its expiry (at the 09:30 open, the chain's clock); "
+                        "the carry solved per expiry is then the residual borrow beyond them, "
+                        "q = r - ln(F / (S - PV)) / T, PV in the forwards table")
     c.add_argument("--quote-time", metavar="TIME",
                    help="quote time of rows without a quote_time cell: HH:MM in New York time on the quote date, or "
                         "an ISO 8601 timestamp (default: the 16:00 close)")
