@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from . import _moved
+from . import dividends as dividend_schedules
 from . import pricer as _pricer
 from .columns import read_csv_table
 from .market import clock
@@ -122,10 +123,13 @@ class ChainSummary:
             notes = notes.str[len(common):].str.removeprefix("; ") if common else notes
             out.append("forwards and carry per expiry (rates and carry in %, call-put IV in vol points)"
                        + (f"; {common}:" if common else ":"))
-            out.append(f"  {'expiry':<10} {'set':<3} {'T (y)':>8} {'spot':>10} {'rate':>6} {'D':>8} {'forward':>11} {'carry':>7} "
+            cash = "pv_dividends" in self.forwards.columns  # then the carry is the borrow beyond them
+            out.append(f"  {'expiry':<10} {'set':<3} {'T (y)':>8} {'spot':>10} {'rate':>6} {'D':>8} "
+                       + (f"{'PV divs':>8} " if cash else "") + f"{'forward':>11} {'carry':>7} "
                        f"{'pairs':>5} {'c-p iv':>6}  method")
             for r, own in zip(self.forwards.itertuples(index=False), notes):
                 out.append(f"  {r.expiry:<10} {r.settlement:<3} {r.T:>8.5f} {r.spot:>10.4f} {100 * r.rate:>6.3f} {r.discount_factor:>8.6f} "
+                           + (f"{r.pv_dividends:>8.4f} " if cash else "") +
                            f"{r.forward:>11.4f} {100 * r.carry:>7.3f} {r.pairs:>5d} {r.call_minus_put_iv_pts:>6.2f}  "
                            f"{r.method}{'  (' + own + ')' if own else ''}")
         return out
@@ -164,10 +168,13 @@ class ChainMarket:
 
     Row arrays, shape (n,): ``T`` (years, NaN where the time cells did not parse), ``spot``
     (the underlying price priced on: the print, or the spot implied by the options),
-    ``rate``, ``dividend_yield`` (the carry), ``forward`` (``S exp((r - q) T)``), ``group``
-    (the row's index into ``table``, -1 where T is unknown), ``clock_error`` (per-row
-    message, "" when fine). ``table``: one row per (expiry, settlement), columns
-    :data:`FORWARD_COLUMNS`.
+    ``rate``, ``dividend_yield`` (the carry), ``forward`` (``(S - PV) exp((r - q) T)``, PV the
+    present value of the row's cash dividends, 0 without), ``group`` (the row's index into
+    ``table``, -1 where T is unknown), ``clock_error`` (per-row message, "" when fine).
+    ``table``: one row per (expiry, settlement), columns :data:`FORWARD_COLUMNS` (and
+    ``pv_dividends`` with a dividend file). ``dividend_times``, ``dividend_amounts``: each row's
+    cash dividends ex after its quote instant and before its expiry (years, currency units;
+    shape (n, m), NaN-padded), None without a dividend file.
     """
 
     T: np.ndarray
@@ -178,11 +185,22 @@ class ChainMarket:
     group: np.ndarray
     clock_error: list[str]
     table: pd.DataFrame
+    dividend_times: np.ndarray | None = None
+    dividend_amounts: np.ndarray | None = None
 
     def take(self, rows: np.ndarray) -> "ChainMarket":
         """The market of a subset of rows (the per-expiry table is kept whole)."""
+        cash = {} if self.dividend_times is None else dict(dividend_times=self.dividend_times[rows],
+                                                           dividend_amounts=self.dividend_amounts[rows])
         return ChainMarket(self.T[rows], self.spot[rows], self.rate[rows], self.dividend_yield[rows], self.forward[rows],
-                           self.group[rows], [self.clock_error[i] for i in rows], self.table)
+                           self.group[rows], [self.clock_error[i] for i in rows], self.table, **cash)
+
+    def dividend_columns(self, rows: np.ndarray) -> dict:
+        """The cash-dividend schedule columns of ``rows`` (:data:`optiond.models.DIVIDEND_FIELDS`;
+        none for a chain without a dividend file)."""
+        if self.dividend_times is None:
+            return {}
+        return dict(dividend_times=self.dividend_times[rows], dividend_amounts=self.dividend_amounts[rows])
 
 
 def _per_distinct(values: list, fn: Callable[[Any], str], rows: np.ndarray) -> np.ndarray:
@@ -243,13 +261,19 @@ def _iv(pricer: _pricer.Pricer, prices: Any, cols: dict, m: Method) -> ImpliedVo
     return _pricer.implied_vol_result(pricer.implied_vol(prices, cols, m), via=getattr(pricer, "via", "in-process"))
 
 
-def _iv_solver(pricer: _pricer.Pricer, spot: float, steps: int) -> Callable:
-    """The carry search's batched American IV solve, through the chain's pricer."""
+def _iv_solver(pricer: _pricer.Pricer, spot: float, steps: int,
+               schedules: dict[float, tuple[np.ndarray, np.ndarray]] | None = None) -> Callable:
+    """The carry search's batched American IV solve, through the chain's pricer; ``schedules``
+    maps an expiry's T (years, as the search passes it) to its cash dividends (times, amounts)."""
     m = Method(name="binomial", steps=steps, iv_tolerance=IV_TOLERANCE)
 
     def solve(prices, kind, T, rate, q, strike, lo=None, hi=None, spot=spot):
         cols = dict(kind=np.where(kind == 1, "call", "put").astype(object), style="american", spot=spot, strike=strike,
                     expiry=T, rate=rate, dividend_yield=q)
+        if schedules:
+            per_row = [schedules[t] for t in np.broadcast_to(np.asarray(T, dtype=np.float64), np.shape(strike)).tolist()]
+            cols["dividend_times"] = np.stack([t for t, _ in per_row])
+            cols["dividend_amounts"] = np.stack([a for _, a in per_row])
         if lo is not None:
             cols.update(iv_lo=lo, iv_hi=hi)
         iv = _iv(pricer, prices, cols, m)
@@ -276,7 +300,8 @@ def check_market_args(*, carry: str = "parity", quote_time: str | None = None, s
 
 
 def _implied_spot(american: list[int], pairs: list[ExpiryPairs], Tg: np.ndarray, rg: np.ndarray, q0: np.ndarray,
-                  S_print: float, dividend_yield: float, pricer: _pricer.Pricer, steps: int) -> tuple[float, str]:
+                  S_print: float, dividend_yield: float, pricer: _pricer.Pricer, steps: int,
+                  schedules: dict | None = None) -> tuple[float, str]:
     """The spot the options imply: the spot at which the front expiry (the shortest of at least
     :data:`FRONT_MIN_DAYS` days with :data:`FRONT_MIN_PAIRS` pairs) has the carry
     ``dividend_yield``: its call and put tree IVs agree there (the carry solve's condition with
@@ -289,7 +314,7 @@ def _implied_spot(american: list[int], pairs: list[ExpiryPairs], Tg: np.ndarray,
     if not cands:
         return S_print, "spot: the print (no front expiry to imply it from)"
     g = min(cands, key=lambda i: Tg[i])
-    r = solve_carry([pairs[g]], S_print, Tg[[g]], rg[[g]], q0[[g]], _iv_solver(pricer, S_print, steps),
+    r = solve_carry([pairs[g]], S_print, Tg[[g]], rg[[g]], q0[[g]], _iv_solver(pricer, S_print, steps, schedules),
                     spot_carry=dividend_yield)[0]
     if not r.converged:
         return S_print, "spot: the print (front-expiry solve failed)"
@@ -297,10 +322,21 @@ def _implied_spot(american: list[int], pairs: list[ExpiryPairs], Tg: np.ndarray,
     return S, f"spot {S:.4f} implied by the {365.0 * Tg[g]:.1f}-day forward (print {S_print:g})"
 
 
+def residual_carry(forward: Any, spot: Any, pv_dividends: Any, rate: Any, T: Any) -> Any:
+    """The continuous carry left once the cash dividends are in the tree: the ``q`` of
+    ``F = (S - PV) exp((r - q) T)``, i.e. ``q = r - ln(F / (S - PV)) / T`` (annual decimal; NaN
+    where ``S - PV <= 0``). ``PV`` is the present value of the dividends ex before the expiry,
+    each discounted at the expiry's rate ``r`` (the rate its tree prices with); 0 without
+    dividends gives the plain carry ``r - ln(F / S) / T``."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return rate - np.log(forward / (spot - pv_dividends)) / T
+
+
 def solve_market(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate: float = DEFAULT_RATE,
                  dividend_yield: float = DEFAULT_DIVIDEND_YIELD, curve: ZeroCurve | None = None,
                  carry: str = "parity", quote_time: str | None = None, settlement: str | None = None,
-                 spot_mode: str = "implied", steps: int = DEFAULT_STEPS) -> ChainMarket:
+                 spot_mode: str = "implied", steps: int = DEFAULT_STEPS,
+                 dividends: pd.DataFrame | None = None) -> ChainMarket:
     """Time to expiry, rate, forward and carry for every row of a chain.
 
     Args:
@@ -320,6 +356,14 @@ def solve_market(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate
             time or ISO 8601); None: 16:00 New York on the quote date.
         settlement: ``"am"``/``"pm"`` for rows without a ``settlement`` cell (None: pm).
         steps: CRR steps of the carry solve's tree IVs (those of the chain's pricing).
+        dividends: cash dividends (``ex_date``, ``amount`` rows,
+            :func:`optiond.dividends.read_dividend_file`), or None. Each row gets those ex after
+            its quote instant and before its expiry (:func:`optiond.dividends.chain_schedules`,
+            the chain's clock); they go into the tree, and the carry solved per expiry is the
+            residual borrow on top of them (:func:`residual_carry`): the forward is
+            ``F = (S - PV) exp((r - q) T)``, PV the dividends' present value at the expiry's
+            rate (the table's ``pv_dividends`` column), and the carry search prices its trees
+            with the dividends.
 
     Returns:
         :class:`ChainMarket`.
@@ -333,7 +377,7 @@ def solve_market(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate
     n = len(df)
     qt = df["quote_time"].where(df["quote_time"].notna(), quote_time).tolist() if "quote_time" in df else quote_time
     st = df["settlement"].where(df["settlement"].notna(), settlement).tolist() if "settlement" in df else settlement
-    T, _, clock_error = clock.expiry_years(df["quote_date"].tolist(), df["expiry"].tolist(), qt, st)
+    T, stamps, clock_error = clock.expiry_years(df["quote_date"].tolist(), df["expiry"].tolist(), qt, st)
     live = np.isfinite(T) & (T > 0)  # the time cells parsed (so do the expiry and settlement)
     settle = _per_distinct(st if isinstance(st, list) else [st] * n, clock.settlement_style, live)
     expiry = _per_distinct(df["expiry"].tolist(), lambda x: pd.Timestamp(x).date().isoformat(), live)
@@ -359,6 +403,15 @@ def solve_market(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate
     note = np.array([""] * E, dtype=object)
     few = np.zeros(E, dtype=bool)  # too few pairs to solve (else: solved, or the solve failed)
     spot_note = ""
+    cash = dividends is not None
+    div_t = div_a = schedules = None
+    gt, ga = np.full((E, 1), np.nan), np.zeros((E, 1))  # each expiry's dividends (from its first row's quote)
+    if cash:
+        div_t, div_a = dividend_schedules.chain_schedules(dividends, stamps, T)
+        if E:
+            gt, ga = dividend_schedules.chain_schedules(dividends, [stamps[m[0]] for m in members], Tg)
+        schedules = {float(Tg[g]): (gt[g], ga[g]) for g in range(E)}
+    fwd_parity = np.full(E, np.nan)
     if carry == "parity" and E:
         pairs = _expiry_pairs(group, kind, strike, bid, ask, two, E)
         american: list[int] = []
@@ -389,7 +442,12 @@ def solve_market(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate
             if not (np.isfinite(fit.forward) and fit.forward > 0):
                 note[g] = f"the parity fit gave no positive forward ({fit.forward:.6g})"
                 continue
-            q_parity = rg[g] - math.log(fit.forward / Sg[g]) / Tg[g]
+            pv = float(dividend_schedules.present_value(gt[g], ga[g], rg[g])[0]) if cash else 0.0
+            if not Sg[g] - pv > 0:
+                note[g] = f"the dividends' present value {pv:.6g} is not below the spot {Sg[g]:.6g}"
+                continue
+            q_parity = rg[g] - math.log(fit.forward / (Sg[g] - pv)) / Tg[g]
+            fwd_parity[g] = fit.forward
             pairs_used[g] = fit.pairs
             if european[g]:
                 qg[g], solved[g] = q_parity, True
@@ -401,13 +459,17 @@ def solve_market(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate
             S_used = S_print
             if spot_mode == "implied":
                 S_used, spot_note = _implied_spot(american, pairs, Tg, rg, q0, S_print, float(dividend_yield), pricer,
-                                                  steps)
+                                                  steps, schedules)
                 # every American expiry prices on it, those without a parity fit too (their carry is
                 # interpolated from expiries solved at this spot)
                 Sg[~european] = S_used
-                q0[american] = q0[american] + np.log(S_used / S_print) / Tg[american]
+                if cash:  # the parity forward's residual carry at the implied spot
+                    q0[american] = residual_carry(fwd_parity[american], S_used, dividend_schedules.present_value(
+                        gt[american], ga[american], rg[american]), rg[american], Tg[american])
+                else:
+                    q0[american] = q0[american] + np.log(S_used / S_print) / Tg[american]
             res = solve_carry([pairs[g] for g in american], S_used, Tg[american], rg[american], q0[american],
-                              _iv_solver(pricer, S_used, steps))
+                              _iv_solver(pricer, S_used, steps, schedules))
             for g, r in zip(american, res):
                 pairs_used[g] = r.pairs
                 if r.converged:
@@ -433,11 +495,14 @@ def solve_market(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate
         if spot_note:  # the spot of every American expiry, before its own notes
             note[~european] = ["; ".join(x for x in (spot_note, n_) if x) for n_ in note[~european]]
     Dg = np.exp(-rg * Tg)
-    Fg = Sg * np.exp((rg - qg) * Tg)
+    pvg = dividend_schedules.present_value(gt, ga, rg) if cash and E else np.zeros(E)
+    Fg = (Sg - pvg) * np.exp((rg - qg) * Tg) if cash else Sg * np.exp((rg - qg) * Tg)
     table = pd.DataFrame({"expiry": [k[0] for k in keys], "settlement": [k[1] for k in keys], "T": Tg, "spot": Sg,
                           "rate": rg,
                           "discount_factor": Dg, "forward": Fg, "carry": qg, "method": method, "pairs": pairs_used,
                           "call_minus_put_iv_pts": np.full(E, np.nan), "note": note}, columns=list(FORWARD_COLUMNS))
+    if cash:  # the carry is then the residual borrow on top of these dividends
+        table.insert(table.columns.get_loc("forward"), "pv_dividends", pvg)
     r_row = np.full(n, np.nan)
     q_row = np.full(n, np.nan)
     has = group >= 0
@@ -446,7 +511,9 @@ def solve_market(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate
     s_row[has] = Sg[group[has]]
     with np.errstate(invalid="ignore"):
         f_row = s_row * np.exp((r_row - q_row) * T)
-    return ChainMarket(T, s_row, r_row, q_row, f_row, group, clock_error, table)
+        if cash:
+            f_row = (s_row - dividend_schedules.present_value(div_t, div_a, r_row)) * np.exp((r_row - q_row) * T)
+    return ChainMarket(T, s_row, r_row, q_row, f_row, group, clock_error, table, div_t, div_a)
 
 
 # ----------------------------------------------------------------------------- pricing
@@ -570,7 +637,7 @@ def price_chain(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate:
                 curve: ZeroCurve | None = None, carry: str = "parity", quote_time: str | None = None,
                 settlement: str | None = None, spot_mode: str = "implied", market: ChainMarket | None = None,
                 chunk: int = 8192, progress: Callable[[int], None] | None = None,
-                finish: bool = True) -> tuple[pd.DataFrame, ChainSummary]:
+                finish: bool = True, dividends: pd.DataFrame | None = None) -> tuple[pd.DataFrame, ChainSummary]:
     """Market inputs per expiry, implied volatilities at bid/mid/ask, smile IVs, model prices
     and Greeks for every contract of a chain.
 
@@ -587,6 +654,10 @@ def price_chain(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate:
         progress: called with the number of contracts finished after each chunk.
         finish: compute ``iv_otm`` and the table's call-put residuals (:func:`finish_chain`);
             False for a part of a chain, whose caller finishes the whole (``iv_otm`` NaN here).
+        dividends: cash dividends (``ex_date``, ``amount``), as :func:`solve_market`: they go
+            into every contract's tree (European contracts with a dividend before expiry are
+            then priced on the CRR tree too, the closed form having no cash dividends), and
+            ``dividend_yield`` is the residual borrow on top of them.
 
     Returns:
         ``(out, summary)``: ``out`` is ``df`` with ``expiry_years, spot, rate, dividend_yield,
@@ -602,7 +673,8 @@ def price_chain(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate:
     t0 = time.perf_counter()
     if market is None:
         market = solve_market(df, pricer, rate=rate, dividend_yield=dividend_yield, curve=curve, carry=carry,
-                              quote_time=quote_time, settlement=settlement, spot_mode=spot_mode, steps=steps)
+                              quote_time=quote_time, settlement=settlement, spot_mode=spot_mode, steps=steps,
+                              dividends=dividends)
     market_s = time.perf_counter() - t0
     n = len(df)
     status, error, bid, ask, mid = _screen(df, market)
@@ -613,6 +685,8 @@ def price_chain(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate:
     spot = market.spot
     strike = pd.to_numeric(df["strike"], errors="coerce").to_numpy(dtype=np.float64)
     method_name = np.where(style == "european", "black-scholes", "binomial").astype(object)
+    if market.dividend_times is not None:  # the closed form has no cash dividends
+        method_name[np.isfinite(market.dividend_times).any(axis=1)] = "binomial"
     device, via = "cpu", getattr(pricer, "via", "in-process")
     with np.errstate(invalid="ignore"):
         live = np.isfinite(T) & (T > 0) & (market.group >= 0)
@@ -633,7 +707,8 @@ def price_chain(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate:
 
             def cols_of(r: np.ndarray, **extra) -> dict:
                 return dict(kind=kind[r], style=style[r], spot=spot[r], strike=strike[r], expiry=T[r],
-                            rate=market.rate[r], dividend_yield=market.dividend_yield[r], **extra)
+                            rate=market.rate[r], dividend_yield=market.dividend_yield[r],
+                            **market.dividend_columns(r), **extra)
 
             # 1. the mid's implied volatility, then the model price and Greeks there
             msel = sel[status[sel] == "ok"]

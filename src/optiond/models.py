@@ -351,6 +351,15 @@ def validate_dividends(times: Any, amounts: Any, spot: np.ndarray, expiry: np.nd
     return t, a, errors
 
 
+def per_row(name: str, value: Any, n: int) -> bool:
+    """Whether the request column ``name`` holds one entry per row of an ``n``-row table, so a
+    part of the table takes its rows: a 1-D array of length n, or for a cash-dividend column
+    (:data:`DIVIDEND_FIELDS`) a 2-D (n, m) schedule (a 1-D one is one schedule for every row)."""
+    if not isinstance(value, np.ndarray):
+        return False
+    return value.shape[:1] == (n,) and value.ndim == (2 if name in DIVIDEND_FIELDS else 1)
+
+
 def scalar_row(columns: Mapping[str, Any]) -> tuple | None:
     """The one-contract fast path: ``(kind, style, spot, strike, expiry, rate, dividend_yield,
     volatility)`` as Python values when every column is a scalar that certainly passes

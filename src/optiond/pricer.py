@@ -235,6 +235,45 @@ def portfolio_request(df: pd.DataFrame, columns: Iterable[str] = PORTFOLIO_COLUM
     return {c: df[c].to_numpy() for c in columns if c in df.columns}
 
 
+def price_portfolio(pricer: Pricer, df: pd.DataFrame, method: Method | None = None, *,
+                    columns: Iterable[str] = PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS, valuation: Any = None,
+                    **options: Any) -> Result:
+    """Price a portfolio table on ``pricer``: :func:`portfolio_request` of ``columns``, with
+    the cash-dividend schedules of its ``dividends`` column when it has one
+    (:func:`optiond.dividends.schedule_columns`: ``years:amount;...`` or
+    ``YYYY-MM-DD:amount;...``, ex-dates read against ``valuation``).
+
+    Args:
+        pricer: a :class:`Pricer`; ``options`` go to its ``price_table`` (the daemon pricer's
+            ``as_job``, ``on_progress``).
+        df: the portfolio, one row per option.
+        method: how to price.
+        valuation: the valuation instant of the ex-dates: a UTC :class:`pandas.Timestamp`, or
+            text for :func:`optiond.dividends.valuation_instant`; None: cells with ex-dates are
+            errors of their rows.
+
+    Returns:
+        The :class:`~optiond.models.Result` of every row, in order; a row whose ``dividends``
+        cell does not parse has status ``error`` and a reason naming the field (the others are
+        priced).
+
+    Raises:
+        ValueError: ``valuation`` text that does not parse.
+    """
+    from . import dividends
+
+    cols = portfolio_request(df, columns)
+    errors = []
+    if dividends.DIVIDENDS_COLUMN in df.columns:
+        when = dividends.valuation_instant(valuation) if isinstance(valuation, str) else valuation
+        cols["dividend_times"], cols["dividend_amounts"], errors = dividends.schedule_columns(
+            df[dividends.DIVIDENDS_COLUMN].tolist(), when)
+    res = pricer.price_table(cols, method, **options) if options else pricer.price_table(cols, method)
+    if errors:
+        res.mark_error([e.row for e in errors], [e.message for e in errors])
+    return res
+
+
 def result_column(name: str, inputs: Iterable[str]) -> str:
     """The output name of the result column ``name`` beside the input columns ``inputs``:
     ``model_<name>`` where an input column has that name (an input ``price`` column, say,

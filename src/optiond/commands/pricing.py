@@ -16,8 +16,9 @@ from .. import _moved
 from .. import chain as chain_job
 from ..columns import TableFileError, read_csv_table
 from ..models import HESTON_RENAMED, Method
+from ..dividends import DIVIDENDS_COLUMN, read_dividend_file, valuation_instant
 from ..pricer import (OPTIONAL_COLUMNS, PORTFOLIO_COLUMNS, DaemonPricer, LocalPricer, merge_portfolio, portfolio_frame,
-                      portfolio_request)
+                      price_portfolio)
 
 #: a file of more rows than this is priced on the daemon as a followed job (progress bar; the
 #: client waits while the daemon lives and moves, and cancels the job if it stops waiting)
@@ -93,7 +94,7 @@ class _JobBar:
 
 
 def cmd_price(args: argparse.Namespace) -> int:
-    df = read_csv_table(args.file, PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS + tuple(HESTON_RENAMED))
+    df = read_csv_table(args.file, PORTFOLIO_COLUMNS + OPTIONAL_COLUMNS + (DIVIDENDS_COLUMN,) + tuple(HESTON_RENAMED))
     df = portfolio_frame(df)  # a Heston file's earlier theta / rho columns, renamed (a warning)
     renamed = df.attrs.get("renamed_columns") or {}
     if renamed:
@@ -107,18 +108,23 @@ def cmd_price(args: argparse.Namespace) -> int:
         raise TableFileError(f"{args.file}: missing columns {missing}; expected {list(PORTFOLIO_COLUMNS)}")
     if df.empty:
         raise TableFileError(f"{args.file}: a header and no rows: nothing to price")
-    cols = portfolio_request(df)
+    try:
+        valuation = valuation_instant(args.valuation) if args.valuation else None
+    except ValueError as e:
+        print(f"optiond price: --valuation: {e}", file=sys.stderr)
+        return 2
     method = Method(steps=args.steps, greeks=not args.no_greeks, eps=args.eps, seed=args.seed, scheme=args.scheme,
                     grid=tuple(args.grid), time_steps=args.time_steps, device=args.device)
     pricer = make_pricer(args)
     if isinstance(pricer, DaemonPricer):  # a big file is a followed daemon job, with a progress bar
         bar = _JobBar(len(df), "price", not args.no_progress)
         try:
-            res = pricer.price_table(cols, method, as_job=True if len(df) > JOB_ROWS else None, on_progress=bar)
+            res = price_portfolio(pricer, df, method, valuation=valuation,
+                                  as_job=True if len(df) > JOB_ROWS else None, on_progress=bar)
         finally:
             bar.close()
     else:
-        res = pricer.price_table(cols, method)
+        res = price_portfolio(pricer, df, method, valuation=valuation)
     merge_portfolio(df, res).to_csv(args.output or sys.stdout, index=False)
     ok = int(np.sum(res.ok))
     print(f"priced {ok}/{len(res)} rows ({len(res) - ok} errors) in {res.elapsed_s:.3f} s on {res.device} ({res.via})",
@@ -227,6 +233,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
     warn_ignored_columns("chain", df)
     try:
         curve = ZeroCurve.from_csv(args.rates) if args.rates else None
+        divs = read_dividend_file(args.dividends) if args.dividends else None
         chain_job.check_market_args(carry=args.carry, quote_time=args.quote_time, settlement=args.settlement,
                                     spot_mode=args.spot)
     except (CurveError, ValueError) as e:
@@ -239,12 +246,13 @@ def cmd_chain(args: argparse.Namespace) -> int:
     pricer = make_pricer(args)
     market = dict(steps=args.steps, rate=args.rate, dividend_yield=args.dividend_yield, curve=curve, carry=args.carry,
                   quote_time=args.quote_time, settlement=args.settlement, spot_mode=args.spot)
-    if isinstance(pricer, DaemonPricer):  # one request: the daemon solves the market next to its GPU
+    if isinstance(pricer, DaemonPricer) and divs is None:  # one request: the daemon solves the market next to its GPU
         out, summary = pricer.price_chain(df, **market)
     else:
         bar, update = _progress(len(df), df["underlying"].iloc[0] if len(df) else "chain")
         try:
-            out, summary = chain_job.price_chain(df, pricer, progress=update, **market)
+            # with dividends the job runs here, its pricing requests on the pricer (the daemon's too)
+            out, summary = chain_job.price_chain(df, pricer, progress=update, dividends=divs, **market)
         finally:
             bar.close()
     surface = None
@@ -281,6 +289,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Price every row of a portfolio CSV with columns "
                                    f"{','.join(PORTFOLIO_COLUMNS)} (style, dividend_yield, method, steps optional; "
                                    f"method binomial, black-scholes, mlmc or adi; optional {','.join(OPTIONAL_COLUMNS)}) and "
+                                   "an optional dividends column of cash dividends per row, 'YYYY-MM-DD:amount;...' (ex-dates, "
+                                   "read against --valuation) or 'years:amount;...' (years from the valuation, as expiry); "
                                    "(a result column whose name is already an input column, such as the Greek theta "
                                    "beside the Heston theta, is written as model_<name>) "
                                    "write it back with price,delta,gamma,theta,vega,rho,status,error,device appended. "
@@ -295,6 +305,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grid", type=int, nargs=2, default=(200, 100), metavar=("NS", "NV"), help="ADI grid (default 200 100)")
     p.add_argument("--time-steps", type=int, default=100, help="ADI time steps (default 100)")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto", help="where to price (default auto)")
+    p.add_argument("--valuation", metavar="DATE",
+                   help="valuation instant of the dividends column's ex-dates: YYYY-MM-DD (its 16:00 New York close) "
+                        "or an ISO 8601 timestamp; an ex-date counts from it at 09:30 New York on that day, in "
+                        "minutes over 525,600 (the chain's clock); expiry stays in years from it")
     p.add_argument("--allow-errors", action="store_true", help="exit 0 even if some rows failed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar while the daemon prices a long file")
     _add_pricer_flags(p)
@@ -321,6 +335,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--dividend-yield", type=float, default=chain_job.DEFAULT_DIVIDEND_YIELD,
                    help=f"continuous dividend yield, annual decimal: the carry of --carry flat, and with --spot "
                         f"implied the carry over the front expiry's few days (default {chain_job.DEFAULT_DIVIDEND_YIELD})")
+    c.add_argument("--dividends", metavar="FILE.csv",
+                   help="cash dividends: columns ex_date,amount (YYYY-MM-DD, currency units). Each contract's tree "
+                        "gets those ex after the quote and before its expiry (at the 09:30 open, the chain's clock); "
+                        "the carry solved per expiry is then the residual borrow beyond them, "
+                        "q = r - ln(F / (S - PV)) / T, PV in the forwards table")
     c.add_argument("--quote-time", metavar="TIME",
                    help="quote time of rows without a quote_time cell: HH:MM in New York time on the quote date, or "
                         "an ISO 8601 timestamp (default: the 16:00 close)")

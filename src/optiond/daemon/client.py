@@ -101,7 +101,7 @@ import numpy as np
 import zmq
 
 from .. import costs, limits
-from ..models import ImpliedVol, InvalidInputError, Method, Result
+from ..models import DIVIDEND_FIELDS, ImpliedVol, InvalidInputError, Method, Result
 from . import paths
 # the other two modules of the client; their public names are re-exported from here
 from .client_jobs import JOB_LEASE_S, JOB_POLL_S, JOB_STALL_S, RESULT_POLL_S, Event, JobsMixin, Subscription
@@ -456,7 +456,7 @@ class Client(JobsMixin, ObjectsMixin):
                 out[name] = v
                 continue
             arr = np.asarray(v)
-            if arr.ndim > 1:
+            if arr.ndim > (2 if name in DIVIDEND_FIELDS else 1):  # a cash-dividend schedule per row: (n, m)
                 raise InvalidInputError(name, None, f"array of shape {arr.shape}", "columns must be one-dimensional")
             out[name] = encode_column(arr, buffers)
         return out

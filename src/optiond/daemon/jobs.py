@@ -49,7 +49,7 @@ import numpy as np
 
 from .. import runctl
 from ..costs import Cost
-from ..models import InvalidInputError, Method
+from ..models import InvalidInputError, Method, per_row
 from . import pool, wire
 
 log = logging.getLogger("optiond.daemon.jobs")
@@ -326,7 +326,7 @@ class SparseColumn:
 def _slice_columns(columns: dict, a: int, b: int, n: int) -> dict:
     out = {}
     for k, v in columns.items():
-        if isinstance(v, np.ndarray) and v.ndim == 1 and v.shape[0] == n:
+        if per_row(k, v, n):
             out[k] = v[a:b]
         else:
             out[k] = v

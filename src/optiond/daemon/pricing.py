@@ -33,7 +33,7 @@ import numpy as np
 import zmq
 
 from .. import costs, engine
-from ..models import Batch, InvalidInputError, Method, scalar_row
+from ..models import DIVIDEND_FIELDS, Batch, InvalidInputError, Method, per_row, scalar_row
 from .. import limits as limits_mod
 from . import chain_op, pool, wire
 from .cache import Entry, request_key
@@ -217,8 +217,8 @@ class PricingOps:
             n = 1
         else:
             n = 1
-            for v in columns.values():
-                if isinstance(v, np.ndarray) and v.ndim >= 1:
+            for k, v in columns.items():
+                if isinstance(v, np.ndarray) and v.ndim >= 1 and (k not in DIVIDEND_FIELDS or v.ndim == 2):
                     n = max(n, v.shape[0])
             if isinstance(prices, np.ndarray) and prices.ndim == 1:
                 n = max(n, prices.shape[0])
@@ -275,8 +275,8 @@ class PricingOps:
         required = _REQUIRED + (() if req.op == "implied_vol" else ("volatility",))
         if any(k not in cols for k in required):
             return False
-        for v in cols.values():
-            if isinstance(v, np.ndarray) and (v.ndim != 1 or v.shape[0] != req.n):
+        for k, v in cols.items():
+            if isinstance(v, np.ndarray) and not per_row(k, v, req.n) and not (k in DIVIDEND_FIELDS and v.ndim == 1):
                 return False
         if req.op == "implied_vol" and isinstance(req.prices, np.ndarray) and (
                 req.prices.ndim > 1 or (req.prices.ndim == 1 and req.prices.shape[0] != req.n)):
