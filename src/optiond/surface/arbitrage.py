@@ -17,6 +17,7 @@ Each check returns a :class:`Check` (``ok``, the worst value and where it occurs
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,11 +54,20 @@ class Check:
         return {"name": self.name, "ok": self.ok, "value": self.value, "where": self.where, "tol": self.tol}
 
 
-def check_grid(k_min: float = 0.0, k_max: float = 0.0, n: int = GRID_POINTS) -> np.ndarray:
-    """The check's ``k`` grid (shape ``(n,)``): ``[min(-1.5, k_min - 1), max(1.5, k_max + 1)]``."""
-    if not (np.isfinite(k_min) and np.isfinite(k_max)) or k_max < k_min:
+def check_span(k_min: float = 0.0, k_max: float = 0.0) -> tuple[float, float]:
+    """The checks' span of ``k``: ``(min(-1.5, k_min - 1), max(1.5, k_max + 1))``.
+
+    Raises:
+        ValueError: a quoted range that is not finite or has ``k_max < k_min``.
+    """
+    if not (math.isfinite(k_min) and math.isfinite(k_max)) or k_max < k_min:
         raise ValueError(f"quoted range must be finite with k_min <= k_max, got [{k_min}, {k_max}]")
-    return np.linspace(min(-GRID_SPAN, k_min - GRID_MARGIN), max(GRID_SPAN, k_max + GRID_MARGIN), n)
+    return min(-GRID_SPAN, k_min - GRID_MARGIN), max(GRID_SPAN, k_max + GRID_MARGIN)
+
+
+def check_grid(k_min: float = 0.0, k_max: float = 0.0, n: int = GRID_POINTS) -> np.ndarray:
+    """The check's ``k`` grid (shape ``(n,)``) over :func:`check_span`."""
+    return np.linspace(*check_span(k_min, k_max), n)
 
 
 def butterfly(p: SVI, k_min: float = 0.0, k_max: float = 0.0, *, tol: float = 0.0) -> Check:
@@ -121,4 +131,4 @@ def check_surface(surface, *, tol: float = 0.0) -> dict:
     return {"slices": per, "calendar": cal, "ok": ok}
 
 
-__all__ = ["Check", "butterfly", "calendar", "check_grid", "check_slice", "check_surface", "lee", "min_var"]
+__all__ = ["Check", "butterfly", "calendar", "check_grid", "check_span", "check_slice", "check_surface", "lee", "min_var"]

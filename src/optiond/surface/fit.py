@@ -130,6 +130,11 @@ def _inner(k: np.ndarray, w: np.ndarray, sw: np.ndarray, m: np.ndarray, s: np.nd
     return solver.qe_inner(k, w, sw, np.ascontiguousarray(m, dtype=np.float64), np.ascontiguousarray(s, dtype=np.float64))
 
 
+#: the solver's grid on unit intervals: a wing without its inner end, the quoted range, the
+#: other wing without its inner end
+_WING = np.linspace(0.0, 1.0, SOLVE_WINGS, endpoint=False)
+_MIDDLE = np.linspace(0.0, 1.0, SOLVE_POINTS)
+_WING_HI = np.linspace(0.0, 1.0, SOLVE_WINGS)[1:]
 #: the quasi-explicit grid's ``sigma`` values and a zoom round's offsets (unit widths)
 _QE_SIGMA = np.geomspace(1e-3, 1.0, QE_GRID)
 _ZOOM = np.linspace(-1.0, 1.0, 7)
@@ -284,9 +289,8 @@ def fit_slice(k, iv_mid, iv_bid=None, iv_ask=None, T: float = 1.0, *, prev: SVI 
     def grid(a: float, b: float) -> np.ndarray:
         """The solver's grid: :data:`SOLVE_POINTS` over ``[a, b]`` and :data:`SOLVE_WINGS` over
         each of the checks' extensions beyond it (the checks' span)."""
-        ends = arbitrage.check_grid(a, b, 2)
-        return np.concatenate([np.linspace(ends[0], a, SOLVE_WINGS, endpoint=False), np.linspace(a, b, SOLVE_POINTS),
-                               np.linspace(b, ends[1], SOLVE_WINGS)[1:]])
+        lo, hi = arbitrage.check_span(a, b)
+        return np.concatenate([lo + (a - lo) * _WING, a + (b - a) * _MIDDLE, b + (hi - b) * _WING_HI])
 
     where = [grid(k_min, k_max), np.empty(0), np.empty(0)]
     if prev is not None:
@@ -386,7 +390,8 @@ def outliers(k: np.ndarray, iv: np.ndarray, spread: np.ndarray | None = None) ->
     i = np.arange(n)
     win = np.clip(i - 2, 0, n - 5)[:, None] + np.arange(5)[None, :]  # 5 consecutive, holding i
     others = np.sort(np.where(win == i[:, None], n, win), axis=1)[:, :4]  # the 4 others
-    med = np.median(s[others], axis=1)
+    four = np.sort(s[others], axis=1)
+    med = 0.5 * (four[:, 1] + four[:, 2])  # the median of four
     sp = np.zeros(n) if spread is None else np.nan_to_num(np.asarray(spread, dtype=np.float64)[o], nan=0.0)
     bad = (np.abs(s - med) > OUTLIER_REL * med) & (np.abs(s - med) > OUTLIER_SPREADS * sp)
     out = np.zeros(n, dtype=bool)
