@@ -102,7 +102,7 @@ QE_GRID = 12
 QE_ZOOMS = 3
 #: starts of the final fit (the quasi-explicit one and the next best of its grid), the
 #: penalty's continuation from each, the solver's accepted steps per stage and its tolerance
-STARTS = 3
+STARTS = 2
 CONTINUATION = (1.0, 10.0, 100.0, PENALTY)
 #: the solver's accepted steps in the first stage from each start (the best goes on)
 SCREEN_ITER = 10
