@@ -211,3 +211,13 @@ def test_cash_dividends_orders_and_drops():
                                  np.array([[1.0, 2.0, 3.0, 0.0], [1.0, 2.0, 3.0, 0.0]]))
     assert S2.tolist() == [98.0, 98.0] and n.tolist() == [2, 1]
     assert t[0, :2].tolist() == [0.2, 0.7] and a[0, :2].tolist() == [3.0, 1.0] and t[1, 0] == 0.2
+
+
+def test_a_drop_wider_than_the_lattice_keeps_the_low_volatility_limit():
+    # sigma -> 0 with r = q = 0: the put is worth max(K - (S - D), 0) (the stock only drops by D);
+    # at sigma = 0.5 % the lattice at the ex-date spans about +-0.6 %, less than the 2 % drop, so
+    # every node reads below the lattice (the two lowest nodes' line, bounded by the values there)
+    for style in (0, 1):
+        px = crr_batch([0, 0], style, S, [90.0, 100.0], 0.5, 0.0, 0.0, 0.005, 500, greeks=False,
+                       dividend_times=[0.25], dividend_amounts=[2.0])[0]
+        assert abs(px[0]) < 1e-9 and abs(px[1] - 2.0) < 1e-6

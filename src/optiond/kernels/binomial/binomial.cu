@@ -541,8 +541,9 @@ __device__ __forceinline__ void warp_tree(const double* __restrict__ par, int N,
 // binomial_cpu.crr_tree_div: the levels between ex-dates run as in warp_tree (run_levels); at a
 // dividend's level L (host: binomial_cpu.dividend_level) the level's values go to the warp's
 // scratch rows in global memory, and each node j takes the value at S_j - D by the CPU's
-// interpolation (quadratic in S through the three nearest nodes; linear to the value v0 at
-// S = 0 below the lowest node, v0 from the host), then max with the cum-dividend exercise value
+// interpolation (quadratic in S through the three nearest nodes; below the lowest node the two
+// lowest nodes' line kept between their value and v0, the value at S = 0 from the host), then
+// max with the cum-dividend exercise value
 // (American). Each lane takes a run of consecutive nodes: their values come from one exp for the
 // first and products along it, the bracketing node from one log and a forward walk, as the CPU's
 // chain and walk (the two differ by rounding only). X rows that run_levels leaves stale hold values <= 0 (exercise_rows), which the
@@ -599,8 +600,9 @@ __device__ __forceinline__ void apply_dividend(double (&V)[R][G], double (&X)[R]
             double w;
             if (x <= 0.0) {
                 w = v0;
-            } else if (x < s0) {
-                w = v0 + (rv[0] - v0) * (x / s0);
+            } else if (x < s0) {  // below the lattice: the lowest two nodes' line, between V[0] and v0
+                const double e = rv[0] + (rv[1] - rv[0]) * (x - s0) / (s0 * (u2 - 1.0));
+                w = fmin(fmax(e, fmin(rv[0], v0)), fmax(rv[0], v0));
             } else {
                 while (i < t && xi * u2 <= x) { ++i; xm = xi; xi *= u2; }
                 if (t < 2) {

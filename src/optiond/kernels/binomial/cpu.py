@@ -75,9 +75,11 @@ def _apply_dividend(is_call, american, S, K, T, r, a, N, t, D, V, X, W):
     """Carry the level-``t`` values across a cash dividend ``D`` (Vellekoop & Nieuwenhuis 2006,
     §3): the value just before the ex-date at node ``S_j`` is the value just after it at
     ``S_j - D``, read from the level's ex-dividend values by quadratic interpolation in ``S``
-    through the three nearest nodes (linear with two nodes; towards ``S = 0`` linear to the value
-    there: 0 for a call, ``K`` for an American put, ``K e^{-r (T - t dt)}`` for a European put);
-    then the cum-dividend exercise value ``X`` (American).
+    through the three nearest nodes (linear with two nodes); below the level's lowest node ``s0``
+    (a drop wider than the lattice: an early or large dividend, a low volatility) by the line
+    through the two lowest nodes, kept between the value at ``s0`` and the value at ``S = 0``
+    (0 for a call, ``K`` for an American put, ``K e^{-r (T - t dt)}`` for a European put), as
+    the value is monotone in ``S``; then the cum-dividend exercise value ``X`` (American).
 
     The level's nodes ``s0 u^(2i)`` come from one product chain (no exp per node) and the node
     at or below ``S_j - D`` from one forward walk (``S_j - D`` grows with ``j``): O(t) flops."""
@@ -105,8 +107,9 @@ def _apply_dividend(is_call, american, S, K, T, r, a, N, t, D, V, X, W):
         if x <= 0.0:
             W[j] = v0
             continue
-        if x < s0:
-            W[j] = v0 + (V[0] - v0) * (x / s0)
+        if x < s0:  # below the lattice: the lowest two nodes' line, between V[0] and v0
+            e = V[0] + (V[1] - V[0]) * (x - s0) / (s0 * (u2 - 1.0))
+            W[j] = min(max(e, min(V[0], v0)), max(V[0], v0))
             continue
         while i < t and xi * u2 <= x:
             i += 1
