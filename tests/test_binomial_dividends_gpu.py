@@ -87,3 +87,30 @@ def test_front_door_prices_dividend_rows_on_the_gpu_and_wide_trees_on_the_cpu():
     assert "dividends_note" in wide.diagnostics
     assert wide.price[0] == bc.crr_batch(0, 1, 100.0, 100.0, 1.0, 0.05, 0.0, 0.3, bg.DIV_MAX_STEPS + 500,
                                          greeks=False, dividend_times=[0.25, 0.5], dividend_amounts=[1.0, 1.0])[0, 0]
+
+
+def test_gpu_implied_vol_with_dividends_equals_the_cpu():
+    from optiond.kernels.binomial import iv_gpu
+
+    kind, style, S, K, T, r, q, vol, N, t, a = _random_book(120, 5)
+    N = np.minimum(N, 600)
+    px = bc.crr_batch(kind, style, S, K, T, r, q, vol, N, greeks=False, dividend_times=t, dividend_amounts=a)[0]
+    cpu_iv, cpu_code = bc.crr_implied_vol(px, kind, style, S, K, T, r, q, N, dividend_times=t, dividend_amounts=a)
+    dev_iv, dev_code = iv_gpu.crr_implied_vol_gpu(px, kind, style, S, K, T, r, q, N, dividend_times=t,
+                                                  dividend_amounts=a)
+    # the same Brent steps on the same tree prices: the same roots (where a price hardly moves with
+    # the volatility, deep in or out of the money, the root is any of several: the CPU's one)
+    assert (dev_code == cpu_code).all()
+    ok = cpu_code == 0
+    assert ok.mean() > 0.8
+    np.testing.assert_allclose(dev_iv[ok], cpu_iv[ok], rtol=0, atol=1e-9)
+
+
+def test_front_door_implied_vol_with_dividends_on_the_gpu():
+    cols = dict(kind=["put", "call"], style="american", spot=100.0, strike=100.0, expiry=1.0, rate=0.05,
+                dividend_times=[[0.25, 0.5], [0.25, 0.5]], dividend_amounts=[[1.0, 1.0], [1.0, 1.0]])
+    px = bc.crr_batch([0, 1], 1, 100.0, 100.0, 1.0, 0.05, 0.0, 0.3, 800, greeks=False,
+                      dividend_times=[0.25, 0.5], dividend_amounts=[1.0, 1.0])[0]
+    iv = engine.implied_vol_table(px, cols, Method(steps=800, device="gpu"))
+    assert iv.device.startswith("gpu") and iv.status.tolist() == ["ok", "ok"]
+    np.testing.assert_allclose(iv.vol, 0.3, atol=1e-8)

@@ -192,22 +192,32 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str, l
     n = len(batch)
     steps = method.steps_for(n)
     cash = dividend_rows(batch)
-    if device != "cpu" and cash.any() and not cash.all():
-        # the cash-dividend rows on the CPU (the device root find is dividend-free), the rest here
-        rest, on_cpu = np.flatnonzero(~cash), np.flatnonzero(cash)
-        part = implied_vol(prices[rest], batch.take(rest), _rows(method, steps, rest), device, _at(lo, rest),
-                           _at(hi, rest))
-        full = ImpliedVol.empty(n, device=part.device)
-        part.scatter(full, rest)
-        implied_vol(prices[on_cpu], batch.take(on_cpu), _rows(method, steps, on_cpu), "cpu", _at(lo, on_cpu),
-                    _at(hi, on_cpu)).scatter(full, on_cpu)
-        return full
-    if device == "cpu" or cash.any():
+    if device == "cpu":
         vol, code = cpu.crr_implied_vol(prices, batch.kind, batch.style, batch.spot, batch.strike, batch.expiry,
                                         batch.rate, batch.dividend_yield, steps, lo=lo, hi=hi, xtol=method.iv_tolerance,
                                         dividend_times=batch.market.dividend_times,
                                         dividend_amounts=batch.market.dividend_amounts)
         return ImpliedVol.from_codes(vol, code)
+    if cash.any():
+        # cash-dividend rows on the device root find's dividend trees (N <= DIV_MAX_STEPS), wider
+        # ones on the CPU, the rest as without dividends
+        from . import gpu, iv_gpu
+
+        fits = steps <= gpu.DIV_MAX_STEPS
+        full = ImpliedVol.empty(n, device=gpus.device_label())
+        for rows, where in ((np.flatnonzero(~cash), device), (np.flatnonzero(cash & ~fits), "cpu")):
+            if rows.size:
+                implied_vol(prices[rows], batch.take(rows), _rows(method, steps, rows), where, _at(lo, rows),
+                            _at(hi, rows)).scatter(full, rows)
+        rows = np.flatnonzero(cash & fits)
+        if rows.size:
+            d = batch.take(rows)
+            vol, code = _on_gpu(iv_gpu.crr_implied_vol_gpu, prices[rows], d.kind, d.style, d.spot, d.strike, d.expiry,
+                                d.rate, d.dividend_yield, steps[rows], lo=_at(lo, rows), hi=_at(hi, rows),
+                                xtol=method.iv_tolerance, dividend_times=d.market.dividend_times,
+                                dividend_amounts=d.market.dividend_amounts)
+            ImpliedVol.from_codes(vol, code, device=full.device).scatter(full, rows)
+        return full
     from . import gpu, iv_gpu
 
     label = gpus.device_label()

@@ -1058,11 +1058,17 @@ __device__ __forceinline__ void crr_iv_par(double* __restrict__ out, bool call, 
     for (int k = P_UR; k < CRR_NPAR; ++k) out[k] = 0.0;
 }
 
-template <int G, int R>
+// DIV: options may carry cash dividends (div_n, div_lev, div_amt, div_v0 per option as
+// crr_batch_warp_div reads them; scratch: three rows of 32 G R doubles per warp of the grid); their
+// trees are warp_tree_div's. Without, the arguments are unused (null).
+template <int G, int R, bool DIV>
 __global__ void __launch_bounds__(128, 1) crr_iv_warp(const double* __restrict__ opt, const int* __restrict__ steps,
                                                      const int* __restrict__ flags, const int* __restrict__ order, int n,
                                                      int* __restrict__ counter, double xtol, int max_iter, int pd_fma, int anchor,
-                                                     double* __restrict__ vol, int* __restrict__ status) {
+                                                     double* __restrict__ vol, int* __restrict__ status,
+                                                     const int* __restrict__ div_n, const int* __restrict__ div_lev,
+                                                     const double* __restrict__ div_amt, const double* __restrict__ div_v0,
+                                                     double* __restrict__ scratch) {
     __shared__ double spar[4][CRR_NPAR];
     __shared__ double sprice[4];
     const int lane = threadIdx.x & 31;
@@ -1078,7 +1084,14 @@ __global__ void __launch_bounds__(128, 1) crr_iv_warp(const double* __restrict__
         auto f = [&](double sigma) -> double {
             if (lane == 0) crr_iv_par(spar[w], call, S, K, T, r, q, sigma, N, pd_fma != 0, anchor);
             __syncwarp();
-            warp_tree<double, G, R, false>(spar[w], N, am, &sprice[w], nullptr);
+            if constexpr (DIV) {
+                const size_t od = (size_t)i * CRR_MAXDIV;
+                const int wid = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+                warp_tree_div<G, R>(spar[w], N, am, div_n[i], div_lev + od, div_amt + od, div_v0 + od,
+                                    scratch + (size_t)wid * (3 * 32 * G * R), &sprice[w], nullptr);
+            } else {
+                warp_tree<double, G, R, false>(spar[w], N, am, &sprice[w], nullptr);
+            }
             __syncwarp();
             const double v = sprice[w];
             __syncwarp();

@@ -15,7 +15,8 @@ from ...columns import as_columns
 from .. import gpu as gpus
 from ..rootfind import FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, B, brent_init, brent_step_rows
 from . import cpu as bc
-from .gpu import REANCHOR, _gpu_call, _run_trees, _tree_table, kernel, pd_fma_mode, resident_blocks
+from .gpu import (DIV_MAX_STEPS, REANCHOR, _dividend_table, _gpu_call, _run_trees, _tree_table, kernel, pd_fma_mode,
+                  resident_blocks)
 from .variants import IV_WARP_SHAPES, iv_kernel_name
 
 
@@ -31,7 +32,8 @@ def _gpu_price_evaluator(precision: str):
 
 def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend_yield, steps, lo=bc.MIN_IV,
                         hi=bc.MAX_IV, xtol=1e-12, precision="fp64",
-                        evaluator: Callable[..., np.ndarray] | None = None, max_iter: int = 200):
+                        evaluator: Callable[..., np.ndarray] | None = None, max_iter: int = 200,
+                        dividend_times=None, dividend_amounts=None):
     """Implied volatilities of a whole chain by Brent's root find on the CRR tree price, the
     same Brent steps per option as :func:`optiond.kernels.binomial.cpu.crr_implied_vol`, so
     the results agree with it.
@@ -50,16 +52,24 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
             (default: the GPU batch kernel, or the device root find where it applies); the CPU
             ``crr_batch`` can be passed for testing.
         max_iter: Brent steps per option (as the CPU's 200).
+        dividend_times, dividend_amounts: cash dividends as ``crr_implied_vol`` (the spot model,
+            its lower end of the search for a row with dividends included): the root find runs
+            on the device (``crr_iv_warp<G, R, true>``, the trees of ``crr_batch_warp_div``);
+            every tree must fit a warp (N <= :data:`optiond.kernels.binomial.gpu.DIV_MAX_STEPS`).
 
     Returns:
         ``(vol, status)`` as ``crr_implied_vol`` (float64 NaN where none; int8 IV_* codes).
 
     Raises:
         GPUError: a GPU failure (the caller falls back to the CPU).
+        ValueError: cash dividends with a tree wider than a warp holds, or with an evaluator.
     """
     p, kind, style, S, K, T, r, q, N, lo, hi = as_columns(price, (kind, np.int8), (style, np.int8), spot, strike, expiry,
                                                           rate, dividend_yield, (steps, np.int64), lo, hi)
     n = S.shape[0]
+    table = None
+    if dividend_times is not None:
+        S, div_t, div_a, nd = bc.cash_dividends(S, T, dividend_times, dividend_amounts)
     f = evaluator or _gpu_price_evaluator(precision)
     vol = np.full(n, np.nan)
     status = np.zeros(n, dtype=np.int8)
@@ -67,6 +77,16 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
     status[~valid] = IV_INVALID
     dt = T / N
     lo_i = np.maximum(lo, 1.0001 * np.abs(r - q) * np.sqrt(dt) + 1e-12)
+    if dividend_times is not None:
+        if evaluator is not None or (n and int(N.max()) > DIV_MAX_STEPS):
+            raise ValueError(f"implied volatilities with cash dividends on the GPU need N <= {DIV_MAX_STEPS} and the "
+                             "device root find")
+        # the CPU's lower end for a row with dividends (crr_implied_vol): the lattice spans the drop
+        drop = np.cumsum(div_a, axis=1)[:, -1] if div_a.shape[1] else np.zeros(n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            floor = 2.0 * np.log(S / (S - drop)) / np.sqrt(T * N)
+        lo_i = np.where((nd > 0) & (drop < S), np.maximum(lo_i, floor), lo_i)
+        table = (nd, div_t, div_a)
     bracketed = np.isfinite(lo_i) & np.isfinite(hi) & (lo_i < hi)  # NaN-safe
     status[valid & ~bracketed] = IV_INVALID
     idx = np.flatnonzero(valid & bracketed)
@@ -74,8 +94,14 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
         return vol, status
     G, R = IV_WARP_SHAPES[-1]
     if evaluator is None and int(N[idx].max()) + 1 <= 32 * G * R:  # FP64 on the device, whatever precision
+        cash = None
+        if table is not None:
+            nd, div_t, div_a = table
+            sub = np.arange(idx.size)
+            cash = _dividend_table(T[idx], r[idx], K[idx], kind[idx], style[idx], N[idx], r[idx], sub, div_t[idx],
+                                   div_a[idx], nd[idx])
         vol[idx], status[idx] = _gpu_call(_iv_device, p[idx], kind[idx], style[idx], S[idx], K[idx], T[idx], r[idx],
-                                          q[idx], N[idx], lo_i[idx], hi[idx], float(xtol), int(max_iter))
+                                          q[idx], N[idx], lo_i[idx], hi[idx], float(xtol), int(max_iter), cash)
         return vol, status
     # both bracket ends of every option in one launch
     two = np.concatenate([idx, idx])
@@ -109,13 +135,15 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
     return vol, status
 
 
-def _iv_device(p, kind, style, S, K, T, r, q, N, lo, hi, xtol: float, max_iter: int) -> tuple[np.ndarray, np.ndarray]:
+def _iv_device(p, kind, style, S, K, T, r, q, N, lo, hi, xtol: float, max_iter: int,
+               cash: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The root find of :func:`crr_implied_vol_gpu` on the device (binomial.cu, ``crr_iv_warp``)
     for options with a valid bracket ``lo < hi`` (``lo`` already above the p-in-[0, 1] bound):
     persistent warps, longest trees first, one launch per warp shape (the narrowest that holds
     each option's tree: a few wide trees do not slow the rest), one copy back. Returns
     ``(vol, status)`` (status: the IV_* codes IV_OK, IV_BELOW, IV_ABOVE, IV_NOT_CONVERGED,
-    which crr_iv_warp writes as 0..3)."""
+    which crr_iv_warp writes as 0..3). ``cash``: the options' dividend table
+    (:func:`optiond.kernels.binomial.gpu._dividend_table`), run by ``crr_iv_warp<G, R, true>``."""
     cp = gpus.cupy()
     m = int(p.shape[0])
     opt = np.ascontiguousarray(np.column_stack([S, K, T, r, q, p, lo, hi]), dtype=np.float64)
@@ -133,15 +161,22 @@ def _iv_device(p, kind, style, S, K, T, r, q, N, lo, hi, xtol: float, max_iter: 
         d_out = cp.empty(m, dtype=cp.float64)
         d_st = cp.empty(m, dtype=cp.int32)
         d_steps, d_flags, d_order, d_cnt = d_int[:m], d_int[m:2 * m], d_int[2 * m:3 * m], d_int[3 * m:]
+        null = np.uint64(0)
+        div_args = (null,) * 5
+        if cash is not None:
+            count, level, amount, v0 = cash
+            div_args = (cp.asarray(count), cp.asarray(level), cp.asarray(amount), cp.asarray(v0), None)
         for s, (G, R) in enumerate(IV_WARP_SHAPES):
             a, b = int(starts[s]), int(starts[s + 1])
             if a == b:
                 continue
-            k = kernel(iv_kernel_name(G, R))
+            k = kernel(iv_kernel_name(G, R, cash is not None))
             grid = min((b - a + 3) // 4, resident_blocks(k, 128))
+            if cash is not None:
+                div_args = div_args[:4] + (cp.empty(grid * 4 * 3 * 32 * G * R, dtype=cp.float64),)
             k((grid,), (128,), (d_opt, d_steps, d_flags, d_order[a:b], np.int32(b - a), d_cnt[s:s + 1],
                                np.float64(xtol), np.int32(max_iter), np.int32(1 if pd_fma_mode() else 0),
-                               np.int32(REANCHOR), d_out, d_st))
+                               np.int32(REANCHOR), d_out, d_st) + div_args)
         vol = cp.asnumpy(d_out, stream=stream)
         st = cp.asnumpy(d_st, stream=stream)
         stream.synchronize()

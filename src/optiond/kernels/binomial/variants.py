@@ -103,8 +103,8 @@ PIPE_PRUNED = Variant("crr_pipe_grid", "double", 4, 1, K=96, threads=128, prune=
 IV_WARP_SHAPES = tuple((v.G, v.R) for v in WARP_VARIANTS["fp64"])
 
 
-def iv_kernel_name(G: int, R: int) -> str:
-    return f"crr_iv_warp<{G}, {R}>"
+def iv_kernel_name(G: int, R: int, dividends: bool = False) -> str:
+    return f"crr_iv_warp<{G}, {R}, {'true' if dividends else 'false'}>"
 
 
 #: the cash-dividend warp kernel's shapes (binomial.cu, crr_batch_warp_div<G, R>; FP64,
@@ -123,7 +123,7 @@ def plain_names(clusters: bool = True) -> list[str]:
     vs += [v for v in BENCH_PIPE_VARIANTS if v.kernel != "crr_pipe_grid"]
     if clusters:
         vs += list(PIPE_CLUSTER.values()) + BENCH_CLUSTER_VARIANTS
-    return (sorted({v.name for v in vs}) + [iv_kernel_name(G, R) for G, R in IV_WARP_SHAPES]
+    return (sorted({v.name for v in vs}) + [iv_kernel_name(G, R, d) for G, R in IV_WARP_SHAPES for d in (False, True)]
             + [div_kernel_name(G, R) for G, R in DIV_WARP_SHAPES] + ["crr_naive_leaves", "crr_naive_step"])
 
 
