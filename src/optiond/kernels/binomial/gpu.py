@@ -148,8 +148,9 @@ def module(coop: bool):
 
 
 def kernel(name: str, coop: bool = False):
-    """A compiled kernel by its template name (see :class:`~optiond.kernels.binomial.variants.Variant`)."""
-    key = ("k", name)
+    """A compiled kernel by its template name (see :class:`~optiond.kernels.binomial.variants.Variant`),
+    from the module of the current device (a handle is only valid on the device it was loaded on)."""
+    key = ("k", name, bool(coop), int(gpus.cupy().cuda.runtime.getDevice()))
     with _lock:
         if key not in _state:
             _state[key] = module(coop).get_function(name)
