@@ -420,9 +420,12 @@ def test_table_drives_the_functions():
         f = F.WORKSHEET_FUNCTIONS[spec.name]
         assert f.__doc__ == spec.description and len(spec.description) <= LIMIT
         assert all(a.doc and len(a.doc) <= LIMIT and a.name != "caller" for a in spec.args)
-    assert table.BY_NAME["BOPM_PUT"].signature() == "BOPM_PUT(S, K, T, r, sigma, N, [q], [american])"
-    assert table.BY_NAME["BOPM_IV"].signature() == "BOPM_IV(price, S, K, T, r, [q], [kind], [N], [american])"
-    assert table.BY_NAME["BOPM_GREEKS"].signature() == "BOPM_GREEKS(S, K, T, r, sigma, N, [q], [kind], [american])"
+    assert table.BY_NAME["BOPM_PUT"].signature() == ("BOPM_PUT(S, K, T, r, sigma, N, [q], [american], [div_times], "
+                                                      "[div_amounts])")
+    assert table.BY_NAME["BOPM_IV"].signature() == ("BOPM_IV(price, S, K, T, r, [q], [kind], [N], [american], "
+                                                    "[div_times], [div_amounts])")
+    assert table.BY_NAME["BOPM_GREEKS"].signature() == ("BOPM_GREEKS(S, K, T, r, sigma, N, [q], [kind], [american], "
+                                                        "[div_times], [div_amounts])")
     assert "## `BS_CALL(S, K, T, r, sigma, [q])`" in generate.reference()
 
 
@@ -461,7 +464,8 @@ def test_vba_golden_files_are_current():
     for spec in table.FUNCTIONS:
         assert f"Function {spec.name}(" in vba
         assert f'XLPy.CallUDF("{table.UDF_MODULE}", "{spec.name}"' in vba
-    assert "Function BOPM_IV(price, S, K, T, r, Optional q, Optional kind, Optional N, Optional american)" in vba
+    assert ("Function BOPM_IV(price, S, K, T, r, Optional q, Optional kind, Optional N, Optional american, "
+            "Optional div_times, Optional div_amounts)") in vba
 
 
 # ---- small requests priced in this process; one cell by the short path -------------------------

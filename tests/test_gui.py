@@ -394,6 +394,113 @@ def test_forward_table_and_smile_follow_the_whole_chain(qtbot, panel, tmp_path):
     assert len(bars) == 1
 
 
+def _refused_before_pricing(settings: backend.BatchSettings) -> backend.BatchOutcome:
+    """run_batch of a bit of the AAPL chain with settings it refuses before any request: the
+    outcome, whose error says why (never raising, nothing priced)."""
+
+    class NoDaemon:
+        def price_table(self, *a, **k):
+            raise AssertionError("not called")
+
+        implied_vol = price_table
+
+    df = chain.read_chain(str(AAPL)).iloc[:20]
+    out = backend.run_batch(df, "chain", NoDaemon(), settings, cancel=threading.Event())
+    assert out.error and out.done == 0 and out.forwards is None
+    return out
+
+
+#: a made-up cash-dividend schedule for the AAPL chain: both expiries of _two_expiries have the
+#: first ex-date before them, only the later one the second
+AAPL_DIVS = (("2026-03-09", 0.26), ("2026-03-16", 0.31))
+
+
+def test_chain_with_a_dividend_file(qtbot, panel, tmp_path):
+    """A dividend file chosen on the Batch tab goes where optiond chain --dividends puts it:
+    the forward table gains pv_dividends (the dividends before each expiry discounted at its
+    rate, written out here), and each row's model price is the tree priced directly with its
+    inputs and its own schedule. Cleared, the run is the one without dividends again."""
+    from optiond import dividends
+    from optiond.kernels.binomial.cpu import crr_batch
+    from optiond.market import clock
+
+    _wait_ready(qtbot, panel)
+    tab = panel.batch_tab
+    tab.fit_surface.setChecked(False)
+    tab.carry.setCurrentIndex(tab.carry.findData("parity"))
+    tab.quote_time.setText("10:50")
+    part, path = _two_expiries(tmp_path)
+    div_path = tmp_path / "aapl_dividends.csv"
+    pd.DataFrame(AAPL_DIVS, columns=["ex_date", "amount"]).to_csv(div_path, index=False)
+    assert tab.set_dividend_file(div_path)
+    assert "2 dividends" in tab.dividends_label.text() and tab.dividends_clear.isEnabled()
+
+    out = _run(qtbot, tab, path)
+    assert out.finished, out.summary()
+    table = out.forwards.set_index("expiry")
+    start = clock.quote_instant(str(part["quote_date"].iloc[0]), "10:50")
+    for expiry, row in table.iterrows():
+        T = clock.years_between(start, clock.settlement_instant(expiry))
+        due = [(dividends.ex_date_years(start, d), a) for d, a in AAPL_DIVS if dividends.ex_date_years(start, d) < T]
+        assert len(due) == (1 if expiry == "2026-03-13" else 2)
+        assert row["pv_dividends"] == pytest.approx(sum(a * math.exp(-row["rate"] * t) for t, a in due), abs=1e-12)
+    shown = tab.forward_model.frame()  # the Batch tab's forward table shows them
+    np.testing.assert_array_equal(shown["pv_dividends"], out.forwards["pv_dividends"])
+
+    res = tab.table_model.frame()
+    priced = res[(res["status"] == "ok") & np.isfinite(res["iv"])]
+    picks = [priced[priced["expiry"] == e].iloc[len(priced[priced["expiry"] == e]) // 2] for e in table.index]
+    for r in picks:
+        due = [(dividends.ex_date_years(start, d), a) for d, a in AAPL_DIVS
+               if dividends.ex_date_years(start, d) < r["expiry_years"]]
+        want = crr_batch(np.array([models.CALL if r["type"] == "call" else models.PUT], dtype=np.int8),
+                         np.array([models.AMERICAN], dtype=np.int8), r["spot"], r["strike"], r["expiry_years"],
+                         r["rate"], r["dividend_yield"], r["iv"], STEPS, greeks=False,
+                         dividend_times=np.array([t for t, _ in due]), dividend_amounts=np.array([a for _, a in due]))
+        assert r["model_price"] == pytest.approx(float(want[0, 0]), rel=1e-10, abs=1e-10)
+
+    # cleared: the run without dividends, as before
+    tab.dividends_clear.click()
+    assert tab.dividend_file == "" and tab.dividends_label.text() == "none"
+    plain = _run(qtbot, tab, path)
+    assert plain.finished and "pv_dividends" not in plain.forwards.columns
+    assert "pv_dividends" not in tab.forward_model.frame().columns
+    ref, _ = chain.price_chain(part, market=chain.solve_market(part, quote_time="10:50", steps=STEPS), steps=STEPS)
+    got = tab.table_model.frame()
+    np.testing.assert_allclose(got["forward"], ref["forward"], rtol=1e-10)
+    np.testing.assert_allclose(got["model_price"], ref["model_price"], rtol=1e-9, equal_nan=True)
+
+
+def test_a_bad_dividend_file_is_refused_with_its_reason(qtbot, tmp_path, settings):
+    """A dividend file with a bad row: its one-line reason in the status line when chosen and
+    at Run, which does not start (no daemon needed); the file is remembered with the settings."""
+    win = MainWindow(tmp_path / "no-daemon.json", settings)
+    qtbot.addWidget(win)
+    bad = tmp_path / "bad_dividends.csv"
+    bad.write_text("ex_date,amount\n2026-03-09,0.26\n2026-03-16,-1\n")
+    try:
+        tab = win.batch_tab
+        assert tab.set_file(AAPL)
+        assert not tab.set_dividend_file(bad)
+        assert "row 2" in tab.message.text() and "amount" in tab.message.text()
+        tab.run()
+        assert not tab.is_running() and tab.outcome is None
+        text = tab.message.text()
+        assert "Not started" in text and "row 2" in text and "\n" not in text
+        win.close()
+    finally:
+        win.shutdown()
+    again = MainWindow(tmp_path / "no-daemon.json", QSettings(str(tmp_path / "panel.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(again)
+    try:
+        assert again.batch_tab.dividend_file == str(bad.resolve())
+    finally:
+        again.shutdown()
+
+    out = _refused_before_pricing(backend.BatchSettings(dividend_file=str(bad)))
+    assert "row 2" in out.error
+
+
 def test_bad_quote_time_is_refused_with_a_reason(qtbot, tmp_path, settings):
     """A quote time that does not parse is not run: the tab says why (no daemon needed),
     and run_batch itself reports it as the outcome's error, never raising."""
@@ -409,16 +516,8 @@ def test_bad_quote_time_is_refused_with_a_reason(qtbot, tmp_path, settings):
     finally:
         win.shutdown()
 
-    class NoDaemon:
-        def price_table(self, *a, **k):
-            raise AssertionError("not called")
-
-        implied_vol = price_table
-
-    df = chain.read_chain(str(AAPL)).iloc[:20]
-    out = backend.run_batch(df, "chain", NoDaemon(), backend.BatchSettings(quote_time="25:99"),
-                            cancel=threading.Event())
-    assert out.error and "25:99" in out.error and out.done == 0 and out.forwards is None
+    out = _refused_before_pricing(backend.BatchSettings(quote_time="25:99"))
+    assert "25:99" in out.error
 
 
 def test_cancel_during_the_market_solve(qtbot, panel):

@@ -9,7 +9,8 @@
   0-D or 2-D array; the arguments of one call parsed and broadcast into columns with the first
   error of each cell (:func:`_parse_cells` and :func:`_read_cells` for single cells,
   :func:`_read_ranges` for ranges);
-  ``PARITY_FORWARD``'s strips and single numbers; single cells of any kind (:func:`_single`,
+  ``PARITY_FORWARD``'s strips and single numbers; ``BOPM_*``'s cash-dividend schedule (one
+  for the whole call, :func:`_schedule`); single cells of any kind (:func:`_single`,
   ``SURFACE_*``'s name, quote time, settlement) and a pasted chain (:func:`_chain_table`);
 * **The result**: the priced cells laid out in the broadcast shape (:func:`_shape_result`).
 
@@ -26,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..models import AMERICAN, KIND_CODES, KIND_NAMES, STYLE_CODES, STYLE_NAMES
+from ..models import AMERICAN, DIVIDEND_FIELDS, KIND_CODES, KIND_NAMES, MAX_DIVIDENDS, STYLE_CODES, STYLE_NAMES
 from . import table
 from .table import EXCEL_TEXT_LIMIT, Function
 
@@ -93,7 +94,9 @@ def _row_text(spec: Function, message: str) -> str:
         reason = re.sub(r"\s*\(and \d+ more invalid rows?\)$", "", m["reason"])
         if re.match(r"not an? ", reason):  # "not a finite number" -> "must be a finite number"
             reason = "must be " + re.sub(r"^not an? ", "a ", reason)
-        return error_text(f"{name} {reason}, got {value}")
+        if m["field"] in DIVIDEND_FIELDS and value in ("nan", "None"):  # a schedule's order: no one value
+            return error_text(f"{name}: {reason}")
+        return error_text(f"{name}{':' if m['field'] in DIVIDEND_FIELDS else ''} {reason}, got {value}")
     return error_text(_IV_MESSAGES.get(message, message))
 
 
@@ -404,13 +407,57 @@ def _chain_table(arg: table.Arg, value: Any, columns: Sequence[str], required: S
     return pd.DataFrame(rows, columns=names)
 
 
+def _schedule(spec: Function, values: Sequence[Any]) -> tuple[dict[str, np.ndarray], str | None]:
+    """The call's cash-dividend schedule, from its ``schedule`` arguments (``div_times``,
+    ``div_amounts``): ``(columns, error)``.
+
+    Each argument is one row or one column of numbers, blank cells padding; the two are paired
+    by position and the positions blank in both are dropped. The schedule is ONE for every
+    option of the call (it does not broadcast against the other arguments).
+
+    Returns:
+        ``({"dividend_times": t, "dividend_amounts": a}, None)`` with t (years from now) and a
+        (currency units) float64 arrays of one length m <= :data:`~optiond.models.MAX_DIVIDENDS`
+        (NaN where only one of a pair is blank: the engine's check names it); ``({}, None)``
+        when both are omitted or blank (the call without dividends); ``({}, text)`` when the
+        schedule cannot be read: a block of several rows and columns, text or an Excel error
+        in a cell, only one of the two given, more than ``MAX_DIVIDENDS`` dividends. The value
+        checks (amounts >= 0, ascending ex-dates before each option's expiry, a sum below its
+        spot) are the engine's, per row (:func:`optiond.models.validate_dividends`).
+    """
+    args = [(a, values[i] if i < len(values) else None) for i, a in enumerate(spec.args) if a.parse == "schedule"]
+    if not args:
+        return {}, None
+    (times_arg, times), (amounts_arg, amounts) = args
+    try:
+        t, a = _strip(times_arg, times), _strip(amounts_arg, amounts)
+    except _Problem as p:
+        return {}, error_text(str(p))
+    m = max(t.size, a.size)
+    t, a = (np.concatenate([x, np.full(m - x.size, math.nan)]) for x in (t, a))
+    keep = ~(np.isnan(t) & np.isnan(a))
+    t, a = t[keep], a[keep]
+    if not t.size:
+        return {}, None
+    if np.isnan(a).all():
+        return {}, error_text(f"{amounts_arg.name} is missing: give the cash amount of each {times_arg.name} ex-date")
+    if np.isnan(t).all():
+        return {}, error_text(f"{times_arg.name} is missing: give the ex-date of each {amounts_arg.name} amount")
+    if t.size > MAX_DIVIDENDS:
+        return {}, error_text(f"{times_arg.name}: at most {MAX_DIVIDENDS} dividends, got {t.size}")
+    return {times_arg.field: t, amounts_arg.field: a}, None
+
+
 def _parse_cells(spec: Function, values: Sequence[Any]) -> tuple[dict[str, Any], str | None]:
     """Single-cell arguments, each parsed once: ``(values by field, error)``, the values Python
     scalars (NaN or "" where a cell is bad) and the error the first cell text in argument
-    order, or None."""
+    order, or None. A cash-dividend schedule (:func:`_schedule`) comes as its two 1-D columns,
+    absent without one."""
     cells: dict[str, Any] = {}
     err = None
     for a, v in zip(spec.args, values):
+        if a.parse == "schedule":
+            continue
         parse = _PARSERS[a.parse]
         x = parse(v, a.name)
         if x is _EMPTY:
@@ -419,14 +466,17 @@ def _parse_cells(spec: Function, values: Sequence[Any]) -> tuple[dict[str, Any],
             err = err or x
             x = math.nan if a.parse == "number" else ""
         cells[a.field] = x
-    return cells, err
+    schedule, schedule_err = _schedule(spec, values)
+    cells.update(schedule)
+    return cells, err or schedule_err
 
 
 def _cell_columns(spec: Function, cells: Mapping[str, Any],
                   err: str | None) -> tuple[tuple, dict[str, np.ndarray], np.ndarray]:
     """What :func:`_read_ranges` gives (shape ``()``), from :func:`_parse_cells`' result."""
     cols = {a.field: np.array([cells[a.field]], dtype=np.float64 if a.parse == "number" else object)
-            for a in spec.args}
+            for a in spec.args if a.parse != "schedule"}
+    cols.update({f: cells[f].reshape(1, -1) for f in DIVIDEND_FIELDS if f in cells})
     cell_err = np.empty(1, dtype=object)
     cell_err[0] = err
     return (), cols, cell_err
@@ -439,12 +489,16 @@ def _read_cells(spec: Function, values: Sequence[Any]) -> tuple[tuple, dict[str,
 
 def _read_ranges(spec: Function, values: Sequence[Any]) -> tuple[tuple, dict[str, np.ndarray], np.ndarray]:
     """Parse and broadcast the arguments: ``(shape, columns, cell errors)``, the columns and
-    errors flattened row-major (errors: the first of each cell in argument order, or None)."""
-    read = [_read(a, v) for a, v in zip(spec.args, values)]
+    errors flattened row-major (errors: the first of each cell in argument order, or None). A
+    cash-dividend schedule (:func:`_schedule`) does not broadcast: its columns are (n, m),
+    the one schedule in every row, and a schedule that cannot be read is every cell's error
+    (after the cell's own)."""
+    args = [a for a in spec.args if a.parse != "schedule"]
+    read = [_read(a, v) for a, v in zip(spec.args, values) if a.parse != "schedule"]
     try:
         shape = np.broadcast_shapes(*(v.shape for v, _ in read))
     except ValueError:
-        shapes = ", ".join(f"{a.name} {'x'.join(map(str, v.shape)) or '1x1'}" for a, (v, _) in zip(spec.args, read))
+        shapes = ", ".join(f"{a.name} {'x'.join(map(str, v.shape)) or '1x1'}" for a, (v, _) in zip(args, read))
         raise _Problem(f"the ranges' shapes do not match ({shapes}): give one row, one column or ranges of "
                        "the same shape") from None
     n = math.prod(shape)
@@ -452,12 +506,17 @@ def _read_ranges(spec: Function, values: Sequence[Any]) -> tuple[tuple, dict[str
         raise _Problem(f"{n:,} options in one call: at most {MAX_CELLS:,}")
     cell_err = np.full(n, None, dtype=object)
     cols: dict[str, np.ndarray] = {}
-    for a, (v, e) in zip(spec.args, read):
+    for a, (v, e) in zip(args, read):
         cols[a.field] = np.broadcast_to(v, shape).ravel()
         if e is not None:
             e = np.broadcast_to(e, shape).ravel()
             fill = e.astype(bool) & ~cell_err.astype(bool)
             cell_err[fill] = e[fill]
+    schedule, schedule_err = _schedule(spec, values)
+    for f, v in schedule.items():
+        cols[f] = np.broadcast_to(v, (n, v.size))
+    if schedule_err is not None:
+        cell_err[~cell_err.astype(bool)] = schedule_err
     return shape, cols, cell_err
 
 

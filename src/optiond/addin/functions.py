@@ -36,6 +36,17 @@ Behaviour, the same for every function:
   (ranges that do not broadcast) returns one message; a request that fails as a whole (daemon
   down with the fall-back off) puts its message in every cell it was to price, and is not
   cached.
+* **Cash dividends** (``BOPM_PUT``, ``BOPM_CALL``, ``BOPM_IV``, ``BOPM_GREEKS``): the optional
+  trailing ``div_times`` (ex-dates, years from now) and ``div_amounts`` (cash, in the currency
+  of S) are each a row or column of up to 8 cells, blank cells padding; they do NOT broadcast:
+  they are ONE schedule for every option of the call, sent as the engine's (m,) schedule
+  columns (:data:`optiond.models.DIVIDEND_FIELDS`, the spot model on the CRR tree), in the
+  request and so in its cache key. A schedule that cannot be read (text in a cell, only one
+  of the two, more than 8) marks every cell of the call with ``#optiond: div_times ...`` or
+  ``#optiond: div_amounts ...``; the engine's checks (:func:`optiond.models.validate_dividends`:
+  amounts >= 0, ascending ex-dates within each option's T, a sum below its S) mark only the
+  rows they concern. Without the two arguments the request is exactly the one without
+  dividends.
 * **Work limits.** One call may ask for a bounded amount of work (the constants and estimates
   in :mod:`optiond.addin.table`: tree nodes for ``BOPM_*``, an eps floor and estimated path
   steps for ``MLMC_*``, grid-cell updates for ``HESTON_*``), so a cell cannot freeze Excel. A
@@ -150,6 +161,7 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
     """Evaluate worksheet function ``spec`` on its argument values (in the table's order).
 
     This is the body of every worksheet function; see the module docstring for the rules.
+    Trailing optional arguments may be left out of ``values`` (they read as empty cells).
 
     Returns:
         a float (None for no value, or an error text) when every argument is a single cell
@@ -157,6 +169,8 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
     """
     spec = table.BY_NAME[spec] if isinstance(spec, str) else spec
     try:
+        if len(values) < len(spec.args) and all(a.optional for a in spec.args[len(values):]):
+            values = tuple(values) + (None,) * (len(spec.args) - len(values))  # omitted trailing optionals
         if len(values) != len(spec.args):
             raise _Problem(f"{spec.name} takes {len(spec.args)} arguments, got {len(values)}")
         if spec.op == "forward":
@@ -205,13 +219,13 @@ def _udf(impl: Callable) -> Callable:
 
 
 @_udf
-def BOPM_PUT(S, K, T, r, sigma, N, q=None, american=None):
-    return evaluate("BOPM_PUT", (S, K, T, r, sigma, N, q, american))
+def BOPM_PUT(S, K, T, r, sigma, N, q=None, american=None, div_times=None, div_amounts=None):
+    return evaluate("BOPM_PUT", (S, K, T, r, sigma, N, q, american, div_times, div_amounts))
 
 
 @_udf
-def BOPM_CALL(S, K, T, r, sigma, N, q=None, american=None):
-    return evaluate("BOPM_CALL", (S, K, T, r, sigma, N, q, american))
+def BOPM_CALL(S, K, T, r, sigma, N, q=None, american=None, div_times=None, div_amounts=None):
+    return evaluate("BOPM_CALL", (S, K, T, r, sigma, N, q, american, div_times, div_amounts))
 
 
 @_udf
@@ -225,13 +239,13 @@ def BS_CALL(S, K, T, r, sigma, q=None):
 
 
 @_udf
-def BOPM_IV(price, S, K, T, r, q=None, kind=None, N=None, american=None):
-    return evaluate("BOPM_IV", (price, S, K, T, r, q, kind, N, american))
+def BOPM_IV(price, S, K, T, r, q=None, kind=None, N=None, american=None, div_times=None, div_amounts=None):
+    return evaluate("BOPM_IV", (price, S, K, T, r, q, kind, N, american, div_times, div_amounts))
 
 
 @_udf
-def BOPM_GREEKS(S, K, T, r, sigma, N, q=None, kind=None, american=None):
-    return evaluate("BOPM_GREEKS", (S, K, T, r, sigma, N, q, kind, american))
+def BOPM_GREEKS(S, K, T, r, sigma, N, q=None, kind=None, american=None, div_times=None, div_amounts=None):
+    return evaluate("BOPM_GREEKS", (S, K, T, r, sigma, N, q, kind, american, div_times, div_amounts))
 
 
 @_udf

@@ -4,7 +4,8 @@ priced.
 * **Requests**: the rows the pre-checks (:mod:`optiond.addin.checks`) let through go in ONE
   request, or one per MLMC seed or ADI scheme; the request's :class:`~optiond.models.Method`
   (uniform steps, eps and payoff travel in it); the reply's columns a function shows
-  (:func:`_ask` does all of it for one call's rows).
+  (:func:`_ask` does all of it for one call's rows). A ``BOPM_*`` call's cash-dividend
+  schedule, one for all its rows, travels as the (m,) schedule columns.
 * **In this process or the daemon** (:func:`_request`): answered from the cache
   (:mod:`optiond.addin.cache`) when it can; a CRR or Black–Scholes request of at most
   ``OPTIOND_LOCAL_NODES`` tree nodes (default :data:`LOCAL_MAX_NODES`) is priced here by the
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from ..daemon.client import DaemonUnavailable, get_client
-from ..models import MAX_STEPS, InvalidInputError, Method
+from ..models import DIVIDEND_FIELDS, MAX_STEPS, InvalidInputError, Method
 from ..pricer import DaemonPricer, LocalPricer
 from . import table
 from .cache import _cache, _env_on, _request_key
@@ -111,6 +112,9 @@ def _requests(spec: Function, cols: dict[str, np.ndarray], n: int) -> Iterator[t
         for f in ("kind", "style", "payoff"):
             if f in sub:
                 sub[f] = _uniform(sub[f])
+        for f in DIVIDEND_FIELDS:  # the call's one schedule, in every row: the engine's (m,) column
+            if f in sub and sub[f].ndim == 2:
+                sub[f] = np.ascontiguousarray(sub[f][0])
         p = prices if rows is None or prices is None else prices[rows]
         st = steps if rows is None or steps is None else steps[rows]
         yield rows, sub, _request_method(spec, sub, st, setting), p
@@ -200,7 +204,7 @@ def _request(spec: Function, req: dict[str, Any], method: Method, prices: Any, n
     """ONE request (from the cache when it can): ``(values, errors)``, values (n, c) with c
     the reply's columns: the Greeks, (price, std_error) for MLMC, else one."""
     if n == 1:  # one cell: scalars, for the pricers' one-contract path (in-process and in the daemon)
-        req = {k: _one(v) for k, v in req.items()}
+        req = {k: v if k in DIVIDEND_FIELDS else _one(v) for k, v in req.items()}
         prices = None if prices is None else _one(prices)
     use_cache = _env_on("OPTIOND_CACHE")
     key = _request_key("iv" if spec.op == "iv" else "price", method, req, prices) if use_cache else None

@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import costs
-from ..models import ADI_SCHEMES, GREEK_FIELDS, MAX_STEPS, MAX_VOLATILITY, PAYOFFS
+from ..models import ADI_SCHEMES, GREEK_FIELDS, MAX_DIVIDENDS, MAX_STEPS, MAX_VOLATILITY, PAYOFFS
 
 #: the Excel function-wizard category of every optiond function
 CATEGORY = "optiond"
@@ -112,12 +112,16 @@ class Arg:
             ``seed`` (MLMC) or ``scheme`` (ADI), the last two settings of the request's
             :class:`optiond.models.Method`; ``call_price``, ``put_price`` (a strip's mids,
             PARITY_FORWARD); ``object`` (the name or handle of a surface kept in the daemon),
-            ``chain``, ``quote_time``, ``settlement`` (a chain to fit, SURFACE_FIT).
+            ``chain``, ``quote_time``, ``settlement`` (a chain to fit, SURFACE_FIT);
+            ``dividend_times``, ``dividend_amounts`` (a cash-dividend schedule, BOPM_*).
         parse: how a cell is read: ``number``, ``kind`` ("put"/"call"), ``american``
             (TRUE/FALSE), ``payoff`` ("vanilla"/"digital"/"asian"), ``scheme`` (ADI scheme),
             ``text`` (a name or handle of an object the daemon keeps), ``time`` (a quote time:
             "HH:MM", a time cell or an ISO 8601 timestamp), ``settlement`` ("am"/"pm"), or
-            ``chain`` (a whole pasted chain with its header row, read as one table).
+            ``chain`` (a whole pasted chain with its header row, read as one table), or
+            ``schedule`` (a row or column of up to :data:`~optiond.models.MAX_DIVIDENDS` numbers,
+            blanks padding, read as ONE schedule for every option of the call: it does not
+            broadcast against the other arguments; see :func:`optiond.addin.cells._schedule`).
         default: the value an omitted argument or an empty cell takes; :data:`REQUIRED` when
             there is none (an empty cell is then an error); None where omitting it changes
             what is computed (PARITY_FORWARD's ``rate``).
@@ -208,6 +212,14 @@ Q = Arg("q", "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 
         "dividend_yield", default=0.0)
 AMERICAN = Arg("american", "Optional. TRUE for American exercise (the default), FALSE for European.",
                "style", parse="american", default=True)
+DIV_TIMES = Arg("div_times", "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, "
+                f"before T: a row or column of up to {MAX_DIVIDENDS} cells (blanks pad), one schedule for every option "
+                "of the call. With div_amounts; spot model on the CRR tree.", "dividend_times", parse="schedule",
+                default=None)
+DIV_AMOUNTS = Arg("div_amounts", "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; "
+                  f"together below S): a row or column of up to {MAX_DIVIDENDS} cells in the order of div_times. "
+                  "Spot model on the CRR tree: S drops by the amount at each ex-date.", "dividend_amounts",
+                  parse="schedule", default=None)
 KIND = Arg("kind", 'Optional. "call" (the default) or "put".', "kind", parse="kind", default="call")
 
 # MLMC
@@ -283,14 +295,16 @@ FUNCTIONS: tuple[Function, ...] = (
     Function(
         "BOPM_PUT",
         "Put price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, "
-        "with a continuous dividend yield. Ranges in any argument return a range of prices.",
-        (S, K, T, R, SIGMA, N, Q, AMERICAN), op="price", method="binomial", fixed={"kind": "put"},
+        "with a continuous dividend yield and optional cash dividends (div_times, div_amounts). Ranges in any "
+        "argument return a range of prices.",
+        (S, K, T, R, SIGMA, N, Q, AMERICAN, DIV_TIMES, DIV_AMOUNTS), op="price", method="binomial", fixed={"kind": "put"},
         returns="the put price, in the currency of S"),
     Function(
         "BOPM_CALL",
         "Call price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, "
-        "with a continuous dividend yield. Ranges in any argument return a range of prices.",
-        (S, K, T, R, SIGMA, N, Q, AMERICAN), op="price", method="binomial", fixed={"kind": "call"},
+        "with a continuous dividend yield and optional cash dividends (div_times, div_amounts). Ranges in any "
+        "argument return a range of prices.",
+        (S, K, T, R, SIGMA, N, Q, AMERICAN, DIV_TIMES, DIV_AMOUNTS), op="price", method="binomial", fixed={"kind": "call"},
         returns="the call price, in the currency of S"),
     Function(
         "BS_PUT",
@@ -307,14 +321,15 @@ FUNCTIONS: tuple[Function, ...] = (
     Function(
         "BOPM_IV",
         "Implied volatility of an option from its price, by a bracketed root find on the binomial tree "
-        "price (American by default). Returns an annualised decimal (0.2 = 20%).",
-        (PRICE, S, K, T, R, Q, KIND, N_OPT, AMERICAN), op="iv", method="binomial",
+        "price (American by default), optional cash dividends. Returns an annualised decimal (0.2 = 20%).",
+        (PRICE, S, K, T, R, Q, KIND, N_OPT, AMERICAN, DIV_TIMES, DIV_AMOUNTS), op="iv", method="binomial",
         returns="the implied volatility, an annualised decimal"),
     Function(
         "BOPM_GREEKS",
         "Greeks from a binomial tree, one row per option: delta, gamma, theta (per year), vega (per 1.00 "
-        "of volatility), rho (per 1.00 of rate). Give a column of inputs for one row per option.",
-        (S, K, T, R, SIGMA, N, Q, KIND, AMERICAN), op="greeks", method="binomial",
+        "of volatility), rho (per 1.00 of rate), optional cash dividends. Give a column of inputs for one row "
+        "per option.",
+        (S, K, T, R, SIGMA, N, Q, KIND, AMERICAN, DIV_TIMES, DIV_AMOUNTS), op="greeks", method="binomial",
         returns="a row: " + ", ".join(GREEK_COLUMNS)),
     Function(
         "MLMC_CALL",
@@ -401,8 +416,9 @@ ARG_OPTIONS: Mapping[str, Any] = {"ndim": 2, "err_to_str": True}
 
 _FIELDS = {"spot", "strike", "expiry", "rate", "dividend_yield", "volatility", "kind", "style", "steps", "price",
            "eps", "seed", "payoff", "scheme", "v0", "kappa", "long_run_variance", "xi", "correlation",
-           "call_price", "put_price", "object", "chain", "quote_time", "settlement"}
-_PARSES = ("number", "kind", "american", "payoff", "scheme", "text", "time", "settlement", "chain")
+           "call_price", "put_price", "object", "chain", "quote_time", "settlement", "dividend_times",
+           "dividend_amounts"}
+_PARSES = ("number", "kind", "american", "payoff", "scheme", "text", "time", "settlement", "chain", "schedule")
 _OPS = ("price", "greeks", "iv", "stderr", "forward", "fit", "vol")
 _METHODS = ("binomial", "black-scholes", "mlmc", "adi", "parity", "surface")
 #: the values a ``payoff`` and a ``scheme`` cell may take
@@ -415,7 +431,8 @@ def check(functions: tuple[Function, ...] = FUNCTIONS) -> None:
 
     Raises:
         ValueError: a text over 255 characters, an argument named ``caller``, a required
-            argument after an optional one, an unknown field or parse rule, or a duplicate.
+            argument after an optional one, an unknown field or parse rule, a duplicate, or a
+            cash-dividend schedule that is not the pair (times, amounts) of a binomial function.
     """
     seen = set()
     for f in functions:
@@ -442,6 +459,10 @@ def check(functions: tuple[Function, ...] = FUNCTIONS) -> None:
             optional = optional or a.optional
         if len(set(f.arg_names)) != len(f.args):
             raise ValueError(f"{f.name}: duplicate argument names")
+        schedule = [a.field for a in f.args if a.parse == "schedule"]
+        if schedule and (schedule != ["dividend_times", "dividend_amounts"] or f.method != "binomial"):
+            raise ValueError(f"{f.name}: a cash-dividend schedule is the pair dividend_times, dividend_amounts "
+                             "of a binomial function")
 
 
 check()

@@ -34,6 +34,7 @@ import pandas as pd
 
 from .. import chain as chain_job
 from ..commands.pricing import surface_outputs
+from ..dividends import read_dividend_file
 from ..models import GREEK_FIELDS, Method, Result
 from ..pricer import (PORTFOLIO_COLUMNS, Cancelled, DaemonPricer, merge_portfolio, portfolio_frame, portfolio_request,
                       result_column)
@@ -291,7 +292,12 @@ class BatchSettings:
     ``dividend_yield`` as given), ``dividend_yield`` (annual decimal, the carry of
     ``carry="flat"``) and ``quote_time`` (``HH:MM`` New York time or ISO 8601 of the
     snapshot; blank: the 16:00 close of the quote date); ``fit_surface``: fit the volatility
-    surface and add the theo columns once the chain is priced (:func:`fit_chain_surface`)."""
+    surface and add the theo columns once the chain is priced (:func:`fit_chain_surface`);
+    ``dividend_file``: a chain's cash dividends, an ``ex_date,amount`` CSV ("" for none), read
+    by :meth:`check` into ``dividends`` (:func:`optiond.dividends.read_dividend_file`) and
+    passed to :func:`optiond.chain.solve_market` as ``optiond chain --dividends`` passes it
+    (each contract's tree gets the dividends ex before its expiry; the carry is the residual
+    borrow on top of them, and the forward table gains ``pv_dividends``)."""
 
     model: str = "binomial"
     engine_name: str = "binomial"
@@ -303,10 +309,19 @@ class BatchSettings:
     carry: str = "parity"
     quote_time: str = ""
     fit_surface: bool = True
+    dividend_file: str = ""
+    dividends: pd.DataFrame | None = None
 
     def check(self) -> None:
-        """Raise ValueError for an unknown carry mode or a quote time that does not parse."""
+        """Check a chain run's settings and read its dividend file (once, into ``dividends``).
+
+        Raises:
+            ValueError: an unknown carry mode, a quote time that does not parse, or a dividend
+                file that cannot be read or has a bad row (one line naming the file, row and
+                field)."""
         chain_job.check_market_args(carry=self.carry, quote_time=self.quote_time.strip() or None)
+        if self.dividend_file and self.dividends is None:
+            self.dividends = read_dividend_file(self.dividend_file)
 
 
 @dataclass(frozen=True)
@@ -513,8 +528,9 @@ def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, c
     """Price a chain or portfolio on the daemon in chunks, checking ``cancel`` between them.
 
     A chain's forwards and carry need the whole chain: its market
-    (:func:`optiond.chain.solve_market`, with ``settings``' rate, carry, dividend yield and
-    quote time; the carry solve's implied volatilities on the daemon) is solved once first,
+    (:func:`optiond.chain.solve_market`, with ``settings``' rate, carry, dividend yield, quote
+    time and cash dividends; the carry solve's implied volatilities on the daemon) is solved
+    once first,
     then each chunk is priced on its rows of it, and at the end the smile IVs and the
     per-expiry call-put residuals are computed over all the rows finished
     (:func:`optiond.chain.finish_chain`).
@@ -562,7 +578,7 @@ def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, c
             settings.check()
             market = chain_job.solve_market(df, pricer, rate=settings.rate, dividend_yield=settings.dividend_yield,
                                             carry=settings.carry, quote_time=settings.quote_time.strip() or None,
-                                            steps=settings.steps)
+                                            steps=settings.steps, dividends=settings.dividends)
         except Cancelled:
             cancelled = True
         except Exception as e:  # noqa: BLE001 (daemon down, bad quote time...: reported)
@@ -711,17 +727,20 @@ def smile(df: pd.DataFrame, expiry: str) -> Smile:
 
 
 #: the per-expiry forward table as the Batch tab shows it: (column of
-#: :data:`optiond.chain.FORWARD_COLUMNS`, header, scale)
+#: :data:`optiond.chain.FORWARD_COLUMNS`, header, scale); ``pv_dividends`` only in a run with
+#: a dividend file
 FORWARD_VIEW = (("expiry", "expiry", None), ("settlement", "set.", None), ("T", "T (y)", None), ("spot", "spot", None),
-                ("rate", "rate (%)", 100.0), ("discount_factor", "D", None), ("forward", "forward", None),
+                ("rate", "rate (%)", 100.0), ("discount_factor", "D", None), ("pv_dividends", "PV divs", None),
+                ("forward", "forward", None),
                 ("carry", "carry (%)", 100.0), ("method", "method", None), ("pairs", "pairs", None),
                 ("call_minus_put_iv_pts", "call−put IV (pts)", None), ("note", "note", None))
 
 
 def forward_view(forwards: pd.DataFrame | None) -> pd.DataFrame:
     """The per-expiry market table (:data:`optiond.chain.FORWARD_COLUMNS`) for display:
-    the columns of :data:`FORWARD_VIEW`, rate and carry in percent; empty for None."""
+    the columns of :data:`FORWARD_VIEW` it has, rate and carry in percent; empty for None
+    (without ``pv_dividends``)."""
     if forwards is None:
-        return pd.DataFrame({c: [] for c, _, _ in FORWARD_VIEW})
+        return pd.DataFrame({c: [] for c, _, _ in FORWARD_VIEW if c != "pv_dividends"})
     return pd.DataFrame({c: forwards[c] * scale if scale else forwards[c] for c, _, scale in FORWARD_VIEW
                          if c in forwards})

@@ -2,7 +2,10 @@
 Cancel, browse the results (sortable, filterable), see the per-expiry forwards and carry
 solved from the chain, plot the smile per expiry (the out-of-the-money mid IV as points with
 bid/ask IV bars and the fitted SVI smile as a line, against strike or log-moneyness), and
-export to CSV. With **Fit surface** on, a chain priced to the end is fitted on the worker
+export to CSV. A chain may take a file of cash dividends (**Dividends…**: an ``ex_date,amount``
+CSV, :func:`optiond.dividends.read_dividend_file`), used as ``optiond chain --dividends`` uses
+it; a file that does not read is named with its reason in the status line and the run does
+not start. With **Fit surface** on, a chain priced to the end is fitted on the worker
 thread (:func:`optiond.gui.backend.fit_chain_surface`): the results gain ``iv_fit``, ``theo``
 and ``edge``, and the Surface tab shows the surface."""
 
@@ -19,6 +22,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QDoubleS
                                QSpinBox, QSplitter, QTableView, QVBoxLayout, QWidget)
 
 from .. import chain as chain_job
+from ..dividends import read_dividend_file
 from ..surface.svi import implied_vol
 from . import backend
 from .qtmodels import DataFrameModel, ResultsProxy, ordered_columns
@@ -105,6 +109,18 @@ class BatchTab(QWidget):
         self.dividend.setToolTip("Continuous dividend yield, annual decimal (e.g. 0.011 for SPY). Applies to carry = "
                                  "flat; with carry = parity each expiry's carry comes from the chain (this value is "
                                  "only assumed over the front expiry's few days, to imply the spot)")
+        self.dividend_file = ""  # a chain's cash dividends (ex_date,amount CSV), "" for none
+        self.dividends_label = QLabel("none")
+        self.dividends_label.setToolTip("The chain's cash-dividend file")
+        self.dividends_button = QPushButton("Dividends…")
+        self.dividends_button.setToolTip("Cash dividends of the chain's underlying: a CSV with columns ex_date "
+                                         "(YYYY-MM-DD) and amount (currency units). Each contract's tree gets the "
+                                         "dividends ex before its expiry, and the carry is the borrow on top of them "
+                                         "(as optiond chain --dividends)")
+        self.dividends_button.clicked.connect(self.open_dividends_dialog)
+        self.dividends_clear = QPushButton("Clear")
+        self.dividends_clear.setToolTip("Price the chain without cash dividends")
+        self.dividends_clear.clicked.connect(lambda: self.set_dividend_file(""))
         self.eps = QDoubleSpinBox()
         self.eps.setDecimals(4)
         self.eps.setRange(0.0001, 10.0)
@@ -202,9 +218,12 @@ class BatchTab(QWidget):
         top.addWidget(self.open_button)
         settings = QGroupBox("Model and settings")
         form = QHBoxLayout(settings)
+        divs = QHBoxLayout()
+        for w in (self.dividends_label, self.dividends_button, self.dividends_clear):
+            divs.addWidget(w)
         for label, w in (("Model", self.model_combo), ("Steps", self.steps), ("Rate", self.rate),
-                         ("Carry", self.carry), ("Dividend yield", self.dividend), ("Quote time", self.quote_time),
-                         ("MLMC error", self.eps), ("Device", self.device)):
+                         ("Carry", self.carry), ("Dividend yield", self.dividend), ("Cash dividends", divs),
+                         ("Quote time", self.quote_time), ("MLMC error", self.eps), ("Device", self.device)):
             sub = QFormLayout()
             sub.addRow(label + ":", w)
             form.addLayout(sub)
@@ -261,10 +280,15 @@ class BatchTab(QWidget):
 
     # ------------------------------------------------------------------ file
 
+    def _ask_csv(self, title: str) -> str:
+        """A CSV file the user picks (starting in the last folder, else the bundled chains); ""
+        when cancelled."""
+        path, _ = QFileDialog.getOpenFileName(self, title, self._last_dir, "CSV files (*.csv);;All files (*)")
+        return path
+
     def open_dialog(self) -> None:
-        """Ask for a CSV file (starting in the last folder, else the bundled chains)."""
-        path, _ = QFileDialog.getOpenFileName(self, "Open a chain or portfolio CSV", self._last_dir,
-                                              "CSV files (*.csv);;All files (*)")
+        """Ask for a chain or portfolio CSV file."""
+        path = self._ask_csv("Open a chain or portfolio CSV")
         if path:
             self.set_file(path)
 
@@ -281,6 +305,36 @@ class BatchTab(QWidget):
             return self._load(path)
         self.file_combo.setCurrentIndex(i)
         return self.df is not None and self.path == path
+
+    def open_dividends_dialog(self) -> None:
+        """Ask for a chain's cash-dividend file (an ``ex_date,amount`` CSV)."""
+        path = self._ask_csv("Cash dividends (ex_date,amount)")
+        if path:
+            self.set_dividend_file(path)
+
+    def set_dividend_file(self, path: str | Path) -> bool:
+        """Use the cash-dividend file ``path`` for the chain runs ("" for none). The file is read
+        again at each Run; a file that does not read now (the reason shown in the status line)
+        is kept, and Run refuses it with that reason until it is fixed or cleared. Returns
+        whether it reads (True for none)."""
+        self.dividend_file = str(Path(path).resolve()) if str(path) else ""
+        ok = True
+        if not self.dividend_file:
+            self.dividends_label.setText("none")
+        else:
+            name = Path(self.dividend_file).name
+            try:
+                n = len(read_dividend_file(self.dividend_file))
+            except ValueError as e:
+                ok = False
+                self.dividends_label.setText(f"<span style='color:#c62828'>{name}</span>")
+                self.message.setText(f"<span style='color:#c62828'>Dividend file: {' '.join(str(e).split())}</span>")
+            else:
+                self.dividends_label.setText(f"{name} ({n} dividend{'s' if n != 1 else ''})")
+            self._last_dir = str(Path(self.dividend_file).parent)
+        self.dividends_label.setToolTip(self.dividend_file or "No cash dividends: the carry takes them")
+        self._update_buttons()
+        return ok
 
     def _file_chosen(self, index: int) -> None:
         path = self.file_combo.itemData(index)
@@ -357,7 +411,7 @@ class BatchTab(QWidget):
                                      rate=self.rate.value(), dividend_yield=self.dividend.value(),
                                      eps=self.eps.value(), device=self.device.currentText(),
                                      carry=self.carry.currentData(), quote_time=self.quote_time.text().strip(),
-                                     fit_surface=self.fit_surface.isChecked())
+                                     fit_surface=self.fit_surface.isChecked(), dividend_file=self.dividend_file)
 
     # ------------------------------------------------------------------ run / cancel
 
@@ -374,8 +428,9 @@ class BatchTab(QWidget):
         self.cancel_button.setEnabled(running and not self.runner.cancel_event.is_set())
         for w in (self.file_combo, self.open_button, self.model_combo, self.steps, self.eps, self.device):
             w.setEnabled(not running)
-        for w in (self.rate, self.carry, self.dividend, self.quote_time, self.fit_surface):
+        for w in (self.rate, self.carry, self.dividend, self.quote_time, self.fit_surface, self.dividends_button):
             w.setEnabled(not running and self.kind == "chain")
+        self.dividends_clear.setEnabled(not running and bool(self.dividend_file))
         if not running:
             self.eps.setEnabled(self.model_combo.currentData() == "mlmc")
 
@@ -585,6 +640,7 @@ class BatchTab(QWidget):
         s.setValue("batch/carry", self.carry.currentData())
         s.setValue("batch/quote_time", self.quote_time.text())
         s.setValue("batch/fit_surface", self.fit_surface.isChecked())
+        s.setValue("batch/dividend_file", self.dividend_file)
         s.setValue("batch/smile_x", self.axis_combo.currentData())
         s.setValue("batch/right_split", self.right_split.saveState())
         s.setValue("batch/eps", self.eps.value())
@@ -610,6 +666,9 @@ class BatchTab(QWidget):
                 combo.setCurrentIndex(i)
         self.quote_time.setText(str(s.value("batch/quote_time", "") or ""))
         self.fit_surface.setChecked(bool(s.value("batch/fit_surface", True, type=bool)))
+        dividend_file = str(s.value("batch/dividend_file", "") or "")
+        if dividend_file and Path(dividend_file).is_file():
+            self.set_dividend_file(dividend_file)
         self.eps.setValue(float(s.value("batch/eps", self.eps.value(), type=float)))
         i = self.device.findText(str(s.value("batch/device", "auto")))
         if i >= 0:

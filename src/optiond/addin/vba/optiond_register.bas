@@ -6,7 +6,7 @@ Option Explicit
 Public Sub OptiondRegisterFunctions()
     On Error Resume Next
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BOPM_PUT", _
-        Description:="Put price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, with a continuous dividend yield. Ranges in any argument return a range of prices.", _
+        Description:="Put price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, with a continuous dividend yield and optional cash dividends (div_times, div_amounts). Ranges in any argument return a range of prices.", _
         Category:="optiond", _
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
@@ -16,9 +16,11 @@ Public Sub OptiondRegisterFunctions()
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
             "Steps of the binomial tree, a whole number from 1 to 10,000,000. More steps: more accurate and slower (time grows as N squared); 200 to 2000 is typical.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
-            "Optional. TRUE for American exercise (the default), FALSE for European.")
+            "Optional. TRUE for American exercise (the default), FALSE for European.", _
+            "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
+            "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BOPM_CALL", _
-        Description:="Call price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, with a continuous dividend yield. Ranges in any argument return a range of prices.", _
+        Description:="Call price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, with a continuous dividend yield and optional cash dividends (div_times, div_amounts). Ranges in any argument return a range of prices.", _
         Category:="optiond", _
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
@@ -28,7 +30,9 @@ Public Sub OptiondRegisterFunctions()
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
             "Steps of the binomial tree, a whole number from 1 to 10,000,000. More steps: more accurate and slower (time grows as N squared); 200 to 2000 is typical.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
-            "Optional. TRUE for American exercise (the default), FALSE for European.")
+            "Optional. TRUE for American exercise (the default), FALSE for European.", _
+            "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
+            "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BS_PUT", _
         Description:="Black-Scholes-Merton price of a European put with a continuous dividend yield (closed form). Ranges in any argument return a range of prices.", _
         Category:="optiond", _
@@ -50,7 +54,7 @@ Public Sub OptiondRegisterFunctions()
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BOPM_IV", _
-        Description:="Implied volatility of an option from its price, by a bracketed root find on the binomial tree price (American by default). Returns an annualised decimal (0.2 = 20%).", _
+        Description:="Implied volatility of an option from its price, by a bracketed root find on the binomial tree price (American by default), optional cash dividends. Returns an annualised decimal (0.2 = 20%).", _
         Category:="optiond", _
         ArgumentDescriptions:=Array( _
             "Market price of the option (> 0), in the currency of S. A cell or a range.", _
@@ -61,9 +65,11 @@ Public Sub OptiondRegisterFunctions()
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
             "Optional. ""call"" (the default) or ""put"".", _
             "Optional. Steps of the binomial tree, 1 to 10,000,000; default 1000. Time grows as N squared.", _
-            "Optional. TRUE for American exercise (the default), FALSE for European.")
+            "Optional. TRUE for American exercise (the default), FALSE for European.", _
+            "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
+            "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BOPM_GREEKS", _
-        Description:="Greeks from a binomial tree, one row per option: delta, gamma, theta (per year), vega (per 1.00 of volatility), rho (per 1.00 of rate). Give a column of inputs for one row per option.", _
+        Description:="Greeks from a binomial tree, one row per option: delta, gamma, theta (per year), vega (per 1.00 of volatility), rho (per 1.00 of rate), optional cash dividends. Give a column of inputs for one row per option.", _
         Category:="optiond", _
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
@@ -74,7 +80,9 @@ Public Sub OptiondRegisterFunctions()
             "Steps of the binomial tree, a whole number from 1 to 10,000,000. More steps: more accurate and slower (time grows as N squared); 200 to 2000 is typical.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
             "Optional. ""call"" (the default) or ""put"".", _
-            "Optional. TRUE for American exercise (the default), FALSE for European.")
+            "Optional. TRUE for American exercise (the default), FALSE for European.", _
+            "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
+            "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_CALL", _
         Description:="European call by adaptive multilevel Monte Carlo (Giles; Milstein scheme, Black-Scholes dynamics) to a target RMS error eps. The same seed gives the same price. Its standard error: MLMC_STDERR.", _
         Category:="optiond", _
