@@ -30,6 +30,7 @@ pg = pytest.importorskip("pyqtgraph", reason="pyqtgraph (the gui extra) is not i
 from PySide6.QtCore import QPoint, QPointF, QSettings, Qt  # noqa: E402
 
 from optiond import chain, engine, models  # noqa: E402
+from optiond.kernels.binomial import cpu as bc  # noqa: E402
 from optiond.daemon.client import Client, DaemonUnavailable  # noqa: E402
 from optiond.gui import backend, devices  # noqa: E402
 from optiond.gui.status_tab import StatusTab  # noqa: E402
@@ -574,14 +575,26 @@ def test_portfolio_csv(qtbot, panel, tmp_path):
                          "strike": rng.uniform(80, 120, n).round(2), "expiry": rng.uniform(0.1, 2, n).round(3),
                          "rate": 0.04, "dividend_yield": 0.01, "volatility": rng.uniform(0.1, 0.5, n).round(3)})
     book.loc[7, "volatility"] = -0.2
+    book["dividends"] = ""  # cash dividends in years from now on some rows, an ex-date (needs a valuation) on one
+    book.loc[[2, 5, 9], "dividends"] = "0.05:1.0;0.08:0.5"
+    book.loc[11, "dividends"] = "2026-03-20:1.0"
     path = tmp_path / "book.csv"
     book.to_csv(path, index=False)
     out = _run(qtbot, panel.batch_tab, path)
     assert out.finished and out.kind == "portfolio" and out.done == n
     res = panel.batch_tab.table_model.frame()
     assert len(res) == n and res.loc[7, "status"] == "error" and "volatility" in res.loc[7, "error"]
-    ref = engine.price_table({c: book[c].to_numpy() for c in book.columns}, models.Method(steps=STEPS))
-    np.testing.assert_allclose(res["price"], ref.price, rtol=1e-12, equal_nan=True)
+    assert res.loc[11, "status"] == "error" and "dividends" in res.loc[11, "error"]
+    plain = [i for i in range(n) if i not in (2, 5, 9)]
+    ref = engine.price_table({c: book[c].to_numpy()[plain] for c in book.columns if c != "dividends"},
+                             models.Method(steps=STEPS))
+    np.testing.assert_allclose(res["price"].to_numpy()[plain][[i != 11 for i in plain]],
+                               ref.price[[i != 11 for i in plain]], rtol=1e-12, equal_nan=True)
+    cash = book.loc[[2, 5, 9]]
+    ref_cash = bc.crr_batch((cash["kind"] == "call").to_numpy().astype(int), 1, 100.0, cash["strike"], cash["expiry"],
+                            0.04, 0.01, cash["volatility"], STEPS, greeks=False, dividend_times=[0.05, 0.08],
+                            dividend_amounts=[1.0, 0.5])[0]
+    np.testing.assert_allclose(res.loc[[2, 5, 9], "price"], ref_cash, rtol=1e-12)
     assert not panel.batch_tab.rate.isEnabled()  # a portfolio carries its own rates
     assert panel.batch_tab.expiry_combo.count() == 0
     assert out.surface is None and not out.surface_error and "iv_fit" not in res  # no fit tried

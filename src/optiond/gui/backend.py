@@ -36,7 +36,7 @@ from .. import chain as chain_job
 from ..commands.pricing import surface_outputs
 from ..dividends import read_dividend_file
 from ..models import GREEK_FIELDS, Method, Result
-from ..pricer import (PORTFOLIO_COLUMNS, Cancelled, DaemonPricer, merge_portfolio, portfolio_frame, portfolio_request,
+from ..pricer import (PORTFOLIO_COLUMNS, Cancelled, DaemonPricer, merge_portfolio, portfolio_frame, price_portfolio,
                       result_column)
 from . import devices
 
@@ -516,7 +516,9 @@ def _price_portfolio_part(part: pd.DataFrame, pricer: PanelPricer, s: BatchSetti
     (:func:`optiond.pricer.merge_portfolio`; a Heston file's earlier ``theta`` / ``rho`` columns
     renamed first, :func:`optiond.pricer.portfolio_frame`)."""
     part = portfolio_frame(part)
-    res = pricer.price_table(portfolio_request(part, PORTFOLIO_COLUMNS), make_method(name="binomial", steps=s.steps))
+    # a dividends column's schedules go with their rows (years from now; a cell with ex-dates
+    # needs a valuation date, which the panel does not take: those rows say so)
+    res = price_portfolio(pricer, part, make_method(name="binomial", steps=s.steps), columns=PORTFOLIO_COLUMNS)
     return merge_portfolio(part, res)
 
 
