@@ -246,3 +246,21 @@ def spy3():
 
     df = chain.read_chain(str(Path(__file__).resolve().parents[1] / "examples" / "data" / "spy_chain_2026-02-13.csv"))
     return df[df.expiry.isin(SPY_EXPIRIES)].reset_index(drop=True)
+
+
+def quantlib_option(kind: int, S: float, K: float, days: int, r: float, q: float, sigma: float,
+                    american: bool = False):
+    """A QuantLib vanilla option (kind 1 call, 0 put) on a flat Black-Scholes-Merton process,
+    valued 2026-01-02 with Actual/365: ``(QuantLib, option, process)``; set its engine."""
+    import QuantLib as ql
+
+    today = ql.Date(2, 1, 2026)
+    ql.Settings.instance().evaluationDate = today
+    dc = ql.Actual365Fixed()
+    proc = ql.BlackScholesMertonProcess(
+        ql.QuoteHandle(ql.SimpleQuote(S)), ql.YieldTermStructureHandle(ql.FlatForward(today, q, dc)),
+        ql.YieldTermStructureHandle(ql.FlatForward(today, r, dc)),
+        ql.BlackVolTermStructureHandle(ql.BlackConstantVol(today, ql.NullCalendar(), sigma, dc)))
+    exercise = ql.AmericanExercise(today, today + days) if american else ql.EuropeanExercise(today + days)
+    opt = ql.VanillaOption(ql.PlainVanillaPayoff(ql.Option.Call if kind else ql.Option.Put, K), exercise)
+    return ql, opt, proc

@@ -9,19 +9,13 @@ import pytest
 from optiond.kernels.black_scholes import bs_implied_vol, bs_price_greeks
 from optiond.kernels.rootfind import IV_ABOVE, IV_BELOW, IV_OK
 
+from conftest import quantlib_option
+
 ql = pytest.importorskip("QuantLib")
 
 
 def quantlib_european(kind, S, K, days, r, q, sigma):
-    today = ql.Date(2, 1, 2026)
-    ql.Settings.instance().evaluationDate = today
-    dc = ql.Actual365Fixed()
-    proc = ql.BlackScholesMertonProcess(
-        ql.QuoteHandle(ql.SimpleQuote(S)), ql.YieldTermStructureHandle(ql.FlatForward(today, q, dc)),
-        ql.YieldTermStructureHandle(ql.FlatForward(today, r, dc)),
-        ql.BlackVolTermStructureHandle(ql.BlackConstantVol(today, ql.NullCalendar(), sigma, dc)))
-    opt = ql.VanillaOption(ql.PlainVanillaPayoff(ql.Option.Call if kind else ql.Option.Put, K),
-                           ql.EuropeanExercise(today + days))
+    _, opt, proc = quantlib_option(kind, S, K, days, r, q, sigma)
     opt.setPricingEngine(ql.AnalyticEuropeanEngine(proc))
     return dict(price=opt.NPV(), delta=opt.delta(), gamma=opt.gamma(), theta=opt.theta(), vega=opt.vega(), rho=opt.rho())
 

@@ -521,6 +521,9 @@ class Method:
         device: ``"auto"``, ``"cpu"`` or ``"gpu"``.
         greeks: compute delta, gamma, theta, vega and rho as well as the price.
         iv_tolerance: absolute tolerance on the volatility when solving implied volatilities.
+        extrapolate: binomial only: the converged tree value, Broadie & Detemple's smoothing
+            with two-point Richardson extrapolation ("BBSR",
+            :func:`optiond.kernels.binomial.cpu.crr_batch`), for prices, Greeks and implied vols.
         eps: MLMC target root-mean-square error, currency units, > 0 (scalar or one per
             option).
         payoff: MLMC payoff family, ``"vanilla"``, ``"digital"`` (cash-or-nothing paying 1) or
@@ -538,6 +541,7 @@ class Method:
     device: str = "auto"
     greeks: bool = True
     iv_tolerance: float = 1e-12
+    extrapolate: bool = False
     eps: Any = 0.01
     payoff: str = "vanilla"
     seed: int = 0

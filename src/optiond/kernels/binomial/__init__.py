@@ -97,8 +97,13 @@ def price(batch: Batch, method: Method, device: str) -> Result:
         return res
     sub = batch if good.size == len(batch) else batch.take(good)
     cash = dividend_rows(sub)
-    if device == "cpu":
+    if method.extrapolate:
+        res.diagnostics["extrapolate"] = "BBSR"
+    if device == "cpu" or method.extrapolate:
         out = _price_cpu(sub, method, steps[good])
+        if device != "cpu":  # the GPU kernels have no smoothed last step
+            res.device = "cpu"
+            res.diagnostics["extrapolate_note"] = EXTRAPOLATE_ON_CPU
     elif not cash.any():
         out = _price_gpu(sub, method, steps[good], res)
     else:  # cash-dividend rows on their own kernel (FP64), the rest as usual
@@ -138,10 +143,15 @@ def dividend_rows(batch: Batch) -> np.ndarray:
     return (~np.isnan(t)).any(axis=1)
 
 
+#: why extrapolated (BBSR) requests run on the CPU when the GPU was chosen
+EXTRAPOLATE_ON_CPU = "extrapolate (BBSR) priced on the CPU: the GPU kernels have no smoothed last step"
+
+
 def _price_cpu(sub: Batch, method: Method, steps: np.ndarray) -> np.ndarray:
     return cpu.crr_batch(sub.kind, sub.style, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield,
                          sub.volatility, steps, greeks=method.greeks, check=False,
-                         dividend_times=sub.market.dividend_times, dividend_amounts=sub.market.dividend_amounts)
+                         dividend_times=sub.market.dividend_times, dividend_amounts=sub.market.dividend_amounts,
+                         extrapolate=method.extrapolate)
 
 
 def _price_gpu(sub: Batch, method: Method, steps: np.ndarray, res: Result) -> np.ndarray:
@@ -192,11 +202,12 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str, l
     n = len(batch)
     steps = method.steps_for(n)
     cash = dividend_rows(batch)
-    if device == "cpu":
+    if device == "cpu" or method.extrapolate:  # the GPU kernels have no smoothed last step
         vol, code = cpu.crr_implied_vol(prices, batch.kind, batch.style, batch.spot, batch.strike, batch.expiry,
                                         batch.rate, batch.dividend_yield, steps, lo=lo, hi=hi, xtol=method.iv_tolerance,
                                         dividend_times=batch.market.dividend_times,
-                                        dividend_amounts=batch.market.dividend_amounts)
+                                        dividend_amounts=batch.market.dividend_amounts,
+                                        extrapolate=method.extrapolate)
         return ImpliedVol.from_codes(vol, code)
     if cash.any():
         # cash-dividend rows on the device root find's dividend trees (N <= DIV_MAX_STEPS), wider

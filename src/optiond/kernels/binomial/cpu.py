@@ -40,6 +40,7 @@ import numpy as np
 
 from ... import costs
 from ...columns import as_columns
+from ..black_scholes import bs_price_one
 from ..rootfind import B, FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, brent_init, brent_step
 
 REANCHOR = 64
@@ -132,7 +133,7 @@ def _apply_dividend(is_call, american, S, K, T, r, a, N, t, D, V, X, W):
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True)
-def crr_tree_div(is_call, american, S, K, T, r, q, sigma, N, V, X, W, levels, div_t, div_a, nd):
+def crr_tree_div(is_call, american, S, K, T, r, q, sigma, N, V, X, W, levels, div_t, div_a, nd, smooth=False):
     """:func:`crr_tree` with cash dividends: the spot model (the stock drops by ``div_a[i]`` at
     ``div_t[i]``; QuantLib's ``CashDividendModel.Spot``) on the CRR lattice of the spot by the
     method of Vellekoop & Nieuwenhuis (2006), "Efficient pricing of derivatives on assets with
@@ -142,7 +143,12 @@ def crr_tree_div(is_call, american, S, K, T, r, q, sigma, N, V, X, W, levels, di
     ``q`` combines with the schedule.
 
     ``div_t``, ``div_a``: the first ``nd`` entries, times in ``(0, T)`` (years) ascending and
-    cash amounts >= 0; ``W``: a third work vector of length >= N + 1. Error: first order in
+    cash amounts >= 0; ``W``: a third work vector of length >= N + 1. ``smooth``: the
+    Broadie-Detemple smoothing (1996, "American option valuation: new bounds, approximations,
+    and a comparison of existing methods", Rev. Financial Studies 9(4), §3, "BBS"): the values of
+    level N - 1 are the Black-Scholes values of the last step (``tau = dt``; American: the max
+    with exercise) instead of one step from the payoff (a dividend of the last step then applies
+    at level N - 1); its error is smooth in 1/N, so two trees extrapolate (:func:`crr_batch`). Error: first order in
     1/N as the dividend-free tree (measured against QuantLib's finite differences in the
     tests; the interpolation adds O(1/N^1.5), the ex-date's rounding to a level O(1/N)).
     """
@@ -156,24 +162,30 @@ def crr_tree_div(is_call, american, S, K, T, r, q, sigma, N, V, X, W, levels, di
     pd = disc * (1.0 - p)
     sign = 1.0 if is_call else -1.0
     c = sign * K * (u - 1.0)
-    for j in range(N + 1):
-        x = sign * (S * math.exp((2 * j - N) * a) - K)
+    top = N - 1 if smooth else N  # the level the induction starts from
+    for j in range(top + 1):
+        sj = S * math.exp((2 * j - top) * a)
+        x = sign * (sj - K)
         X[j] = x
-        V[j] = max(x, 0.0)
+        if smooth:
+            e = bs_price_one(is_call, sj, K, dt, r, q, sigma)
+            V[j] = max(e, x) if american else e
+        else:
+            V[j] = max(x, 0.0)
     for k in range(6):
         levels[k] = np.nan
     nxt = nd - 1  # the latest dividend not yet applied
-    while nxt >= 0 and dividend_level(div_t[nxt], T, N) == N:
-        _apply_dividend(is_call, american, S, K, T, r, a, N, N, div_a[nxt], V, X, W)
+    while nxt >= 0 and dividend_level(div_t[nxt], T, N) >= top:
+        _apply_dividend(is_call, american, S, K, T, r, a, N, top, div_a[nxt], V, X, W)
         nxt -= 1
-    if N == 2:
+    if top == 2:
         levels[3] = V[0]
         levels[4] = V[1]
         levels[5] = V[2]
-    elif N == 1:
+    elif top == 1:
         levels[1] = V[0]
         levels[2] = V[1]
-    for t in range(N - 1, -1, -1):
+    for t in range(top - 1, -1, -1):
         if american:
             if (N - t) % REANCHOR == 0:
                 for j in range(t + 1):
@@ -239,27 +251,28 @@ def _p_ok(T, r, q, sigma, N):
 
 
 @nb.njit(cache=True, nogil=True)
-def _tree(is_call, american, S, K, T, r, q, sigma, N, V, X, W, lv, div_t, div_a, nd):
-    """The tree price: :func:`crr_tree` without dividends (``nd = 0``), else :func:`crr_tree_div`."""
-    if nd == 0:
+def _tree(is_call, american, S, K, T, r, q, sigma, N, V, X, W, lv, div_t, div_a, nd, smooth):
+    """The tree price: :func:`crr_tree` without dividends (``nd = 0``) and smoothing, else
+    :func:`crr_tree_div`."""
+    if nd == 0 and not smooth:
         return crr_tree(is_call, american, S, K, T, r, q, sigma, N, V, X, lv)
-    return crr_tree_div(is_call, american, S, K, T, r, q, sigma, N, V, X, W, lv, div_t, div_a, nd)
+    return crr_tree_div(is_call, american, S, K, T, r, q, sigma, N, V, X, W, lv, div_t, div_a, nd, smooth)
 
 
 @nb.njit(cache=True, nogil=True)
-def _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, W, lv, div_t, div_a, nd, base, which, h):
+def _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, W, lv, div_t, div_a, nd, smooth, base, which, h):
     """Central (or one-sided where p leaves [0, 1]) difference of the tree price in sigma
     (which=0) or rate (which=1)."""
     if which == 0:
         up_ok = _p_ok(T, r, q, sigma + h, N)
         dn_ok = sigma - h > 0.0 and _p_ok(T, r, q, sigma - h, N)
-        up = _tree(is_call, american, S, K, T, r, q, sigma + h, N, V, X, W, lv, div_t, div_a, nd) if up_ok else base
-        dn = _tree(is_call, american, S, K, T, r, q, sigma - h, N, V, X, W, lv, div_t, div_a, nd) if dn_ok else base
+        up = _tree(is_call, american, S, K, T, r, q, sigma + h, N, V, X, W, lv, div_t, div_a, nd, smooth) if up_ok else base
+        dn = _tree(is_call, american, S, K, T, r, q, sigma - h, N, V, X, W, lv, div_t, div_a, nd, smooth) if dn_ok else base
     else:
         up_ok = _p_ok(T, r + h, q, sigma, N)
         dn_ok = _p_ok(T, r - h, q, sigma, N)
-        up = _tree(is_call, american, S, K, T, r + h, q, sigma, N, V, X, W, lv, div_t, div_a, nd) if up_ok else base
-        dn = _tree(is_call, american, S, K, T, r - h, q, sigma, N, V, X, W, lv, div_t, div_a, nd) if dn_ok else base
+        up = _tree(is_call, american, S, K, T, r + h, q, sigma, N, V, X, W, lv, div_t, div_a, nd, smooth) if up_ok else base
+        dn = _tree(is_call, american, S, K, T, r - h, q, sigma, N, V, X, W, lv, div_t, div_a, nd, smooth) if dn_ok else base
     width = (h if up_ok else 0.0) + (h if dn_ok else 0.0)
     if width == 0.0:
         return np.nan
@@ -278,12 +291,12 @@ def crr_one(is_call, american, S, K, T, r, q, sigma, N, greeks):
         return price, np.nan, np.nan, np.nan, np.nan, np.nan
     delta, gamma, theta = _tree_greeks(S, T, sigma, N, lv)
     none = np.empty(0)
-    vega = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, V, lv, none, none, 0, price, 0, VEGA_BUMP)
-    rho = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, V, lv, none, none, 0, price, 1, RHO_BUMP)
+    vega = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, V, lv, none, none, 0, False, price, 0, VEGA_BUMP)
+    rho = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, V, lv, none, none, 0, False, price, 1, RHO_BUMP)
     return price, delta, gamma, theta, vega, rho
 
 
-def _batch_impl(kind, style, S, K, T, r, q, sigma, steps, greeks, div_t, div_a, nd):
+def _batch_impl(kind, style, S, K, T, r, q, sigma, steps, greeks, div_t, div_a, nd, smooth):
     n = S.shape[0]
     out = np.full((6, n), np.nan)
     for i in nb.prange(n):
@@ -295,14 +308,14 @@ def _batch_impl(kind, style, S, K, T, r, q, sigma, steps, greeks, div_t, div_a, 
         is_call = kind[i] == 1
         am = style[i] == 1
         dt_, da_, k = div_t[i], div_a[i], nd[i]
-        price = _tree(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, W, lv, dt_, da_, k)
+        price = _tree(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, W, lv, dt_, da_, k, smooth)
         out[0, i] = price
         if greeks:
             out[1, i], out[2, i], out[3, i] = _tree_greeks(S[i], T[i], sigma[i], N, lv)
             out[4, i] = _bumped_diff(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, W, lv, dt_, da_, k,
-                                     price, 0, VEGA_BUMP)
+                                     smooth, price, 0, VEGA_BUMP)
             out[5, i] = _bumped_diff(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, W, lv, dt_, da_, k,
-                                     price, 1, RHO_BUMP)
+                                     smooth, price, 1, RHO_BUMP)
     return out
 
 
@@ -374,7 +387,7 @@ def cash_dividends(spot, expiry, times=None, amounts=None):
 
 
 def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps, greeks=True, parallel=None,
-              check=True, dividend_times=None, dividend_amounts=None):
+              check=True, dividend_times=None, dividend_amounts=None, extrapolate=False):
     """Price arrays of options on CRR trees, in parallel over options (numba ``prange``).
 
     Args:
@@ -388,6 +401,10 @@ def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
         dividend_times, dividend_amounts: cash dividends (:func:`cash_dividends`: years from
             now and currency units, shape (n, m) or one schedule (m,) for all; the spot model,
             :func:`crr_tree_div`); a row without any prices as before, bit for bit.
+        extrapolate: the converged value ("BBSR", Broadie & Detemple 1996, §3): smoothed trees
+            (``crr_tree_div(smooth=True)``) of N and M = N // 2 steps, Richardson-extrapolated at
+            first order, ``(N V_N - M V_M) / (N - M)``, for the price and every Greek (N = 1:
+            the smoothed tree alone); a tree of N / 2 more steps' work.
 
     Returns:
         float64 array of shape (6, n): rows price, delta, gamma, theta, vega, rho (NaN rows
@@ -407,10 +424,19 @@ def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
     if parallel is None:
         nodes = costs.tree_nodes(N) * costs.trees(greeks)
         parallel = nodes >= PARALLEL_MIN_NODES and S.shape[0] > 1
-    if not parallel:
-        return _batch_serial(kind, style, S, K, T, r, q, s, N, bool(greeks), div_t, div_a, nd)
-    with POOL_LOCK:
-        return _batch_parallel(kind, style, S, K, T, r, q, s, N, bool(greeks), div_t, div_a, nd)
+    def run(steps_):
+        if not parallel:
+            return _batch_serial(kind, style, S, K, T, r, q, s, steps_, bool(greeks), div_t, div_a, nd, bool(extrapolate))
+        with POOL_LOCK:
+            return _batch_parallel(kind, style, S, K, T, r, q, s, steps_, bool(greeks), div_t, div_a, nd,
+                                   bool(extrapolate))
+
+    if not extrapolate:
+        return run(N)
+    M = np.maximum(N // 2, 1)
+    fine, coarse = run(N), run(M)
+    w = np.where(N > M, N / np.maximum(N - M, 1), 1.0)  # N / (N - M); 1 where N = M = 1
+    return w * fine + (1.0 - w) * coarse
 
 
 def crr_price(kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps):
@@ -423,7 +449,21 @@ def crr_price(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
 
 # --------------------------------------------------------------------------- implied volatility
 
-def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol, div_t, div_a, nd):
+@nb.njit(cache=True, nogil=True)
+def _value(c, am, S, K, T, r, q, sigma, N, V, X, W, lv, dt_, da_, k, extrapolate):
+    """The tree price the root find inverts: the plain tree, or (``extrapolate``) the BBSR value
+    of :func:`crr_batch`."""
+    if not extrapolate:
+        return _tree(c, am, S, K, T, r, q, sigma, N, V, X, W, lv, dt_, da_, k, False)
+    M = max(N // 2, 1)
+    fine = _tree(c, am, S, K, T, r, q, sigma, N, V, X, W, lv, dt_, da_, k, True)
+    if M == N:
+        return fine
+    coarse = _tree(c, am, S, K, T, r, q, sigma, M, V, X, W, lv, dt_, da_, k, True)
+    return (N * fine - M * coarse) / (N - M)
+
+
+def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol, div_t, div_a, nd, extrapolate):
     n = S.shape[0]
     vol = np.full(n, np.nan)
     status = np.zeros(n, dtype=np.int8)
@@ -452,8 +492,8 @@ def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol, div_t, div
                 drop += da_[j]
             if drop < S[i]:
                 lo_i = max(lo_i, 2.0 * math.log(S[i] / (S[i] - drop)) / math.sqrt(T[i] * N))
-        flo = _tree(c, am, S[i], K[i], T[i], r[i], q[i], lo_i, N, V, X, W, lv, dt_, da_, k) - target[i]
-        fhi = _tree(c, am, S[i], K[i], T[i], r[i], q[i], hi_i, N, V, X, W, lv, dt_, da_, k) - target[i]
+        flo = _value(c, am, S[i], K[i], T[i], r[i], q[i], lo_i, N, V, X, W, lv, dt_, da_, k, extrapolate) - target[i]
+        fhi = _value(c, am, S[i], K[i], T[i], r[i], q[i], hi_i, N, V, X, W, lv, dt_, da_, k, extrapolate) - target[i]
         ftol = 1e-12 * max(1.0, target[i])
         if flo > ftol:
             status[i] = IV_BELOW
@@ -467,7 +507,7 @@ def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol, div_t, div
             if brent_step(st, xtol, ftol):
                 status[i] = IV_OK
                 break
-            st[FB] = _tree(c, am, S[i], K[i], T[i], r[i], q[i], st[B], N, V, X, W, lv, dt_, da_, k) - target[i]
+            st[FB] = _value(c, am, S[i], K[i], T[i], r[i], q[i], st[B], N, V, X, W, lv, dt_, da_, k, extrapolate) - target[i]
         vol[i] = st[B]
     return vol, status
 
@@ -477,7 +517,8 @@ _iv_serial = nb.njit(cache=True, nogil=True)(_iv_impl)
 
 
 def crr_implied_vol(price, kind, style, spot, strike, expiry, rate, dividend_yield, steps,
-                    lo=MIN_IV, hi=MAX_IV, xtol=1e-12, parallel=None, dividend_times=None, dividend_amounts=None):
+                    lo=MIN_IV, hi=MAX_IV, xtol=1e-12, parallel=None, dividend_times=None, dividend_amounts=None,
+                    extrapolate=False):
     """Implied volatility from CRR tree prices (American or European) by Brent's bracketed
     root find on the tree price, one root find per option, in parallel over options.
 
@@ -490,6 +531,7 @@ def crr_implied_vol(price, kind, style, spot, strike, expiry, rate, dividend_yie
         dividend_times, dividend_amounts: cash dividends, as :func:`crr_batch`. A row with
             dividends searches no lower than ``2 ln(S / (S - sum D)) / sqrt(T N)``, where the
             lattice still spans the dividends' drop (below it the tree extrapolates).
+        extrapolate: invert the BBSR value of :func:`crr_batch` instead of the plain tree's.
 
     Returns:
         ``(vol, status)``: float64 (NaN where none) and int8 codes from
@@ -503,6 +545,6 @@ def crr_implied_vol(price, kind, style, spot, strike, expiry, rate, dividend_yie
     if parallel is None:
         parallel = p.shape[0] > 1 and float(np.sum(N.astype(np.float64) ** 2)) * 6 >= PARALLEL_MIN_NODES
     if not parallel:
-        return _iv_serial(p, kind, style, S, K, T, r, q, N, lo, hi, float(xtol), div_t, div_a, nd)
+        return _iv_serial(p, kind, style, S, K, T, r, q, N, lo, hi, float(xtol), div_t, div_a, nd, bool(extrapolate))
     with POOL_LOCK:
-        return _iv_parallel(p, kind, style, S, K, T, r, q, N, lo, hi, float(xtol), div_t, div_a, nd)
+        return _iv_parallel(p, kind, style, S, K, T, r, q, N, lo, hi, float(xtol), div_t, div_a, nd, bool(extrapolate))
