@@ -523,7 +523,8 @@ class Method:
         iv_tolerance: absolute tolerance on the volatility when solving implied volatilities.
         extrapolate: binomial only: the converged tree value, Broadie & Detemple's smoothing
             with two-point Richardson extrapolation ("BBSR",
-            :func:`optiond.kernels.binomial.cpu.crr_batch`), for prices, Greeks and implied vols.
+            :func:`optiond.kernels.binomial.cpu.crr_batch`), for prices, Greeks and implied vols
+            (not with cash dividends, whose rounding to the tree's levels it does not cancel).
         eps: MLMC target root-mean-square error, currency units, > 0 (scalar or one per
             option).
         payoff: MLMC payoff family, ``"vanilla"``, ``"digital"`` (cash-or-nothing paying 1) or

@@ -404,7 +404,10 @@ def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
         extrapolate: the converged value ("BBSR", Broadie & Detemple 1996, §3): smoothed trees
             (``crr_tree_div(smooth=True)``) of N and M = N // 2 steps, Richardson-extrapolated at
             first order, ``(N V_N - M V_M) / (N - M)``, for the price and every Greek (N = 1:
-            the smoothed tree alone); a tree of N / 2 more steps' work.
+            the smoothed tree alone); a tree of N / 2 more steps' work. Not for cash dividends:
+            their ex-dates round to the nearest level, an error that is not smooth in N, so the
+            two trees do not cancel it (measured on the QuantLib cases of the tests: worst 4.6e-3
+            at N = 1000 against 2.9e-3 without extrapolating).
 
     Returns:
         float64 array of shape (6, n): rows price, delta, gamma, theta, vega, rho (NaN rows
