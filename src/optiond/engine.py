@@ -39,7 +39,12 @@ R = TypeVar("R", Result, ImpliedVol)
 #: for the methods that invert prices, ``implied_vol(prices, batch, method, device, lo, hi)
 #: -> ImpliedVol``; a GPU failure is raised as :class:`optiond.kernels.gpu.GPUError`
 FRONT_DOORS = {"binomial": "optiond.kernels.binomial", "black-scholes": "optiond.kernels.black_scholes",
-               "mlmc": "optiond.kernels.mlmc", "adi": "optiond.kernels.adi"}
+               "mlmc": "optiond.kernels.mlmc", "adi": "optiond.kernels.adi", "spectral": "optiond.kernels.spectral"}
+
+#: methods that take cash-dividend rows (the spectral front door sends them to the tree)
+CASH_DIVIDEND_METHODS = ("binomial", "spectral")
+#: methods with an implied-volatility inversion of their own (the rest invert the closed form)
+IV_METHODS = ("binomial", "spectral")
 
 
 def front_door(name: str):
@@ -94,7 +99,7 @@ def _gpu_or_cpu(run: Callable[[str], R], device: str, what: str) -> R:
 
 #: a row with cash dividends and another method than the tree
 CASH_DIVIDENDS_BINOMIAL = ("dividend_times: cash dividends are priced by the binomial method only "
-                           "(the spot model on the CRR tree)")
+                           "(the spot model on the CRR tree; method=spectral sends them there)")
 
 
 def _cash_rows(arrays: Mapping[str, np.ndarray], n: int) -> np.ndarray:
@@ -121,7 +126,7 @@ def price(batch: Batch, method: Method | None = None) -> Result:
     method = method or Method()
     t0 = time.perf_counter()
     n = len(batch)
-    if method.name != "binomial" and _cash_rows(batch.columns(), n).any():
+    if method.name not in CASH_DIVIDEND_METHODS and _cash_rows(batch.columns(), n).any():
         raise InvalidInputError("dividend_times", None, None, CASH_DIVIDENDS_BINOMIAL.split(": ", 1)[1])
     if n:
         door = front_door(method.name)
@@ -285,7 +290,7 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
         first.setdefault(e.row, e.message)
     for i, reason in limits.row_limit_errors(names, steps, eps, method):  # rows over a work limit
         first.setdefault(i, reason)
-    for i in np.flatnonzero(_cash_rows(arrays, n) & (names != "binomial")).tolist():
+    for i in np.flatnonzero(_cash_rows(arrays, n) & ~np.isin(names, CASH_DIVIDEND_METHODS)).tolist():
         first.setdefault(i, CASH_DIVIDENDS_BINOMIAL)
     if first:
         res.mark_error(list(first), list(first.values()))
@@ -327,7 +332,8 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None,
     """Implied volatility of each option from its price.
 
     Binomial: a bracketed (Brent) root find on the CRR tree price with the row's exercise
-    style; black-scholes: on the closed form (European rows only).
+    style; spectral: a safeguarded Newton on the ALO price (:mod:`optiond.kernels.spectral`);
+    black-scholes: on the closed form (European rows only).
 
     Args:
         prices: option prices, shape (n,), currency units.
@@ -348,7 +354,7 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None,
     method = method or Method()
     n = len(batch)
     prices = np.broadcast_to(np.asarray(prices, dtype=np.float64), (n,))
-    if method.name != "binomial":  # the closed form (the other methods have no inversion of their own)
+    if method.name not in IV_METHODS:  # the closed form (the other methods have no inversion of their own)
         return _implied_vol(prices, batch, method, black_scholes.MIN_IV, black_scholes.MAX_IV)
     lo_full, hi_full = binomial_cpu.MIN_IV, binomial_cpu.MAX_IV
     if bracket is None:
@@ -370,7 +376,7 @@ def _implied_vol(prices: np.ndarray, batch: Batch, method: Method, lo, hi) -> Im
     """The front door's implied volatilities in the bracket ``[lo, hi]`` (scalars or per row):
     the tree's on the GPU when the dispatch chooses it (any GPU failure: the CPU), else the
     closed form's."""
-    door = front_door("binomial" if method.name == "binomial" else "black-scholes")
+    door = front_door(method.name if method.name in IV_METHODS else "black-scholes")
     device = "gpu" if door.GPU and _wants_gpu(batch, method) else "cpu"
     return _gpu_or_cpu(lambda d: door.implied_vol(prices, batch, method, d, lo, hi), device, "implied volatility")
 
@@ -404,10 +410,10 @@ def implied_vol_table(prices: Any, columns: Mapping[str, Any], method: Method | 
         raise InvalidInputError("price", None, f"length {prices.shape}", f"expected {n} prices")
     out = ImpliedVol.empty(n, status="invalid")
     bad = {e.row: e for e in errors}
-    if method.name != "binomial":
+    if method.name not in CASH_DIVIDEND_METHODS:
         for i in np.flatnonzero(_cash_rows(arrays, n)).tolist():
             bad.setdefault(i, RowError(i, "dividend_times", float("nan"), CASH_DIVIDENDS_BINOMIAL.split(": ", 1)[1]))
-    steps = method.steps_for(n) if method.name == "binomial" else None
+    steps = method.steps_for(n) if method.name in CASH_DIVIDEND_METHODS else None
     for r, e in bad.items():
         out.error[r] = e.message
     valid = np.array([i for i in range(n) if i not in bad], dtype=np.int64)

@@ -32,7 +32,9 @@ STYLE_NAMES = ("european", "american")
 
 MAX_VOLATILITY = 10.0
 MAX_STEPS = 10_000_000
-METHODS = ("binomial", "black-scholes", "mlmc", "adi")
+METHODS = ("binomial", "black-scholes", "mlmc", "adi", "spectral")
+#: accuracy settings of the spectral American engine (``kernels/spectral/cpu.py``, ACCURACY)
+SPECTRAL_ACCURACIES = ("fast", "accurate", "high-precision")
 #: ADI schemes (in 't Hout & Foulon 2010): Douglas, Craig–Sneyd, Modified Craig–Sneyd, Hundsdorfer–Verwer
 ADI_SCHEMES = ("do", "cs", "mcs", "hv")
 #: the Heston model's extra market columns (Heston 1993): initial variance, mean reversion,
@@ -513,9 +515,14 @@ class Method:
               (``kernels/mlmc``);
             * ``"adi"``: the Heston model by ADI finite differences (in 't Hout & Foulon 2010),
               European or American, price, delta, gamma and theta (``kernels/adi``); needs the
-              Heston columns of :data:`HESTON_FIELDS`.
+              Heston columns of :data:`HESTON_FIELDS`;
+            * ``"spectral"``: American options by Andersen, Lake & Offengenden (2016), the
+              fixed-point iteration for the exercise boundary with Chebyshev collocation, price
+              and Greeks (``kernels/spectral``); European rows by the closed form, rows outside
+              the method (cash dividends, double-boundary regimes) on the CRR tree.
 
-            Aliases: ``bs``/``bsm`` for black-scholes; ``crr``/``bopm``/``tree`` for binomial.
+            Aliases: ``bs``/``bsm`` for black-scholes; ``crr``/``bopm``/``tree`` for binomial;
+            ``alo``/``qdfp`` for spectral.
         steps: CRR time steps, a scalar or one per option (1 ... 1e7).
         precision: ``"fp64"`` (default) or ``"fp32"`` (GPU only, N <= 1e4).
         device: ``"auto"``, ``"cpu"`` or ``"gpu"``.
@@ -534,6 +541,8 @@ class Method:
             Craig–Sneyd, default) or ``"hv"`` (Hundsdorfer–Verwer).
         grid: ADI grid nodes ``(n_spot, n_variance)``.
         time_steps: ADI time steps; rannacher: implicit (Rannacher) start-up half steps.
+        accuracy: spectral accuracy setting, one of :data:`SPECTRAL_ACCURACIES` (``"fast"``,
+            ``"accurate"`` (default), ``"high-precision"``; ``"high"`` is an alias).
     """
 
     name: str = "binomial"
@@ -550,6 +559,7 @@ class Method:
     grid: tuple = (200, 100)
     time_steps: int = 100
     rannacher: int = 2
+    accuracy: str = "accurate"
 
     def __post_init__(self) -> None:
         name = str(self.name).strip().lower().replace("_", "-")
@@ -557,6 +567,8 @@ class Method:
             name = "black-scholes"
         if name in ("crr", "bopm", "tree"):
             name = "binomial"
+        if name in ("alo", "qdfp"):
+            name = "spectral"
         if name not in METHODS:
             raise InvalidInputError("method", None, self.name, f"unknown method; expected one of {list(METHODS)}")
         object.__setattr__(self, "name", name)
@@ -569,6 +581,12 @@ class Method:
         if scheme not in ADI_SCHEMES:
             raise InvalidInputError("scheme", None, self.scheme, f"unknown ADI scheme; expected one of {list(ADI_SCHEMES)}")
         object.__setattr__(self, "scheme", scheme)
+        accuracy = str(self.accuracy).strip().lower().replace("_", "-").replace(" ", "-")
+        accuracy = "high-precision" if accuracy in ("high", "highprecision") else accuracy
+        if accuracy not in SPECTRAL_ACCURACIES:
+            raise InvalidInputError("accuracy", None, self.accuracy,
+                                    f"unknown spectral accuracy; expected one of {list(SPECTRAL_ACCURACIES)}")
+        object.__setattr__(self, "accuracy", accuracy)
         try:
             grid = tuple(int(g) for g in self.grid)
         except (TypeError, ValueError):

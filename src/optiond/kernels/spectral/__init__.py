@@ -1,0 +1,153 @@
+"""The spectral American engine (Andersen, Lake & Offengenden 2016): its front door.
+
+The engine calls :func:`price`, :func:`implied_vol` and :func:`wants_gpu` (the kernel front-door
+contract of :mod:`optiond.kernels.binomial`: a :class:`~optiond.models.Result` or
+:class:`~optiond.models.ImpliedVol` back).
+
+Where the method begins and ends (this folder):
+
+* ``__init__.py``: the front door (which rows the method prices, which go elsewhere);
+* ``cpu.py``: the gold reference, the ALO fixed-point iteration, Chebyshev collocation in
+  sqrt(tau) and the premium integral on the CPU (numba, ``prange`` over contracts); the
+  accuracy settings (:data:`~optiond.kernels.spectral.cpu.ACCURACY`).
+
+Rows and where they go (``method="spectral"``):
+
+* American rows of the single-boundary regime (:func:`cpu.regime` 0: r > 0, or r = 0 > q, for
+  a put; a call by the put–call symmetry): the ALO engine at ``method.accuracy``;
+* European rows, and American rows where early exercise is never optimal (put: r <= 0 and
+  q >= r; call: q <= 0 and r >= q): the Black–Scholes–Merton closed form
+  (:mod:`optiond.kernels.black_scholes`), which is then the American price exactly;
+* rows the method does not cover, on the CRR tree (:mod:`optiond.kernels.binomial`, CPU,
+  ``method.steps`` steps): the double-boundary regime (put: q < r < 0; call: r < q < 0) and
+  cash-dividend rows. ``diagnostics["spectral_tree_rows"]`` lists them (row indices) and
+  ``diagnostics["spectral_tree_note"]`` says why; a tree row whose CRR probability falls
+  outside [0, 1] is marked as the tree marks it.
+
+Accuracy settings (``method.accuracy``; :data:`cpu.ACCURACY`; n Chebyshev intervals, fixed-point
+rule and size, m sweeps, premium rule and size) and their measured worst absolute price error
+against QuantLib 1.44's ``QdFpAmericanEngine`` (tanh-sinh high-precision scheme, the same
+smooth-pasting equation, ``FP_A``) on 240 random American puts and calls (S/K 0.7–1.3, T one
+week to 5 years, sigma 0.05–1.0, r and q 0–10 %; ``tests/test_spectral.py``): see
+:data:`MEASURED_ERROR`.
+
+The method has no GPU path yet (:data:`GPU` False).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ...models import AMERICAN, GREEK_FIELDS, Batch, ImpliedVol, Method, Result
+from .. import black_scholes
+from . import cpu
+from .cpu import ACCURACY, ACCURACY_NAMES, MAX_IV, MIN_IV, alo_batch, alo_implied_vol, regime  # noqa: F401
+
+#: the method has no GPU path (yet)
+GPU = False
+
+#: worst absolute price error of each setting against QuantLib's high-precision QdFp engine
+#: on the 240-option grid of ``tests/test_spectral.py`` (currency units, strike 100)
+MEASURED_ERROR = {"fast": 9.0e-5, "accurate": 8.0e-7, "high-precision": 2.7e-8}
+
+#: why rows went to the tree
+TREE_NOTE = ("rows outside the spectral method (cash dividends, or the double-boundary regime: put q < r < 0, "
+             "call r < q < 0) priced on the CRR tree")
+
+
+def wants_gpu(batch: Batch, method: Method) -> bool:
+    """Never: the method has no GPU path yet."""
+    return False
+
+
+def _route(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row indices for (the ALO kernel, the closed form, the tree)."""
+    reg = regime(batch.kind, batch.rate, batch.dividend_yield)
+    t = batch.market.dividend_times
+    cash = np.zeros(len(batch), dtype=bool) if t is None else (~np.isnan(t)).any(axis=1)
+    tree = cash | ((batch.style == AMERICAN) & (reg == cpu.DOUBLE_BOUNDARY))
+    closed = ~tree & ((batch.style != AMERICAN) | (reg == cpu.EUROPEAN_EQUIVALENT))
+    alo = ~tree & ~closed
+    return np.flatnonzero(alo), np.flatnonzero(closed), np.flatnonzero(tree)
+
+
+def _tree_method(method: Method, n: int, rows: np.ndarray) -> Method:
+    return dataclasses.replace(method, name="binomial", device="cpu", steps=method.steps_for(n)[rows]
+                               if np.ndim(method.steps) else method.steps)
+
+
+def price(batch: Batch, method: Method, device: str = "cpu") -> Result:
+    """Price a validated batch: the ALO engine on American single-boundary rows, the closed
+    form on European(-equivalent) rows, the CRR tree on the rest (see the module docstring).
+    ``device`` is ignored (CPU).
+
+    Returns:
+        :class:`~optiond.models.Result`: price, delta, gamma, theta (the method's own), vega
+        and rho (bumped) when ``method.greeks``; ``diagnostics``: ``spectral_accuracy``, and
+        ``spectral_tree_rows`` / ``spectral_tree_note`` where rows went to the tree.
+
+    Raises:
+        InvalidInputError: tree rows with an invalid ``method.steps``.
+    """
+    from .. import binomial
+
+    n = len(batch)
+    res = Result.empty(n)
+    res.diagnostics["spectral_accuracy"] = method.accuracy
+    alo, closed, tree = _route(batch)
+    if alo.size:
+        b = batch.take(alo)
+        out = alo_batch(b.kind, b.spot, b.strike, b.expiry, b.rate, b.dividend_yield, b.volatility,
+                        method.accuracy, greeks=method.greeks)
+        for k, name in enumerate(("price",) + GREEK_FIELDS):
+            getattr(res, name)[alo] = out[k]
+    if closed.size:
+        b = batch.take(closed)
+        out = black_scholes.bs_price_greeks(b.kind, b.spot, b.strike, b.expiry, b.rate, b.dividend_yield, b.volatility)
+        for name in ("price",) + GREEK_FIELDS:
+            getattr(res, name)[closed] = out[name] if (method.greeks or name == "price") else np.nan
+    if tree.size:
+        binomial.price(batch.take(tree), _tree_method(method, n, tree), "cpu").scatter(res, tree)
+        res.device = "cpu"
+        res.diagnostics.update(spectral_tree_rows=tree.tolist(), spectral_tree_note=TREE_NOTE)
+    return res
+
+
+def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str = "cpu", lo=MIN_IV,
+                hi=MAX_IV) -> ImpliedVol:
+    """Implied volatilities, each row on the price that :func:`price` gives it: a safeguarded
+    Newton on the ALO price with its bumped vega (bisection in the bracket kept by the signs,
+    :func:`cpu.alo_implied_vol`) on single-boundary American rows; Brent on the closed form on
+    European(-equivalent) rows; the tree's Brent on tree rows. ``lo``, ``hi``: the bracket
+    (scalars or shape (n,)); ``device`` ignored (CPU).
+
+    Returns:
+        :class:`~optiond.models.ImpliedVol` (statuses ``ok``, ``below-intrinsic``,
+        ``no-solution``, ``not-converged``, ``invalid``).
+    """
+    from .. import binomial
+
+    n = len(batch)
+    prices = np.broadcast_to(np.asarray(prices, dtype=np.float64), (n,))
+    lo_a = np.broadcast_to(np.asarray(lo, dtype=np.float64), (n,))
+    hi_a = np.broadcast_to(np.asarray(hi, dtype=np.float64), (n,))
+    iv = ImpliedVol.empty(n, status="ok")
+    alo, closed, tree = _route(batch)
+    if alo.size:
+        b = batch.take(alo)
+        vol, code = alo_implied_vol(prices[alo], b.kind, b.spot, b.strike, b.expiry, b.rate, b.dividend_yield,
+                                    method.accuracy, lo_a[alo], hi_a[alo], method.iv_tolerance)
+        ImpliedVol.from_codes(vol, code).scatter(iv, alo)
+    if closed.size:
+        b = batch.take(closed)
+        vol, code = black_scholes.bs_implied_vol(prices[closed], b.kind, b.spot, b.strike, b.expiry, b.rate,
+                                                 b.dividend_yield)
+        ImpliedVol.from_codes(vol, code).scatter(iv, closed)
+    if tree.size:
+        binomial.implied_vol(prices[tree], batch.take(tree), _tree_method(method, n, tree), "cpu",
+                             lo_a[tree], hi_a[tree]).scatter(iv, tree)
+        iv.diagnostics.update(spectral_tree_rows=tree.tolist(), spectral_tree_note=TREE_NOTE)
+    iv.device = "cpu"
+    return iv
