@@ -12,21 +12,15 @@ from optiond.kernels.black_scholes import bs_price_greeks
 from optiond.kernels.spectral import MEASURED_ERROR, cpu
 from optiond.models import Method
 
+from conftest import quantlib_option
+
 ql = pytest.importorskip("QuantLib")
-_TODAY = ql.Date(1, 6, 2022)
 
 
 def ql_american(kind, S, K, days, r, q, sigma, scheme=None):
     """QuantLib 1.44 QdFpAmericanEngine on the smooth-pasting equation (FP_A, the equation our
     engine iterates), high-precision tanh-sinh scheme unless ``scheme`` is given; T = days/365."""
-    ql.Settings.instance().evaluationDate = _TODAY
-    dc = ql.Actual365Fixed()
-    proc = ql.BlackScholesMertonProcess(
-        ql.QuoteHandle(ql.SimpleQuote(S)), ql.YieldTermStructureHandle(ql.FlatForward(_TODAY, q, dc)),
-        ql.YieldTermStructureHandle(ql.FlatForward(_TODAY, r, dc)),
-        ql.BlackVolTermStructureHandle(ql.BlackConstantVol(_TODAY, ql.NullCalendar(), sigma, dc)))
-    opt = ql.VanillaOption(ql.PlainVanillaPayoff(ql.Option.Call if kind == 1 else ql.Option.Put, K),
-                           ql.AmericanExercise(_TODAY, _TODAY + int(days)))
+    _, opt, proc = quantlib_option(kind, S, K, int(days), r, q, sigma, american=True)
     opt.setPricingEngine(ql.QdFpAmericanEngine(proc, scheme or ql.QdFpAmericanEngine.highPrecisionScheme(),
                                                ql.QdFpAmericanEngine.FP_A))
     return opt.NPV()
