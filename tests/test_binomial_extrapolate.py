@@ -84,3 +84,23 @@ def test_extrapolated_implied_vol_round_trip_and_the_engine_flag():
                                             strike=K, expiry=1.5, rate=0.04, dividend_yield=0.02),
                                    Method(steps=600, extrapolate=True))
     np.testing.assert_allclose(iv2.vol, vol, atol=1e-10)
+
+
+def test_cli_price_extrapolate_and_accuracy_flags(tmp_path):
+    import pandas as pd
+
+    from optiond.cli import main as cli_main
+    from optiond.kernels.spectral import cpu as spectral
+
+    src, dst = tmp_path / "book.csv", tmp_path / "out.csv"
+    pd.DataFrame({"kind": "put", "style": "american", "spot": 100.0, "strike": [95.0, 95.0], "expiry": 1.0,
+                  "rate": 0.05, "dividend_yield": 0.02, "volatility": 0.25,
+                  "method": ["binomial", "spectral"]}).to_csv(src, index=False)
+    assert cli_main(["price", str(src), "-o", str(dst), "--no-daemon", "--steps", "400", "--extrapolate",
+                     "--accuracy", "fast"]) == 0
+    out = pd.read_csv(dst)
+    bbsr = crr_batch(0, 1, 100.0, 95.0, 1.0, 0.05, 0.02, 0.25, 400, extrapolate=True)[:, 0]
+    alo = spectral.alo_batch(np.array([0]), np.array([100.0]), 95.0, 1.0, 0.05, 0.02, 0.25, "fast", greeks=False)
+    assert out.loc[0, "price"] == pytest.approx(bbsr[0], rel=1e-13)
+    assert out.loc[0, "delta"] == pytest.approx(bbsr[1], rel=1e-12)
+    assert out.loc[1, "price"] == pytest.approx(alo[0, 0], rel=1e-12)  # (6, n): price and the Greeks

@@ -51,3 +51,17 @@ def test_the_addin_counts_trees_as_the_daemon_does():
     assert (table.BOPM_GREEK_TREES, table.BOPM_IV_TREES) == (costs.GREEK_TREES, costs.IV_TREES) == (5, 50)
     assert table.heston_grid_work(3) == 3 * 200 * 100 * 100  # three options on the 200 x 100 grid, 100 steps
     assert table.heston_grid_work(3) == 3 * costs.adi_grid_work(table.HESTON_GRID, table.HESTON_TIME_STEPS)[1]
+
+
+def test_every_method_has_a_work_model_and_the_spectral_one_scales_with_accuracy_and_greeks():
+    from optiond import costs
+    from optiond.models import METHODS, Method
+
+    assert set(METHODS) <= set(costs.COST_MODELS)
+    cols = {"spot": [100.0] * 8}
+    work = {acc: costs.estimate("price", cols, Method(name="spectral", accuracy=acc, greeks=False), 8).work
+            for acc in ("fast", "accurate", "high-precision")}
+    assert work == {acc: 8 * costs.SPECTRAL_WORK[acc] for acc in work}
+    greeks = costs.estimate("price", cols, Method(name="spectral", accuracy="fast"), 8).work
+    iv = costs.estimate("implied_vol", cols, Method(name="spectral", accuracy="fast"), 8).work
+    assert greeks == 5 * work["fast"] and iv == 15 * work["fast"]

@@ -114,7 +114,8 @@ def cmd_price(args: argparse.Namespace) -> int:
         print(f"optiond price: --valuation: {e}", file=sys.stderr)
         return 2
     method = Method(steps=args.steps, greeks=not args.no_greeks, eps=args.eps, seed=args.seed, scheme=args.scheme,
-                    grid=tuple(args.grid), time_steps=args.time_steps, device=args.device)
+                    grid=tuple(args.grid), time_steps=args.time_steps, device=args.device,
+                    extrapolate=args.extrapolate, accuracy=args.accuracy)
     pricer = make_pricer(args)
     if isinstance(pricer, DaemonPricer):  # a big file is a followed daemon job, with a progress bar
         bar = _JobBar(len(df), "price", not args.no_progress)
@@ -305,6 +306,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grid", type=int, nargs=2, default=(200, 100), metavar=("NS", "NV"), help="ADI grid (default 200 100)")
     p.add_argument("--time-steps", type=int, default=100, help="ADI time steps (default 100)")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto", help="where to price (default auto)")
+    p.add_argument("--extrapolate", action="store_true",
+                   help="binomial rows: the converged tree value (Broadie-Detemple smoothing with Richardson "
+                        "extrapolation, BBSR: a tree of N and one of N/2 steps)")
+    p.add_argument("--accuracy", choices=("fast", "accurate", "high-precision"), default="accurate",
+                   help="spectral rows (method spectral): the engine's accuracy setting (default accurate)")
     p.add_argument("--valuation", metavar="DATE",
                    help="valuation instant of the dividends column's ex-dates: YYYY-MM-DD (its 16:00 New York close) "
                         "or an ISO 8601 timestamp; an ex-date counts from it at 09:30 New York on that day, in "
