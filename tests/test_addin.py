@@ -412,7 +412,7 @@ def test_daemon_down_prices_in_process(monkeypatch, tmp_path):
 
 def test_table_drives_the_functions():
     assert [f.name for f in table.FUNCTIONS] == ["BOPM_PUT", "BOPM_CALL", "BS_PUT", "BS_CALL", "BOPM_IV", "BOPM_GREEKS",
-                                                 "MLMC_CALL", "MLMC_PUT", "MLMC_ASIAN_CALL", "MLMC_DIGITAL_CALL",
+                                                 "AMERICAN_PUT", "AMERICAN_CALL", "AMERICAN_IV", "MLMC_CALL", "MLMC_PUT", "MLMC_ASIAN_CALL", "MLMC_DIGITAL_CALL",
                                                  "MLMC_STDERR", "HESTON_CALL", "HESTON_PUT", "PARITY_FORWARD",
                                                  "SURFACE_FIT", "SURFACE_VOL", "SURFACE_PRICE"]
     assert set(F.WORKSHEET_FUNCTIONS) == set(F.formulas_functions()) == {f.name for f in table.FUNCTIONS}
@@ -421,11 +421,13 @@ def test_table_drives_the_functions():
         assert f.__doc__ == spec.description and len(spec.description) <= LIMIT
         assert all(a.doc and len(a.doc) <= LIMIT and a.name != "caller" for a in spec.args)
     assert table.BY_NAME["BOPM_PUT"].signature() == ("BOPM_PUT(S, K, T, r, sigma, N, [q], [american], [div_times], "
-                                                      "[div_amounts])")
+                                                      "[div_amounts], [extrapolate])")
     assert table.BY_NAME["BOPM_IV"].signature() == ("BOPM_IV(price, S, K, T, r, [q], [kind], [N], [american], "
-                                                    "[div_times], [div_amounts])")
+                                                    "[div_times], [div_amounts], [extrapolate])")
     assert table.BY_NAME["BOPM_GREEKS"].signature() == ("BOPM_GREEKS(S, K, T, r, sigma, N, [q], [kind], [american], "
-                                                        "[div_times], [div_amounts])")
+                                                        "[div_times], [div_amounts], [extrapolate])")
+    assert table.BY_NAME["AMERICAN_PUT"].signature() == "AMERICAN_PUT(S, K, T, r, sigma, [q], [accuracy])"
+    assert table.BY_NAME["AMERICAN_IV"].signature() == "AMERICAN_IV(price, S, K, T, r, [q], [kind], [accuracy])"
     assert "## `BS_CALL(S, K, T, r, sigma, [q])`" in generate.reference()
 
 
@@ -465,7 +467,8 @@ def test_vba_golden_files_are_current():
         assert f"Function {spec.name}(" in vba
         assert f'XLPy.CallUDF("{table.UDF_MODULE}", "{spec.name}"' in vba
     assert ("Function BOPM_IV(price, S, K, T, r, Optional q, Optional kind, Optional N, Optional american, "
-            "Optional div_times, Optional div_amounts)") in vba
+            "Optional div_times, Optional div_amounts, Optional extrapolate)") in vba
+    assert "Function AMERICAN_CALL(S, K, T, r, sigma, Optional q, Optional accuracy)" in vba
 
 
 # ---- small requests priced in this process; one cell by the short path -------------------------

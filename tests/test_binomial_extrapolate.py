@@ -86,6 +86,19 @@ def test_extrapolated_implied_vol_round_trip_and_the_engine_flag():
     np.testing.assert_allclose(iv2.vol, vol, atol=1e-10)
 
 
+@pytest.mark.parametrize("greeks", [False, True])
+def test_one_contract_is_extrapolated_too(greeks):
+    """The engine's one-contract path (scalar columns: an Excel cell, a single request) takes
+    the flag as the batch path does."""
+    want = crr_batch(np.array([0]), 1, 100.0, 95.0, 0.75, 0.05, 0.01, 0.3, 400, greeks=greeks, extrapolate=True)
+    res = engine.price_table(dict(kind="put", style="american", spot=100.0, strike=95.0, expiry=0.75, rate=0.05,
+                                  dividend_yield=0.01, volatility=0.3), Method(steps=400, greeks=greeks,
+                                                                               extrapolate=True))
+    assert res.price[0] == want[0, 0] and res.diagnostics.get("extrapolate") == "BBSR"
+    plain = crr_batch(np.array([0]), 1, 100.0, 95.0, 0.75, 0.05, 0.01, 0.3, 400, greeks=False)[0, 0]
+    assert res.price[0] != plain
+
+
 def test_cli_price_extrapolate_and_accuracy_flags(tmp_path):
     import pandas as pd
 

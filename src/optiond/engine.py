@@ -176,7 +176,8 @@ def price_one_values(row: tuple, method: Method) -> tuple | None:
     """Price and Greeks ``(price, delta, gamma, theta, vega, rho)`` of one valid contract on
     the CPU, without batch set-up (the batch path's kernels, the same bits; Greeks NaN when
     ``method.greeks`` is False for the closed form), or None when the general path must handle
-    it (GPU requested, another method, p outside [0, 1], American under the closed form).
+    it (GPU requested, another method, the extrapolated tree (BBSR), p outside [0, 1],
+    American under the closed form).
 
     Args:
         row: ``(kind, style, spot, strike, expiry, rate, dividend_yield, volatility)`` as
@@ -185,7 +186,7 @@ def price_one_values(row: tuple, method: Method) -> tuple | None:
         method: the pricing method.
     """
     kind, style, S, K, T, r, q, sigma = row
-    if method.device == "gpu":
+    if method.device == "gpu" or method.extrapolate:  # BBSR: crr_one has no smoothed tree
         return None
     if method.name == "binomial":
         N = method.steps

@@ -4,7 +4,7 @@
   values as a message shows them, and the engine's (or the daemon's) row errors and
   implied-volatility statuses as cell text under the argument's Excel name.
 * **Reading Excel values**: one parser per kind of argument (number, kind, exercise style,
-  MLMC payoff, ADI scheme, text, quote time, settlement), each giving the value, "empty", or
+  TRUE/FALSE flag, spectral accuracy setting, MLMC payoff, ADI scheme, text, quote time, settlement), each giving the value, "empty", or
   an error text; an argument as a
   0-D or 2-D array; the arguments of one call parsed and broadcast into columns with the first
   error of each cell (:func:`_parse_cells` and :func:`_read_cells` for single cells,
@@ -27,7 +27,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..models import AMERICAN, DIVIDEND_FIELDS, KIND_CODES, KIND_NAMES, MAX_DIVIDENDS, STYLE_CODES, STYLE_NAMES
+from ..models import (AMERICAN, DIVIDEND_FIELDS, KIND_CODES, KIND_NAMES, MAX_DIVIDENDS, STYLE_CODES, STYLE_NAMES,
+                      InvalidInputError, Method)
 from . import table
 from .table import EXCEL_TEXT_LIMIT, Function
 
@@ -148,25 +149,53 @@ def _kind(v: Any, name: str) -> Any:
     return error_text(f'{name} must be "put" or "call", got {_show(v)}')
 
 
-def _american(v: Any, name: str) -> Any:
-    """A cell as "american" / "european", :data:`_EMPTY`, or an error message.
+def _flag(v: Any, name: str) -> Any:
+    """A cell as True / False, :data:`_EMPTY`, or an error message.
 
-    TRUE/FALSE, 1/0 and the texts TRUE, FALSE, american, european are accepted."""
+    TRUE/FALSE, 1/0 and the texts TRUE, FALSE are accepted."""
     if _is_empty(v):
         return _EMPTY
     if isinstance(v, (bool, np.bool_)):
-        return STYLE_NAMES[AMERICAN] if v else STYLE_NAMES[1 - AMERICAN]
+        return bool(v)
     if isinstance(v, (int, float, np.integer, np.floating)) and v in (0, 1):
-        return STYLE_NAMES[AMERICAN] if v == 1 else STYLE_NAMES[1 - AMERICAN]
+        return v == 1
     if isinstance(v, str):
         s = v.strip().lower()
         if s in ("true", "false"):
-            return STYLE_NAMES[AMERICAN] if s == "true" else STYLE_NAMES[1 - AMERICAN]
-        if s in STYLE_CODES:
-            return STYLE_NAMES[STYLE_CODES[s]]
+            return s == "true"
         if s.upper() in EXCEL_ERRORS:
             return error_text(f"{name} is {s.upper()}")
     return error_text(f"{name} must be TRUE or FALSE, got {_show(v)}")
+
+
+def _american(v: Any, name: str) -> Any:
+    """A cell as "american" / "european", :data:`_EMPTY`, or an error message.
+
+    What :func:`_flag` reads (TRUE american), and the texts american, european."""
+    if isinstance(v, str) and v.strip().lower() in STYLE_CODES:
+        return STYLE_NAMES[STYLE_CODES[v.strip().lower()]]
+    x = _flag(v, name)
+    if isinstance(x, bool):
+        return STYLE_NAMES[AMERICAN] if x else STYLE_NAMES[1 - AMERICAN]
+    return x
+
+
+def _accuracy(v: Any, name: str) -> Any:
+    """A cell as a spectral accuracy setting ("fast", "accurate", "high-precision"; "high" and
+    any case, spaces or underscores as :class:`optiond.models.Method` reads them),
+    :data:`_EMPTY`, or an error message."""
+    if _is_empty(v):
+        return _EMPTY
+    if isinstance(v, str):
+        s = v.strip()
+        if s.upper() in EXCEL_ERRORS:
+            return error_text(f"{name} is {s.upper()}")
+        try:
+            return Method(name="spectral", accuracy=s).accuracy
+        except InvalidInputError:
+            pass
+    return error_text(f"{name} must be " + ", ".join(f'"{a}"' for a in table.ACCURACY_NAMES[:-1])
+                      + f' or "{table.ACCURACY_NAMES[-1]}", got {_show(v)}')
 
 
 def _payoff(v: Any, name: str) -> Any:
@@ -259,7 +288,8 @@ def _settlement(v: Any, name: str) -> Any:
 
 
 _PARSERS: Mapping[str, Callable[[Any, str], Any]] = {"number": _number, "kind": _kind, "american": _american,
-                                                     "payoff": _payoff, "scheme": _scheme, "text": _text,
+                                                     "flag": _flag, "accuracy": _accuracy, "payoff": _payoff,
+                                                     "scheme": _scheme, "text": _text,
                                                      "time": _time, "settlement": _settlement}
 
 
@@ -452,10 +482,11 @@ def _parse_cells(spec: Function, values: Sequence[Any]) -> tuple[dict[str, Any],
     """Single-cell arguments, each parsed once: ``(values by field, error)``, the values Python
     scalars (NaN or "" where a cell is bad) and the error the first cell text in argument
     order, or None. A cash-dividend schedule (:func:`_schedule`) comes as its two 1-D columns,
-    absent without one."""
+    absent without one. Trailing arguments left out of ``values`` read as empty cells."""
     cells: dict[str, Any] = {}
     err = None
-    for a, v in zip(spec.args, values):
+    for i, a in enumerate(spec.args):
+        v = values[i] if i < len(values) else None
         if a.parse == "schedule":
             continue
         parse = _PARSERS[a.parse]

@@ -1,7 +1,7 @@
 """The rows a worksheet function does not send: per-row checks the engine does not make
 before it works (implied-volatility prices and N; MLMC sigma, eps and seed) and the per-call
 work limits (tree nodes, of SURFACE_PRICE's American rows too; MLMC path steps, ADI grid-cell
-updates; the constants are in
+updates, the spectral engine's work in tree-node units; the constants are in
 :mod:`optiond.addin.table`, the estimates are the work model's, :mod:`optiond.costs`).
 :func:`_pre_checks` gives each refused row its cell text."""
 
@@ -86,6 +86,8 @@ def _work(spec: Function, cols: Mapping[str, np.ndarray], n: int) -> tuple[np.nd
         return np.where(ok, w, 0.0), table.MLMC_MAX_PATH_STEPS, "path steps"
     if spec.method == "adi":
         return np.full(n, table.heston_grid_work(1)), table.HESTON_MAX_GRID_WORK, "grid-cell updates"
+    if spec.method == "spectral":
+        return table.american_work(cols["accuracy"], spec.op), table.AMERICAN_MAX_WORK, "tree-node units of work"
     if spec.method == "surface" and spec.op == "price":  # American rows: a tree with Greeks each
         tree = float(table.bopm_tree_nodes(table.SURFACE_PRICE_STEPS, "greeks"))
         return np.where(cols["style"] == "american", tree, 0.0), table.BOPM_MAX_TREE_NODES, "tree nodes"
@@ -104,7 +106,7 @@ def _over_limit(spec: Function, cols: Mapping[str, np.ndarray], out: dict[int, s
     if out:
         alive[list(out)] = False
     name = {a.field: a.name for a in spec.args}
-    fix = {"binomial": "lower N, ", "mlmc": "raise eps, "}.get(spec.method, "")
+    fix = {"binomial": "lower N, ", "mlmc": "raise eps, ", "spectral": 'try accuracy "fast", '}.get(spec.method, "")
     for i in np.flatnonzero(alive & (work > limit)).tolist():
         which = (f"{name['steps']}={_show(cols['steps'][i])}" if spec.method == "binomial" else
                  f"{name['eps']}={_show(cols['eps'][i])}" if spec.method == "mlmc" else "one option")

@@ -1,6 +1,9 @@
 """optiond's Excel worksheet functions (xlwings user-defined functions).
 
-``BOPM_PUT``, ``BOPM_CALL``, ``BS_PUT``, ``BS_CALL``, ``BOPM_IV``, ``BOPM_GREEKS``; the
+``BOPM_PUT``, ``BOPM_CALL``, ``BS_PUT``, ``BS_CALL``, ``BOPM_IV``, ``BOPM_GREEKS`` (an optional
+``extrapolate``, TRUE for the converged tree value, BBSR); the American prices of the spectral
+engine (Andersen, Lake & Offengenden 2016) ``AMERICAN_PUT``, ``AMERICAN_CALL`` and their
+implied volatility ``AMERICAN_IV`` (an optional ``accuracy`` setting); the
 multilevel Monte Carlo prices ``MLMC_CALL``, ``MLMC_PUT``, ``MLMC_ASIAN_CALL``,
 ``MLMC_DIGITAL_CALL`` and their standard error ``MLMC_STDERR``; the Heston ADI prices
 ``HESTON_CALL`` and ``HESTON_PUT``; ``PARITY_FORWARD``, the forward and discount factor of a
@@ -49,12 +52,14 @@ Behaviour, the same for every function:
   dividends.
 * **Work limits.** One call may ask for a bounded amount of work (the constants and estimates
   in :mod:`optiond.addin.table`: tree nodes for ``BOPM_*``, an eps floor and estimated path
-  steps for ``MLMC_*``, grid-cell updates for ``HESTON_*``), so a cell cannot freeze Excel. A
+  steps for ``MLMC_*``, grid-cell updates for ``HESTON_*``, the spectral engine's work for
+  ``AMERICAN_*``), so a cell cannot freeze Excel. A
   row over a limit on its own gets a text in its own cell; rows over it only together get the
   call's text in each of their cells; both point to the panel and ``optiond price``.
-* **One request per range**, with two exceptions: ``seed`` (MLMC) and ``scheme`` (ADI) are
-  settings of a whole request, so a range holding several seeds or schemes is priced by one
-  request per distinct value.
+* **One request per range**, with four exceptions: ``seed`` (MLMC), ``scheme`` (ADI),
+  ``extrapolate`` (BOPM_*) and ``accuracy`` (AMERICAN_*) are settings of a whole request, so a
+  range holding several of their values is priced by one request per distinct value (each
+  in the request's method, and so in its cache key).
 * **MLMC.** The estimate is a deterministic function of the inputs and ``seed`` (default 0),
   so a recalculation gives the same number. ``MLMC_STDERR`` with the same arguments (and the
   ``kind`` and ``payoff`` of the price) is the standard error of that same run: the two share
@@ -219,13 +224,13 @@ def _udf(impl: Callable) -> Callable:
 
 
 @_udf
-def BOPM_PUT(S, K, T, r, sigma, N, q=None, american=None, div_times=None, div_amounts=None):
-    return evaluate("BOPM_PUT", (S, K, T, r, sigma, N, q, american, div_times, div_amounts))
+def BOPM_PUT(S, K, T, r, sigma, N, q=None, american=None, div_times=None, div_amounts=None, extrapolate=None):
+    return evaluate("BOPM_PUT", (S, K, T, r, sigma, N, q, american, div_times, div_amounts, extrapolate))
 
 
 @_udf
-def BOPM_CALL(S, K, T, r, sigma, N, q=None, american=None, div_times=None, div_amounts=None):
-    return evaluate("BOPM_CALL", (S, K, T, r, sigma, N, q, american, div_times, div_amounts))
+def BOPM_CALL(S, K, T, r, sigma, N, q=None, american=None, div_times=None, div_amounts=None, extrapolate=None):
+    return evaluate("BOPM_CALL", (S, K, T, r, sigma, N, q, american, div_times, div_amounts, extrapolate))
 
 
 @_udf
@@ -239,13 +244,30 @@ def BS_CALL(S, K, T, r, sigma, q=None):
 
 
 @_udf
-def BOPM_IV(price, S, K, T, r, q=None, kind=None, N=None, american=None, div_times=None, div_amounts=None):
-    return evaluate("BOPM_IV", (price, S, K, T, r, q, kind, N, american, div_times, div_amounts))
+def BOPM_IV(price, S, K, T, r, q=None, kind=None, N=None, american=None, div_times=None, div_amounts=None,
+            extrapolate=None):
+    return evaluate("BOPM_IV", (price, S, K, T, r, q, kind, N, american, div_times, div_amounts, extrapolate))
 
 
 @_udf
-def BOPM_GREEKS(S, K, T, r, sigma, N, q=None, kind=None, american=None, div_times=None, div_amounts=None):
-    return evaluate("BOPM_GREEKS", (S, K, T, r, sigma, N, q, kind, american, div_times, div_amounts))
+def BOPM_GREEKS(S, K, T, r, sigma, N, q=None, kind=None, american=None, div_times=None, div_amounts=None,
+                extrapolate=None):
+    return evaluate("BOPM_GREEKS", (S, K, T, r, sigma, N, q, kind, american, div_times, div_amounts, extrapolate))
+
+
+@_udf
+def AMERICAN_PUT(S, K, T, r, sigma, q=None, accuracy=None):
+    return evaluate("AMERICAN_PUT", (S, K, T, r, sigma, q, accuracy))
+
+
+@_udf
+def AMERICAN_CALL(S, K, T, r, sigma, q=None, accuracy=None):
+    return evaluate("AMERICAN_CALL", (S, K, T, r, sigma, q, accuracy))
+
+
+@_udf
+def AMERICAN_IV(price, S, K, T, r, q=None, kind=None, accuracy=None):
+    return evaluate("AMERICAN_IV", (price, S, K, T, r, q, kind, accuracy))
 
 
 @_udf

@@ -2,8 +2,9 @@
 priced.
 
 * **Requests**: the rows the pre-checks (:mod:`optiond.addin.checks`) let through go in ONE
-  request, or one per MLMC seed or ADI scheme; the request's :class:`~optiond.models.Method`
-  (uniform steps, eps and payoff travel in it); the reply's columns a function shows
+  request, or one per MLMC seed, ADI scheme, BBSR flag or spectral accuracy setting; the
+  request's :class:`~optiond.models.Method` (uniform steps, eps and payoff, ``extrapolate`` and
+  ``accuracy`` travel in it); the reply's columns a function shows
   (:func:`_ask` does all of it for one call's rows). A ``BOPM_*`` call's cash-dividend
   schedule, one for all its rows, travels as the (m,) schedule columns.
 * **In this process or the daemon** (:func:`_request`): answered from the cache
@@ -17,6 +18,7 @@ priced.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -56,9 +58,26 @@ def _failure_text(e: Exception, spec: Function | None = None) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-@functools.lru_cache(maxsize=256)
-def _method(name: str, greeks: bool, steps: int | None = None) -> Method:
-    return Method(name=name, greeks=greeks) if steps is None else Method(name=name, greeks=greeks, steps=steps)
+def _method(name: str, greeks: bool, steps: int | None = None, setting: Any = None) -> Method:
+    """The (cached) method of a request: ``name``, ``greeks``, the one N of the call if any, and
+    the call's request-wide setting of :data:`_SETTINGS` if any (``extrapolate`` of a binomial
+    function, ``accuracy`` of a spectral one)."""
+    kw: dict[str, Any] = {} if steps is None else {"steps": steps}
+    if setting is not None:
+        kw[_SETTING_OF[name]] = setting
+    return Method(name=name, greeks=greeks, **kw)
+
+
+#: the columns that are settings of a whole request (a range holding several values is priced
+#: by one request per value): MLMC seed, ADI scheme, BBSR extrapolate, spectral accuracy
+_SETTINGS = ("seed", "scheme", "extrapolate", "accuracy")
+#: the setting of each method whose request-wide value :func:`_method` takes
+_SETTING_OF = {"binomial": "extrapolate", "spectral": "accuracy"}
+
+
+def _setting(value: Any) -> Any:
+    """A setting cell's value as the Method takes it (a NumPy bool or str as Python's)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _uniform_steps(steps: np.ndarray) -> int | None:
@@ -92,14 +111,16 @@ def _uniform(v: Any) -> Any:
 
 def _requests(spec: Function, cols: dict[str, np.ndarray], n: int) -> Iterator[tuple]:
     """The requests that price n checked rows: ``(rows or None for all, columns, method,
-    prices)``. One, unless the rows ask for different MLMC seeds or ADI schemes (settings of
-    the whole request): then one per seed or scheme."""
+    prices)``. One, unless the rows ask for different values of a setting of the whole request
+    (:data:`_SETTINGS`: MLMC seeds, ADI schemes, BBSR or not, spectral accuracies): then one
+    per value."""
     req = dict(cols)
     prices = req.pop("price", None)
     steps = req.pop("steps", None)
-    split = req.pop("seed", None)
-    scheme = req.pop("scheme", None)
-    split = scheme if split is None else split
+    split = None
+    for f in _SETTINGS:  # a function has at most one of them
+        v = req.pop(f, None)
+        split = v if split is None else split
     for f, v in spec.fixed.items():
         req[f] = v
     if split is None or (split == split[0]).all():
@@ -136,18 +157,19 @@ def _request_method(spec: Function, req: dict[str, Any], steps: np.ndarray | Non
         return Method(name="mlmc", greeks=False, eps=float(one), payoff=str(payoff), seed=int(setting))
     if spec.method == "adi":
         return _adi_method(str(setting))
+    setting = None if setting is None else _setting(setting)
     if spec.op == "iv":
         if steps is None:
-            return _method(spec.method, False)
+            return _method(spec.method, False, None, setting)
         if steps.size and (steps == steps[0]).all():
-            return _method(spec.method, False, int(steps[0]))
-        return Method(name=spec.method, greeks=False, steps=_steps_column(steps))
+            return _method(spec.method, False, int(steps[0]), setting)
+        return dataclasses.replace(_method(spec.method, False, None, setting), steps=_steps_column(steps))
     if steps is not None:
         one = _uniform_steps(steps)
         if one is not None:  # the usual case: one N for the call, in the (cached) method
-            return _method(spec.method, spec.op == "greeks", one)
+            return _method(spec.method, spec.op == "greeks", one, setting)
         req["steps"] = _steps_column(steps)
-    return _method(spec.method, spec.op == "greeks")
+    return _method(spec.method, spec.op == "greeks", None, setting)
 
 
 def _std_error(res: Any, n: int) -> np.ndarray:
@@ -310,13 +332,16 @@ def _one_price_cell(spec: Function, cells: Mapping[str, Any]) -> tuple[Any, bool
     request (:func:`_request`) without the range machinery; None for anything else (N outside
     the schema or the work limit): the general path then answers, with its messages."""
     cols = dict(cells)
-    method = _method(spec.method, False)
+    setting = None
+    for f in _SETTINGS:
+        setting = cols.pop(f, setting)
+    method = _method(spec.method, False, None, setting)
     N = cols.pop("steps", None)
     if N is not None:
         if not (math.isfinite(N) and N == math.floor(N) and 1 <= N <= MAX_STEPS
                 and float(table.bopm_tree_nodes(N, spec.op)) <= table.BOPM_MAX_TREE_NODES):
             return None
-        method = _method(spec.method, False, int(N))
+        method = _method(spec.method, False, int(N), setting)
     cols.update(spec.fixed)
     try:
         vals, errs = _request(spec, cols, method, None, 1)

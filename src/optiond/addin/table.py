@@ -37,7 +37,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from .. import costs
-from ..models import ADI_SCHEMES, GREEK_FIELDS, MAX_DIVIDENDS, MAX_STEPS, MAX_VOLATILITY, PAYOFFS
+from ..kernels.spectral import MEASURED_ERROR
+from ..models import ADI_SCHEMES, GREEK_FIELDS, MAX_DIVIDENDS, MAX_STEPS, MAX_VOLATILITY, PAYOFFS, SPECTRAL_ACCURACIES
 
 #: the Excel function-wizard category of every optiond function
 CATEGORY = "optiond"
@@ -82,6 +83,11 @@ HESTON_TIME_STEPS = 100
 #: time steps, summed over its options: 500 options on :data:`HESTON_GRID` (about 15 s on two
 #: CPU cores, far less on a GPU)
 HESTON_MAX_GRID_WORK = 1e9
+#: AMERICAN_*: the spectral engine's work one call may ask for, in the work model's tree-node
+#: units (:data:`optiond.costs.SPECTRAL_WORK` an option and solve, by accuracy setting), summed
+#: over its options: the BOPM_* budget, about 6 s on one CPU core (some 5,700 prices or 380
+#: implied volatilities at the default accuracy)
+AMERICAN_MAX_WORK = BOPM_MAX_TREE_NODES
 #: SURFACE_PRICE: CRR steps of an American price on a surface (the chain job's default, the
 #: steps the fitted implied volatilities were solved with)
 SURFACE_PRICE_STEPS = 500
@@ -113,10 +119,13 @@ class Arg:
             :class:`optiond.models.Method`; ``call_price``, ``put_price`` (a strip's mids,
             PARITY_FORWARD); ``object`` (the name or handle of a surface kept in the daemon),
             ``chain``, ``quote_time``, ``settlement`` (a chain to fit, SURFACE_FIT);
-            ``dividend_times``, ``dividend_amounts`` (a cash-dividend schedule, BOPM_*).
+            ``dividend_times``, ``dividend_amounts`` (a cash-dividend schedule, BOPM_*);
+            ``accuracy`` (the spectral setting, AMERICAN_*) and ``extrapolate`` (BBSR, BOPM_*),
+            settings of the request's :class:`optiond.models.Method` like ``seed`` and ``scheme``.
         parse: how a cell is read: ``number``, ``kind`` ("put"/"call"), ``american``
             (TRUE/FALSE), ``payoff`` ("vanilla"/"digital"/"asian"), ``scheme`` (ADI scheme),
-            ``text`` (a name or handle of an object the daemon keeps), ``time`` (a quote time:
+            ``flag`` (TRUE/FALSE, read as a bool), ``accuracy`` (a spectral setting, "fast",
+            "accurate", "high-precision"), ``text`` (a name or handle of an object the daemon keeps), ``time`` (a quote time:
             "HH:MM", a time cell or an ISO 8601 timestamp), ``settlement`` ("am"/"pm"), or
             ``chain`` (a whole pasted chain with its header row, read as one table), or
             ``schedule`` (a row or column of up to :data:`~optiond.models.MAX_DIVIDENDS` numbers,
@@ -157,7 +166,7 @@ class Function:
             ``fit`` (a surface fitted in the daemon: its handle) or ``vol`` (a surface's
             volatility per point).
         method: the :class:`optiond.models.Method` name: ``binomial``, ``black-scholes``,
-            ``mlmc`` or ``adi``; ``parity`` for the put-call parity fit of ``op="forward"``;
+            ``mlmc``, ``adi`` or ``spectral``; ``parity`` for the put-call parity fit of ``op="forward"``;
             ``surface`` for the functions on a surface the daemon keeps by name (``fit``,
             ``vol``, ``price``: :mod:`optiond.addin.surfaces`).
         fixed: batch columns the function fixes rather than reads (``kind``, ``style``,
@@ -221,6 +230,18 @@ DIV_AMOUNTS = Arg("div_amounts", "Optional. The cash dividend of each div_times 
                   "Spot model on the CRR tree: S drops by the amount at each ex-date.", "dividend_amounts",
                   parse="schedule", default=None)
 KIND = Arg("kind", 'Optional. "call" (the default) or "put".', "kind", parse="kind", default="call")
+EXTRAPOLATE = Arg("extrapolate", "Optional. TRUE for the converged tree value (BBSR: Broadie-Detemple smoothing of the "
+                  "last step, Richardson extrapolation over N and N/2 steps; 1.5 trees' work); FALSE (the default) "
+                  "for the plain tree. Not with cash dividends.", "extrapolate", parse="flag", default=False)
+
+# the spectral American engine (Andersen, Lake & Offengenden 2016)
+#: the spectral accuracy setting a worksheet function takes when its cell is empty
+DEFAULT_ACCURACY = "accurate"
+ACCURACY = Arg("accuracy", "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp "
+               "high precision (strike 100): " + ", ".join(f'"{a}" {MEASURED_ERROR[a]:.2g}' for a in
+                                                           SPECTRAL_ACCURACIES)
+               + f'; default "{DEFAULT_ACCURACY}". Faster settings are coarser.', "accuracy", parse="accuracy",
+               default=DEFAULT_ACCURACY)
 
 # MLMC
 SIGMA_MLMC = Arg("sigma", f"Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= {MLMC_MAX_VOLATILITY:g}.",
@@ -297,14 +318,14 @@ FUNCTIONS: tuple[Function, ...] = (
         "Put price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, "
         "with a continuous dividend yield and optional cash dividends (div_times, div_amounts). Ranges in any "
         "argument return a range of prices.",
-        (S, K, T, R, SIGMA, N, Q, AMERICAN, DIV_TIMES, DIV_AMOUNTS), op="price", method="binomial", fixed={"kind": "put"},
+        (S, K, T, R, SIGMA, N, Q, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE), op="price", method="binomial", fixed={"kind": "put"},
         returns="the put price, in the currency of S"),
     Function(
         "BOPM_CALL",
         "Call price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, "
         "with a continuous dividend yield and optional cash dividends (div_times, div_amounts). Ranges in any "
         "argument return a range of prices.",
-        (S, K, T, R, SIGMA, N, Q, AMERICAN, DIV_TIMES, DIV_AMOUNTS), op="price", method="binomial", fixed={"kind": "call"},
+        (S, K, T, R, SIGMA, N, Q, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE), op="price", method="binomial", fixed={"kind": "call"},
         returns="the call price, in the currency of S"),
     Function(
         "BS_PUT",
@@ -322,15 +343,35 @@ FUNCTIONS: tuple[Function, ...] = (
         "BOPM_IV",
         "Implied volatility of an option from its price, by a bracketed root find on the binomial tree "
         "price (American by default), optional cash dividends. Returns an annualised decimal (0.2 = 20%).",
-        (PRICE, S, K, T, R, Q, KIND, N_OPT, AMERICAN, DIV_TIMES, DIV_AMOUNTS), op="iv", method="binomial",
+        (PRICE, S, K, T, R, Q, KIND, N_OPT, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE), op="iv", method="binomial",
         returns="the implied volatility, an annualised decimal"),
     Function(
         "BOPM_GREEKS",
         "Greeks from a binomial tree, one row per option: delta, gamma, theta (per year), vega (per 1.00 "
         "of volatility), rho (per 1.00 of rate), optional cash dividends. Give a column of inputs for one row "
         "per option.",
-        (S, K, T, R, SIGMA, N, Q, KIND, AMERICAN, DIV_TIMES, DIV_AMOUNTS), op="greeks", method="binomial",
+        (S, K, T, R, SIGMA, N, Q, KIND, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE), op="greeks", method="binomial",
         returns="a row: " + ", ".join(GREEK_COLUMNS)),
+    Function(
+        "AMERICAN_PUT",
+        "American put price by the spectral method of Andersen, Lake & Offengenden (2016): the exercise boundary "
+        "by fixed-point iteration on Chebyshev nodes. Continuous dividend yield. Ranges in any argument return a "
+        "range of prices.",
+        (S, K, T, R, SIGMA, Q, ACCURACY), op="price", method="spectral", fixed={"kind": "put", "style": "american"},
+        returns="the American put price, in the currency of S"),
+    Function(
+        "AMERICAN_CALL",
+        "American call price by the spectral method of Andersen, Lake & Offengenden (2016): the exercise boundary "
+        "by fixed-point iteration on Chebyshev nodes. Continuous dividend yield. Ranges in any argument return a "
+        "range of prices.",
+        (S, K, T, R, SIGMA, Q, ACCURACY), op="price", method="spectral", fixed={"kind": "call", "style": "american"},
+        returns="the American call price, in the currency of S"),
+    Function(
+        "AMERICAN_IV",
+        "Implied volatility of an American option from its price, on the spectral price of Andersen, Lake & "
+        "Offengenden (2016) (Newton with bisection). Returns an annualised decimal (0.2 = 20%).",
+        (PRICE, S, K, T, R, Q, KIND, ACCURACY), op="iv", method="spectral", fixed={"style": "american"},
+        returns="the implied volatility, an annualised decimal"),
     Function(
         "MLMC_CALL",
         "European call by adaptive multilevel Monte Carlo (Giles; Milstein scheme, Black-Scholes dynamics) to a "
@@ -417,13 +458,16 @@ ARG_OPTIONS: Mapping[str, Any] = {"ndim": 2, "err_to_str": True}
 _FIELDS = {"spot", "strike", "expiry", "rate", "dividend_yield", "volatility", "kind", "style", "steps", "price",
            "eps", "seed", "payoff", "scheme", "v0", "kappa", "long_run_variance", "xi", "correlation",
            "call_price", "put_price", "object", "chain", "quote_time", "settlement", "dividend_times",
-           "dividend_amounts"}
-_PARSES = ("number", "kind", "american", "payoff", "scheme", "text", "time", "settlement", "chain", "schedule")
+           "dividend_amounts", "accuracy", "extrapolate"}
+_PARSES = ("number", "kind", "american", "flag", "accuracy", "payoff", "scheme", "text", "time", "settlement", "chain",
+           "schedule")
 _OPS = ("price", "greeks", "iv", "stderr", "forward", "fit", "vol")
-_METHODS = ("binomial", "black-scholes", "mlmc", "adi", "parity", "surface")
+_METHODS = ("binomial", "black-scholes", "mlmc", "adi", "spectral", "parity", "surface")
 #: the values a ``payoff`` and a ``scheme`` cell may take
 PAYOFF_NAMES = PAYOFFS
 SCHEME_NAMES = ADI_SCHEMES
+#: the values an ``accuracy`` cell may take (the spectral engine's settings)
+ACCURACY_NAMES = SPECTRAL_ACCURACIES
 
 
 def check(functions: tuple[Function, ...] = FUNCTIONS) -> None:
@@ -475,6 +519,16 @@ def bopm_tree_nodes(steps: Any, op: str = "price") -> np.ndarray:
     ``(N+1)(N+2)/2`` per tree, times :data:`BOPM_GREEK_TREES` (``op="greeks"``) or
     :data:`BOPM_IV_TREES` (``op="iv"``)."""
     return costs.tree_work_rows(steps, op == "greeks", "implied_vol" if op == "iv" else "price")
+
+
+def american_work(accuracy: Any, op: str = "price") -> np.ndarray:
+    """Work per option of an AMERICAN_ call, in tree-node units: the spectral engine's work
+    model (:data:`optiond.costs.SPECTRAL_WORK` of the row's accuracy setting, times
+    :data:`optiond.costs.SPECTRAL_SOLVES` of a price or an implied volatility); arrays of
+    setting names broadcast."""
+    solves = costs.SPECTRAL_SOLVES["implied_vol" if op == "iv" else "price"]
+    per = np.vectorize(lambda a: costs.SPECTRAL_WORK[a], otypes=[np.float64])(np.asarray(accuracy, dtype=object))
+    return per * solves
 
 
 #: estimated path steps of an adaptive MLMC price (an upper bound; arrays broadcast)

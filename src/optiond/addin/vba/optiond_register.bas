@@ -18,7 +18,8 @@ Public Sub OptiondRegisterFunctions()
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
-            "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.")
+            "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.", _
+            "Optional. TRUE for the converged tree value (BBSR: Broadie-Detemple smoothing of the last step, Richardson extrapolation over N and N/2 steps; 1.5 trees' work); FALSE (the default) for the plain tree. Not with cash dividends.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BOPM_CALL", _
         Description:="Call price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, with a continuous dividend yield and optional cash dividends (div_times, div_amounts). Ranges in any argument return a range of prices.", _
         Category:="optiond", _
@@ -32,7 +33,8 @@ Public Sub OptiondRegisterFunctions()
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
-            "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.")
+            "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.", _
+            "Optional. TRUE for the converged tree value (BBSR: Broadie-Detemple smoothing of the last step, Richardson extrapolation over N and N/2 steps; 1.5 trees' work); FALSE (the default) for the plain tree. Not with cash dividends.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BS_PUT", _
         Description:="Black-Scholes-Merton price of a European put with a continuous dividend yield (closed form). Ranges in any argument return a range of prices.", _
         Category:="optiond", _
@@ -67,7 +69,8 @@ Public Sub OptiondRegisterFunctions()
             "Optional. Steps of the binomial tree, 1 to 10,000,000; default 1000. Time grows as N squared.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
-            "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.")
+            "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.", _
+            "Optional. TRUE for the converged tree value (BBSR: Broadie-Detemple smoothing of the last step, Richardson extrapolation over N and N/2 steps; 1.5 trees' work); FALSE (the default) for the plain tree. Not with cash dividends.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BOPM_GREEKS", _
         Description:="Greeks from a binomial tree, one row per option: delta, gamma, theta (per year), vega (per 1.00 of volatility), rho (per 1.00 of rate), optional cash dividends. Give a column of inputs for one row per option.", _
         Category:="optiond", _
@@ -82,7 +85,42 @@ Public Sub OptiondRegisterFunctions()
             "Optional. ""call"" (the default) or ""put"".", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
-            "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.")
+            "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.", _
+            "Optional. TRUE for the converged tree value (BBSR: Broadie-Detemple smoothing of the last step, Richardson extrapolation over N and N/2 steps; 1.5 trees' work); FALSE (the default) for the plain tree. Not with cash dividends.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!AMERICAN_PUT", _
+        Description:="American put price by the spectral method of Andersen, Lake & Offengenden (2016): the exercise boundary by fixed-point iteration on Chebyshev nodes. Continuous dividend yield. Ranges in any argument return a range of prices.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
+            "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 9e-05, ""accurate"" 8e-07, ""high-precision"" 2.7e-08; default ""accurate"". Faster settings are coarser.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!AMERICAN_CALL", _
+        Description:="American call price by the spectral method of Andersen, Lake & Offengenden (2016): the exercise boundary by fixed-point iteration on Chebyshev nodes. Continuous dividend yield. Ranges in any argument return a range of prices.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
+            "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 9e-05, ""accurate"" 8e-07, ""high-precision"" 2.7e-08; default ""accurate"". Faster settings are coarser.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!AMERICAN_IV", _
+        Description:="Implied volatility of an American option from its price, on the spectral price of Andersen, Lake & Offengenden (2016) (Newton with bisection). Returns an annualised decimal (0.2 = 20%).", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Market price of the option (> 0), in the currency of S. A cell or a range.", _
+            "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
+            "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. ""call"" (the default) or ""put"".", _
+            "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 9e-05, ""accurate"" 8e-07, ""high-precision"" 2.7e-08; default ""accurate"". Faster settings are coarser.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_CALL", _
         Description:="European call by adaptive multilevel Monte Carlo (Giles; Milstein scheme, Black-Scholes dynamics) to a target RMS error eps. The same seed gives the same price. Its standard error: MLMC_STDERR.", _
         Category:="optiond", _
