@@ -117,3 +117,16 @@ def test_cli_price_extrapolate_and_accuracy_flags(tmp_path):
     assert out.loc[0, "price"] == pytest.approx(bbsr[0], rel=1e-13)
     assert out.loc[0, "delta"] == pytest.approx(bbsr[1], rel=1e-12)
     assert out.loc[1, "price"] == pytest.approx(alo[0, 0], rel=1e-12)  # (6, n): price and the Greeks
+
+
+def test_large_steps_keep_the_exercise_values_exact():
+    # sigma sqrt(dt) = 1 (sigma 10, N = 100): the exercise recurrence X <- u X + c multiplies its
+    # rounding by e per level, so it re-anchors every 8 levels, not 64; an American put then stays
+    # between its bounds (K - S <= P <= K) and close to the finer tree, and the root find that
+    # brackets up to sigma = 10 solves the extrapolated price at N = 200
+    coarse = crr_batch(0, 1, 100.0, 110.0, 1.0, 0.05, 0.02, 10.0, 100, greeks=False)[0, 0]
+    fine = crr_batch(0, 1, 100.0, 110.0, 1.0, 0.05, 0.02, 10.0, 4000, greeks=False)[0, 0]
+    assert 10.0 <= coarse <= 110.0 and abs(coarse - fine) < 1.0
+    px = crr_batch(0, 1, 100.0, 110.0, 1.0, 0.05, 0.02, 0.25, 200, greeks=False, extrapolate=True)[0]
+    iv, code = crr_implied_vol(px, 0, 1, 100.0, 110.0, 1.0, 0.05, 0.02, 200, extrapolate=True)
+    assert code[0] == 0 and abs(iv[0] - 0.25) < 1e-10

@@ -4,7 +4,8 @@
 //
 //   leaves   x_j = sign * (S exp((2j - N) a) - K),  V_j = max(x_j, 0),  X_j = x_j
 //   level t  V[j] <- max(pu V[j+1] + pd V[j], X[j]),  X[j] <- X[j] u + c   (c = sign K (u - 1))
-//            and X re-anchored from exp when (N - t) % 64 == 0 (American exercise only; FP32
+//            and X re-anchored from exp when (N - t) % 64 == 0 (American exercise only; 64 / ...
+//            fewer levels where 64 a > 8 (binomial_cpu.reanchor_period); FP32
 //            trees with a large step a = sigma sqrt(dt) re-anchor every 2 / a levels instead,
 //            since the recurrence multiplies rounding errors by u per level)
 //
@@ -112,7 +113,7 @@
 #define P_SIGN 7
 #define P_RDT 8     // r dt (FWD only)
 #define P_ARGMAX 9  // clamp of the exp argument (FP32 overflow guard)
-#define P_ANCHOR 10 // re-anchoring period in levels: 64 (FP64, as the CPU) or less (FP32, large a)
+#define P_ANCHOR 10 // re-anchoring period in levels: the CPU's (FP64, reanchor_period) or less (FP32, large a)
 #define P_UR 11     // FP32 scaled scheme: 1 if p >= 1 - p (unit weight on the up node), else 0
 #define P_RHO 12    // FP32 scaled scheme: rho = min(p, 1-p) / max(p, 1-p), rounded to float
 #define P_LAM 13    //   lambda = 1 / (1 + rho): the per-level scale of the values
@@ -1054,7 +1055,8 @@ __device__ __forceinline__ void crr_iv_par(double* __restrict__ out, bool call, 
     out[P_SIGN] = sign;
     out[P_RDT] = 0.0;
     out[P_ARGMAX] = __longlong_as_double(0x7ff0000000000000LL);  // +inf: no clamp in FP64
-    out[P_ANCHOR] = (double)anchor;
+    // binomial_cpu.reanchor_period: fewer levels between re-anchorings where the step a is large
+    out[P_ANCHOR] = (double)(((double)anchor * a <= 8.0) ? anchor : max(1, (int)(8.0 / a)));
     for (int k = P_UR; k < CRR_NPAR; ++k) out[k] = 0.0;
 }
 

@@ -20,7 +20,8 @@ Implementation (the reference recurrence that the GPU kernels reproduce):
   ``S[t, j] = u S[t+1, j]``, the exercise vector obeys ``X[j] <- u X[j] + c`` with
   ``c = K(u - 1)`` for a call and ``K(1 - u)`` for a put: one FMA per node, no dependence
   between neighbouring j, so the inner loop vectorises. Every ``REANCHOR`` levels the
-  vector is recomputed from ``exp`` so rounding cannot drift (relative drift < 64 eps);
+  vector is recomputed from ``exp`` so rounding cannot drift (relative drift < 64 eps; fewer
+  levels where the step a is large, :func:`reanchor_period`);
 * Greeks from the tree (Hull, *Options, Futures and Other Derivatives*, §21.1): delta and gamma
   from levels 1 and 2, theta from the level-2 centre node, ``(V[2,1] - V[0,0]) / (2 dt)``;
   vega and rho by central differences of the tree price (bumps ``VEGA_BUMP``, ``RHO_BUMP``).
@@ -44,6 +45,9 @@ from ..black_scholes import bs_price_one
 from ..rootfind import B, FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, brent_init, brent_step
 
 REANCHOR = 64
+#: the largest growth e^(period a) of a rounding error through the exercise recurrence between
+#: two re-anchorings (X <- u X + c multiplies it by u = e^a per level)
+ANCHOR_GROWTH = 8.0
 VEGA_BUMP = 1e-4
 RHO_BUMP = 1e-4
 MIN_IV, MAX_IV = 1e-4, 10.0
@@ -61,6 +65,15 @@ def crr_probability(T, r, q, sigma, N):
     u = math.exp(a)
     d = 1.0 / u
     return (math.exp((r - q) * dt) - d) / (u - d)
+
+
+@nb.njit(cache=True, nogil=True)
+def reanchor_period(a):
+    """Levels between two re-anchorings of the exercise values for a tree of step ``a = sigma
+    sqrt(dt)``: :data:`REANCHOR`, or fewer where ``e^(REANCHOR a)`` would exceed
+    ``e^ANCHOR_GROWTH`` (a > 0.125: few steps and a high volatility, such as a root find's
+    upper bracket, where 64 levels of the recurrence multiplied its rounding by up to e^64)."""
+    return REANCHOR if REANCHOR * a <= ANCHOR_GROWTH else max(1, int(ANCHOR_GROWTH / a))
 
 
 @nb.njit(cache=True, nogil=True)
@@ -162,6 +175,7 @@ def crr_tree_div(is_call, american, S, K, T, r, q, sigma, N, V, X, W, levels, di
     pd = disc * (1.0 - p)
     sign = 1.0 if is_call else -1.0
     c = sign * K * (u - 1.0)
+    anchor = reanchor_period(a)
     top = N - 1 if smooth else N  # the level the induction starts from
     for j in range(top + 1):
         sj = S * math.exp((2 * j - top) * a)
@@ -187,7 +201,7 @@ def crr_tree_div(is_call, american, S, K, T, r, q, sigma, N, V, X, W, levels, di
         levels[2] = V[1]
     for t in range(top - 1, -1, -1):
         if american:
-            if (N - t) % REANCHOR == 0:
+            if (N - t) % anchor == 0:
                 for j in range(t + 1):
                     X[j] = sign * (S * math.exp((2 * j - t) * a) - K)
                 for j in range(t + 1):
@@ -476,7 +490,8 @@ def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol, div_t, div
             status[i] = IV_INVALID
             continue
         # the lowest volatility at which p stays in [0, 1] (with a margin)
-        dt = T[i] / N
+        # (extrapolating, the coarser tree of N // 2 steps has the larger step)
+        dt = T[i] / (max(N // 2, 1) if extrapolate else N)
         lo_i = max(lo[i], 1.0001 * abs(r[i] - q[i]) * math.sqrt(dt) + 1e-12)
         hi_i = hi[i]
         if not (np.isfinite(lo_i) and np.isfinite(hi_i) and lo_i < hi_i):  # NaN-safe

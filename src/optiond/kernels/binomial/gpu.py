@@ -216,7 +216,7 @@ def _fill_params(is_call, S, K, T, r, q, sigma, N, fwd, pd_fma, out):
     out[2] = a
     out[6] = c
     out[7] = sign
-    out[10] = REANCHOR
+    out[10] = bc.reanchor_period(a)  # FP64: the CPU's period (FP32 below: shorter)
     out[11] = 0.0
     out[12] = 0.0
     out[13] = 0.0
@@ -372,9 +372,10 @@ def _finish_cpu(V, X, t0, am, par, N, lv):
     elif t0 == 1:
         lv[1] = V[0]
         lv[2] = V[1]
+    anchor = int(par[10])  # the CPU's period (bc.reanchor_period)
     for t in range(t0 - 1, -1, -1):
         if am:
-            if (N - t) % REANCHOR == 0:
+            if (N - t) % anchor == 0:
                 for j in range(t + 1):
                     X[j] = sign * (S * math.exp((2 * j - t) * a) - K)
                 for j in range(t + 1):
