@@ -63,7 +63,7 @@ def test_gpu_equals_cpu_with_dividends_prices_and_greeks():
     np.testing.assert_allclose(dev[1:][fin], cpu[1:][fin], rtol=1e-8, atol=1e-8)
 
 
-def test_gpu_no_dividend_schedule_is_the_dividend_free_kernel():
+def test_gpu_empty_schedule_on_the_dividend_kernel_is_the_plain_tree():
     kind, style, S, K, T, r, q, vol, N, _, _ = _random_book(64, 3)
     pad = np.full((64, 8), np.nan)
     with_pad = bg.crr_batch_gpu(kind, style, S, K, T, r, q, vol, N, greeks=False, dividend_times=pad,

@@ -306,8 +306,9 @@ def fit_slice(k, iv_mid, iv_bid=None, iv_ask=None, T: float = 1.0, *, prev: SVI 
         return x, cost
 
     def fit_cost(x: np.ndarray) -> float:
-        return float(solver.objective(x, T, k, lo, hi, mid, where[0], np.empty(0), np.empty(0), 0.0, MID_PULL,
-                                      G_MARGIN, CAL_MARGIN, LEE_MAX))
+        none = np.empty(0)  # the fit alone: no penalty rows, no grid to walk
+        return float(solver.objective(x, T, k, lo, hi, mid, none, none, none, 0.0, MID_PULL, G_MARGIN, CAL_MARGIN,
+                                      LEE_MAX))
 
     def checks_of(p: SVI) -> dict:
         c = arbitrage.check_slice(p, k_min, k_max)
@@ -399,11 +400,12 @@ def outliers(k: np.ndarray, iv: np.ndarray, spread: np.ndarray | None = None) ->
     return out
 
 
-def otm_mask(rows: pd.DataFrame, forward) -> np.ndarray:
+def otm_mask(rows: pd.DataFrame, forward, kind: np.ndarray | None = None) -> np.ndarray:
     """Which rows of the chain job's output are out of the money on the expiry's ``forward``
     (a number, or one per row): puts with ``K < F``, calls with ``K >= F`` (the ``type`` labels as
-    the chain job reads them, :func:`optiond.chain.labels`); shape (len(rows),), bool."""
-    kind = labels(rows["type"])
+    the chain job reads them, :func:`optiond.chain.labels`, or ``kind`` where the caller has
+    them); shape (len(rows),), bool."""
+    kind = labels(rows["type"]) if kind is None else kind
     K = pd.to_numeric(rows["strike"], errors="coerce").to_numpy(dtype=np.float64)
     return np.where(K >= forward, kind == "call", (kind == "put") & (K < forward))
 
@@ -484,9 +486,9 @@ def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote
     T_all, F_all, rate_all = col("expiry_years"), col("forward"), col("rate")
     K_all, mid_all, bid_all, ask_all = col("strike"), col("iv"), col("iv_bid"), col("iv_ask")
     solved = (chain_out["status"].to_numpy() == "ok") & np.isfinite(mid_all)
-    otm = otm_mask(chain_out, F_all)
-    usable = solved & otm
     kind = labels(chain_out["type"])
+    otm = otm_mask(chain_out, F_all, kind)
+    usable = solved & otm
     itm = solved & ~otm & ((kind == "call") | (kind == "put"))
     rows = np.argsort(code, kind="stable")
     starts = np.searchsorted(code[rows], np.arange(len(names) + 1))

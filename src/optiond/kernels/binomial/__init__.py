@@ -26,6 +26,7 @@ root find).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -172,8 +173,6 @@ def _price_gpu(sub: Batch, method: Method, steps: np.ndarray, res: Result) -> np
 
 
 def _rows(method: Method, steps: np.ndarray, rows: np.ndarray) -> Method:
-    import dataclasses
-
     return dataclasses.replace(method, steps=steps[rows])
 
 
