@@ -504,12 +504,6 @@ def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol, div_t, div
         st = np.empty(8)
         c, am = kind[i] == 1, style[i] == 1
         dt_, da_, k = div_t[i], div_a[i], nd[i]
-        if k > 0:  # the lattice (half-width vol sqrt(T N) in log S) must span twice the dividends'
-            drop = 0.0  # drop, or the tree extrapolates across an ex-date and its low-vol values are wrong
-            for j in range(k):
-                drop += da_[j]
-            if drop < S[i]:
-                lo_i = max(lo_i, 2.0 * math.log(S[i] / (S[i] - drop)) / math.sqrt(T[i] * N))
         flo = _value(c, am, S[i], K[i], T[i], r[i], q[i], lo_i, N, V, X, W, lv, dt_, da_, k, extrapolate) - target[i]
         fhi = _value(c, am, S[i], K[i], T[i], r[i], q[i], hi_i, N, V, X, W, lv, dt_, da_, k, extrapolate) - target[i]
         ftol = 1e-12 * max(1.0, target[i])
@@ -546,9 +540,9 @@ def crr_implied_vol(price, kind, style, spot, strike, expiry, rate, dividend_yie
             bracket, e.g. around a known nearby root); ``lo`` is raised per option to the
             smallest volatility at which p stays in [0, 1].
         xtol: absolute tolerance on the volatility.
-        dividend_times, dividend_amounts: cash dividends, as :func:`crr_batch`. A row with
-            dividends searches no lower than ``2 ln(S / (S - sum D)) / sqrt(T N)``, where the
-            lattice still spans the dividends' drop (below it the tree extrapolates).
+        dividend_times, dividend_amounts: cash dividends, as :func:`crr_batch` (a drop wider
+            than the tree's lattice, at a low trial volatility, reads the value below the lattice
+            as :func:`_apply_dividend` bounds it, so the search starts as without dividends).
         extrapolate: invert the BBSR value of :func:`crr_batch` instead of the plain tree's.
 
     Returns:

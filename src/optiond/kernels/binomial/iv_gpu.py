@@ -52,8 +52,8 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
             (default: the GPU batch kernel, or the device root find where it applies); the CPU
             ``crr_batch`` can be passed for testing.
         max_iter: Brent steps per option (as the CPU's 200).
-        dividend_times, dividend_amounts: cash dividends as ``crr_implied_vol`` (the spot model,
-            its lower end of the search for a row with dividends included): the root find runs
+        dividend_times, dividend_amounts: cash dividends as ``crr_implied_vol`` (the spot model): the
+            root find runs
             on the device (``crr_iv_warp<G, R, true>``, the trees of ``crr_batch_warp_div``);
             every tree must fit a warp (N <= :data:`optiond.kernels.binomial.gpu.DIV_MAX_STEPS`).
 
@@ -81,11 +81,6 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
         if evaluator is not None or (n and int(N.max()) > DIV_MAX_STEPS):
             raise ValueError(f"implied volatilities with cash dividends on the GPU need N <= {DIV_MAX_STEPS} and the "
                              "device root find")
-        # the CPU's lower end for a row with dividends (crr_implied_vol): the lattice spans the drop
-        drop = np.cumsum(div_a, axis=1)[:, -1] if div_a.shape[1] else np.zeros(n)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            floor = 2.0 * np.log(S / (S - drop)) / np.sqrt(T * N)
-        lo_i = np.where((nd > 0) & (drop < S), np.maximum(lo_i, floor), lo_i)
         table = (nd, div_t, div_a)
     bracketed = np.isfinite(lo_i) & np.isfinite(hi) & (lo_i < hi)  # NaN-safe
     status[valid & ~bracketed] = IV_INVALID
