@@ -188,8 +188,8 @@ def test_stderr_missing_from_the_reply_is_said(monkeypatch):
 
         def price_table(self, columns, method=None, **kw):
             res = engine.price_table(columns, method)
-            return Result(res.price, res.delta, res.gamma, res.theta, res.vega, res.rho, status=res.status,
-                          error=res.error, via="daemon")
+            return Result(res.price, res.delta, res.gamma, res.theta, res.vega, res.rho, res.dividend_rho,
+                          status=res.status, error=res.error, via="daemon")
 
     monkeypatch.setattr(pricing, "_client", lambda: OldDaemon())
     assert isinstance(F.MLMC_CALL(100.0, 100.0, 1.0, 0.05, 0.2, 0.05), float)
@@ -343,16 +343,16 @@ def test_heston_work_limit(client, monkeypatch):
 def test_table_entries_and_limits():
     sig = {f.name: f.signature() for f in table.FUNCTIONS}
     for name in ("MLMC_CALL", "MLMC_PUT", "MLMC_ASIAN_CALL", "MLMC_DIGITAL_CALL"):
-        assert sig[name] == f"{name}(S, K, T, r, sigma, eps, [q], [seed])"
-    assert sig["MLMC_STDERR"] == "MLMC_STDERR(S, K, T, r, sigma, eps, [q], [seed], [kind], [payoff])"
+        assert sig[name] == f"{name}(S, K, T, r, sigma, eps, [q], [seed], [valuation])"
+    assert sig["MLMC_STDERR"] == "MLMC_STDERR(S, K, T, r, sigma, eps, [q], [seed], [kind], [payoff], [valuation])"
     for name in ("HESTON_CALL", "HESTON_PUT"):
-        assert sig[name] == f"{name}(S, K, T, r, q, v0, kappa, theta, xi, rho, [american], [scheme])"
+        assert sig[name] == f"{name}(S, K, T, r, q, v0, kappa, theta, xi, rho, [american], [scheme], [valuation])"
         spec = table.BY_NAME[name]
-        assert spec.args[-2].default is True and spec.args[-1].default == "mcs"
+        assert spec.args[-3].default is True and spec.args[-2].default == "mcs" and spec.args[-1].name == "valuation"
     for spec in table.FUNCTIONS:
         assert len(spec.description) <= LIMIT and all(len(a.doc) <= LIMIT for a in spec.args)
         assert spec.name in F.formulas_functions()
     ref = generate.reference()
     for const in ("BOPM_MAX_TREE_NODES", "MLMC_MIN_EPS_REL", "MLMC_MAX_PATH_STEPS", "HESTON_MAX_GRID_WORK"):
         assert f"`{const}`" in ref
-    assert "## `HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, [american], [scheme])`" in ref
+    assert "## `HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, [american], [scheme], [valuation])`" in ref

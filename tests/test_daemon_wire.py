@@ -40,7 +40,7 @@ def test_a_price_result_comes_back_the_same(n, greeks):
     res = engine.price_table(cols, m)
     buffers: list = []
     content = wire.result_body(res, buffers, wire.prices_only(m, cols))
-    assert content["values"]["__nd__"][1] == [6 if greeks or n == 1 else 1, n]
+    assert content["values"]["__nd__"][1] == [7 if greeks or n == 1 else 1, n]
     got = wire.decode_price(*over_the_wire(content, buffers))
     assert_same_result(got, res, greeks)
     if not greeks and n > 1:
@@ -63,9 +63,18 @@ def test_a_job_reply_from_sparse_parts_and_its_notes():
 
 def test_the_one_option_body_of_the_short_paths():
     content = wire.one_option_body("cpu", 0.001)
-    got = wire.decode_price(*over_the_wire(content, [wire.pack_one(1.0, 2.0, 3.0, 4.0, 5.0, 6.0)]))
-    assert [float(getattr(got, k)[0]) for k in wire.VALUE_FIELDS] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    got = wire.decode_price(*over_the_wire(content, [wire.pack_one(1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0)]))
+    assert [float(getattr(got, k)[0]) for k in wire.VALUE_FIELDS] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
     assert got.status.tolist() == ["ok"] and got.error.tolist() == [""] and got.device == "cpu"
+
+
+def test_a_reply_of_a_daemon_from_before_dividend_rho_reads_with_a_nan_dividend_rho():
+    import struct
+
+    content = wire.one_option_body("cpu", 0.001, values={"__nd__": ["<f8", [6, 1], 0]})
+    got = wire.decode_price(*over_the_wire(content, [struct.pack("<6d", 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)]))
+    assert [float(getattr(got, k)[0]) for k in wire.VALUE_FIELDS[:6]] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert np.isnan(got.dividend_rho).all()
 
 
 def iv_result(device: str = "gpu:0 Fake") -> ImpliedVol:

@@ -4,7 +4,8 @@ choice of a job, the engine's per-row checks and the Excel functions' budgets.
 Work is counted in each method's own unit:
 
 * CRR binomial: tree nodes, ``(N+1)(N+2)/2`` a tree (:func:`tree_nodes_rows`), times
-  :data:`GREEK_TREES` with Greeks (the price, and a bumped pair of trees each for vega and rho)
+  :data:`GREEK_TREES` with Greeks (the price, and a bumped pair of trees each for vega, rho and
+  the dividend rho)
   and times :data:`IV_TREES` for an implied volatility (one tree per root-finder step)
   (:func:`tree_work_rows`);
 * MLMC: path steps, about ``MLMC_STEPS_EPS2 / eps**2`` an option (:func:`mlmc_path_steps`;
@@ -36,8 +37,8 @@ from .models import MAX_STEPS, Method, validate_steps
 
 #: tree evaluations per implied volatility (Brent's method to 1e-12 takes 30 to 60)
 IV_TREES = 50
-#: trees per option with Greeks (price; vega and rho each from a bumped pair)
-GREEK_TREES = 5
+#: trees per option with Greeks (price; vega, rho and dividend rho each from a bumped pair)
+GREEK_TREES = 7
 #: memory per option row while a request is handled: the columns as received, decoded and
 #: coerced (3 x 9 x 8 B), the result block, its copy in the reply and the row status (~200 B)
 BYTES_PER_OPTION = 450
@@ -111,7 +112,7 @@ def trees(greeks: bool, op: str = "price") -> int:
 def tree_work_rows(steps: Any, greeks: bool, op: str = "price") -> np.ndarray:
     """Tree nodes each option takes: :func:`tree_nodes_rows` times :func:`trees` (times
     :data:`IV_TREES` for an implied volatility, :data:`GREEK_TREES` for a price with the
-    Greeks: the base tree and four bumped ones)."""
+    Greeks: the base tree and six bumped ones)."""
     return tree_nodes_rows(steps) * trees(greeks, op)
 
 

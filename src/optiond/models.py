@@ -55,7 +55,10 @@ DEVICES = ("auto", "cpu", "gpu")
 #: Columns of a pricing batch, in the order the CLI reads and writes them.
 CONTRACT_FIELDS = ("kind", "style", "strike", "expiry")
 MARKET_FIELDS = ("spot", "rate", "dividend_yield", "volatility")
-GREEK_FIELDS = ("delta", "gamma", "theta", "vega", "rho")
+#: the Greeks of a result, in the order of every Greeks row and column: delta dV/dS, gamma
+#: d2V/dS2, theta dV/dt (per year), vega (per 1.00 of volatility), rho (per 1.00 of rate),
+#: dividend_rho dV/dq (per 1.00 of continuous dividend yield)
+GREEK_FIELDS = ("delta", "gamma", "theta", "vega", "rho", "dividend_rho")
 RESULT_FIELDS = ("price",) + GREEK_FIELDS + ("status", "error", "device")
 
 
@@ -647,8 +650,8 @@ class Result:
 
     ``price`` in currency units; ``delta`` (dV/dS), ``gamma`` (d2V/dS2), ``theta`` (dV/dt per
     year of calendar time, so usually negative), ``vega`` (dV/dvolatility, per 1.00 of
-    volatility) and ``rho`` (dV/drate, per 1.00 of rate). NaN where not computed or where the
-    row failed. ``status`` is ``"ok"`` or ``"error"`` per row with ``error`` the reason;
+    volatility), ``rho`` (dV/drate, per 1.00 of rate) and ``dividend_rho`` (dV/dq, per 1.00 of
+    continuous dividend yield). NaN where not computed or where the row failed. ``status`` is ``"ok"`` or ``"error"`` per row with ``error`` the reason;
     ``device`` names what priced it (``"cpu"``, ``"gpu:0 ..."``) and ``via`` whether it ran
     ``"in-process"`` or on the ``"daemon"``. A column may be a read-only array (the NaN Greeks
     of a daemon's prices-only reply share one); :meth:`mark_error` copies such a column first.
@@ -660,6 +663,7 @@ class Result:
     theta: np.ndarray
     vega: np.ndarray
     rho: np.ndarray
+    dividend_rho: np.ndarray
     status: np.ndarray
     error: np.ndarray
     device: str = "cpu"
@@ -670,7 +674,7 @@ class Result:
 
     @classmethod
     def empty(cls, n: int, device: str = "cpu") -> "Result":
-        return cls(*(_nan(n) for _ in range(6)), status=object_full(n, "ok"), error=object_full(n, ""), device=device)
+        return cls(*(_nan(n) for _ in range(1 + len(GREEK_FIELDS))), status=object_full(n, "ok"), error=object_full(n, ""), device=device)
 
     def __len__(self) -> int:
         return int(self.price.shape[0])

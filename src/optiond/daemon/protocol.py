@@ -25,9 +25,10 @@ Modelled on the Jupyter messaging protocol. One message is the ZeroMQ multipart 
   ``msg_id`` (uuid4 hex), ``msg_type`` (``"<op>_request"`` / ``"<op>_reply"``), ``session``
   (the sender's id), ``date`` (ISO 8601, UTC) and ``version`` (:data:`PROTOCOL_VERSION`). A
   reply's ``parent_header`` is the request's header, so a client matches replies by ``msg_id``;
-* a price reply's ``values`` block is ``(6, n)`` float64 (price, delta, gamma, theta, vega,
-  rho), or ``(1, n)`` (the prices alone) when the request asked for no Greeks: the client
-  fills the Greeks with NaN (a million prices then cost 8 MB on the wire, not 48 MB);
+* a price reply's ``values`` block is ``(7, n)`` float64 (price, delta, gamma, theta, vega,
+  rho, dividend_rho), or ``(1, n)`` (the prices alone) when the request asked for no Greeks:
+  the client fills the Greeks with NaN (a million prices then cost 8 MB on the wire, not
+  56 MB);
 * numeric NumPy arrays travel as raw little-endian buffers: in the content an array is the map
   ``{"__nd__": [dtype, shape, buffer_index]}`` (see :func:`encode_array`), never a list of
   numbers. String/object columns (kind, style, method, status, error) travel as msgpack lists.

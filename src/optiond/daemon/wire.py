@@ -14,9 +14,10 @@ module builds or reads these bodies. The envelope (header, signature, buffers) i
 A ``price_reply`` (and a ``result_reply`` of a price job)::
 
     {"n": int,
-     "values": array (6, n) float64: price, delta, gamma, theta, vega, rho (VALUE_FIELDS),
-               or (1, n): the prices alone when no Greeks were asked for (prices_only);
-               one option always (6, 1),
+     "values": array (7, n) float64: price, delta, gamma, theta, vega, rho, dividend_rho
+               (VALUE_FIELDS), or (1, n): the prices alone when no Greeks were asked for
+               (prices_only); one option always (7, 1). A daemon from before dividend_rho sends
+               (6, n): read with a NaN dividend_rho,
      "row_status": sparse strings, default "ok",  "row_error": sparse strings, default "",
      "std_error": array (n,) float64 (methods with a standard error: MLMC),
      "device": str, "elapsed_s": float, "via": "daemon", "diagnostics": map (when any),
@@ -49,9 +50,9 @@ VALUE_FIELDS = ("price",) + GREEK_FIELDS
 #: a sparse string column with every row at its default ("ok" statuses, no errors)
 ALL_OK = {"default": "ok", "rows": [], "values": []}
 NO_ERRORS = {"default": "", "rows": [], "values": []}
-#: one option's price and Greeks as the reply's value block (6 x 1 float64, little-endian)
+#: one option's price and Greeks as the reply's value block (7 x 1 float64, little-endian)
 ONE_VALUES = {"__nd__": ["<f8", [len(VALUE_FIELDS), 1], 0]}
-#: the buffer of :data:`ONE_VALUES` from the six numbers
+#: the buffer of :data:`ONE_VALUES` from the seven numbers
 pack_one = struct.Struct(f"<{len(VALUE_FIELDS)}d").pack
 #: the reply fields a decoded result keeps in its diagnostics (``handle``: the version of the
 #: named surface that answered a surface request, :mod:`optiond.daemon.surface_op`)
@@ -88,7 +89,7 @@ def sparse(arr: np.ndarray, default: str) -> tuple[np.ndarray, list]:
 
 
 def value_block(res: Result, prices_only_: bool) -> np.ndarray:
-    """A result's ``(6, n)`` price and Greeks, or its ``(1, n)`` prices alone."""
+    """A result's ``(7, n)`` price and Greeks, or its ``(1, n)`` prices alone."""
     n = len(res)
     if prices_only_:
         return res.price.reshape(1, n)
@@ -107,8 +108,9 @@ def _one(value: Any, default: str, all_default: dict) -> dict:
 
 def one_option_body(device: str, elapsed_s: float, status: str = "ok", error: str = "",
                     diagnostics: dict | None = None, values: dict = ONE_VALUES) -> dict:
-    """The body of a one-option price reply; ``values`` the spec of its (6, 1) float64 block,
-    by default the message's first buffer: ``pack_one(price, delta, gamma, theta, vega, rho)``."""
+    """The body of a one-option price reply; ``values`` the spec of its (7, 1) float64 block,
+    by default the message's first buffer: ``pack_one(price, delta, gamma, theta, vega, rho,
+    dividend_rho)``."""
     content = {"n": 1, "values": values,
                "row_status": ALL_OK if status == "ok" else _one(status, "ok", ALL_OK),
                "row_error": NO_ERRORS if not error else _one(error, "", NO_ERRORS),
@@ -121,7 +123,7 @@ def one_option_body(device: str, elapsed_s: float, status: str = "ok", error: st
 def price_body(n: int, values: np.ndarray, status: tuple[Any, Sequence], error: tuple[Any, Sequence], device: str,
                elapsed_s: float, buffers: list, *, std_error: np.ndarray | None = None,
                diagnostics: dict | None = None) -> dict:
-    """The body of a price reply from its parts: ``values`` the (6, n) or (1, n) block,
+    """The body of a price reply from its parts: ``values`` the (7, n) or (1, n) block,
     ``status`` and ``error`` as sparse ``(rows, values)`` pairs (:func:`sparse`); the buffers
     are appended to ``buffers``."""
     content = {"n": n, "values": encode_array(values, buffers),
@@ -137,7 +139,7 @@ def price_body(n: int, values: np.ndarray, status: tuple[Any, Sequence], error: 
 
 def result_body(res: Result, buffers: list, prices_only_: bool = False) -> dict:
     """The body of a price reply of ``res`` (its diagnostics travel when msgpack can carry
-    them); one option always carries its (6, 1) block."""
+    them); one option always carries its (7, 1) block."""
     diagnostics = res.diagnostics if res.diagnostics and plain(res.diagnostics) else None
     std_error = getattr(res, "std_error", None)
     if len(res) == 1:
@@ -163,9 +165,12 @@ def decode_price(content: dict, buffers: Sequence) -> Result:
         if type(n) is not int or n < 0:
             raise ProtocolError("bad row count")
         values = decode_array(c["values"], b)
-        if values.dtype != np.float64 or values.shape not in ((len(VALUE_FIELDS), n), (1, n)):
+        if values.dtype != np.float64 or values.shape not in ((len(VALUE_FIELDS), n), (len(VALUE_FIELDS) - 1, n),
+                                                               (1, n)):
             raise ProtocolError("bad value block")
-        if values.shape[0] == 1:  # prices only (no Greeks were asked for): the Greeks are NaN,
+        if values.shape[0] == len(VALUE_FIELDS) - 1:  # a daemon from before dividend_rho: NaN there
+            values = list(values) + [np.broadcast_to(np.nan, (n,))]
+        elif values.shape[0] == 1:  # prices only (no Greeks were asked for): the Greeks are NaN,
             nan = np.broadcast_to(np.nan, (n,))  # one read-only column for all (no 5 n doubles to fill)
             values = [values[0]] + [nan] * len(GREEK_FIELDS)
         if n == 1 and c["row_status"] == ALL_OK and c["row_error"] == NO_ERRORS:  # one option, priced

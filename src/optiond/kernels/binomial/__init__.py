@@ -118,10 +118,12 @@ def price(batch: Batch, method: Method, device: str) -> Result:
             out[:, parts["rest"]] = _price_gpu(sub.take(parts["rest"]), method, st[parts["rest"]], res)
         if parts["gpu"].size:
             d = sub.take(parts["gpu"])
-            out[:, parts["gpu"]] = _on_gpu(gpu.crr_batch_gpu, d.kind, d.style, d.spot, d.strike, d.expiry, d.rate,
-                                           d.dividend_yield, d.volatility, st[parts["gpu"]], greeks=method.greeks,
-                                           dividend_times=d.market.dividend_times,
-                                           dividend_amounts=d.market.dividend_amounts)
+            out[:, parts["gpu"]] = _with_dividend_rho(
+                lambda q, greeks: _on_gpu(gpu.crr_batch_gpu, d.kind, d.style, d.spot, d.strike, d.expiry, d.rate, q,
+                                          d.volatility, st[parts["gpu"]], greeks=greeks,
+                                          dividend_times=d.market.dividend_times,
+                                          dividend_amounts=d.market.dividend_amounts), d, st[parts["gpu"]],
+                method.greeks)
             res.diagnostics["dividends_path"] = "gpu-dividend-warp (fp64)"
         if parts["cpu"].size:
             out[:, parts["cpu"]] = _price_cpu(sub.take(parts["cpu"]), method, st[parts["cpu"]])
@@ -156,7 +158,7 @@ def _price_cpu(sub: Batch, method: Method, steps: np.ndarray) -> np.ndarray:
 
 
 def _price_gpu(sub: Batch, method: Method, steps: np.ndarray, res: Result) -> np.ndarray:
-    """The (6, n) values of ``sub`` from the GPU batch kernel or the single-option pipeline (the
+    """The (7, n) values of ``sub`` from the GPU batch kernel or the single-option pipeline (the
     calibrated choice); fills ``res.diagnostics``."""
     from . import gpu, pipeline, plan
 
@@ -166,10 +168,38 @@ def _price_gpu(sub: Batch, method: Method, steps: np.ndarray, res: Result) -> np
         precision = "fp64"
         res.diagnostics["precision_note"] = f"fp32 is for N <= {gpu.FP32_MAX_STEPS}; priced in fp64"
     fn = pipeline.crr_pipeline_gpu if path == "gpu-pipeline" else gpu.crr_batch_gpu
-    out = _on_gpu(fn, sub.kind, sub.style, sub.spot, sub.strike, sub.expiry, sub.rate, sub.dividend_yield,
-                  sub.volatility, steps, greeks=method.greeks, precision=precision)
+    out = _with_dividend_rho(lambda q, greeks: _on_gpu(fn, sub.kind, sub.style, sub.spot, sub.strike, sub.expiry,
+                                                       sub.rate, q, sub.volatility, steps, greeks=greeks,
+                                                       precision=precision), sub, steps, method.greeks)
     res.diagnostics.update(path=path, precision=precision)
     return out
+
+
+def _with_dividend_rho(run: Callable[[np.ndarray, bool], np.ndarray], sub: Batch, steps: np.ndarray,
+                       greeks: bool) -> np.ndarray:
+    """The (7, n) values of a GPU kernel that returns (6, n): ``run(q, greeks)`` prices ``sub``
+    at dividend yields ``q``. With ``greeks``, the dividend rho (per 1.00 of dividend yield) is
+    the central difference of the price over ``q +- cpu.RHO_BUMP`` (two more launches, without
+    Greeks), one-sided where a bump takes p outside [0, 1], NaN where both do: the CPU
+    kernel's rule (``cpu._bumped_diff``)."""
+    q = sub.dividend_yield
+    out = run(q, greeks)
+    full = np.full((1 + len(GREEK_FIELDS), out.shape[1]), np.nan)
+    full[:out.shape[0]] = out
+    if not greeks or out.shape[1] == 0:
+        return full
+    h = cpu.RHO_BUMP
+    ok = []
+    for sign in (1.0, -1.0):
+        good = np.ones(q.shape[0], dtype=bool)
+        good[cpu.probability_errors(sub.expiry, sub.rate, q + sign * h, sub.volatility, steps)] = False
+        ok.append(good)
+    up = np.where(ok[0], run(np.where(ok[0], q + h, q), False)[0], out[0])
+    dn = np.where(ok[1], run(np.where(ok[1], q - h, q), False)[0], out[0])
+    width = h * ok[0] + h * ok[1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        full[len(GREEK_FIELDS)] = np.where(width > 0, (up - dn) / width, np.nan)
+    return full
 
 
 def _rows(method: Method, steps: np.ndarray, rows: np.ndarray) -> Method:

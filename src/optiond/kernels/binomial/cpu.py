@@ -24,7 +24,8 @@ Implementation (the reference recurrence that the GPU kernels reproduce):
   levels where the step a is large, :func:`reanchor_period`);
 * Greeks from the tree (Hull, *Options, Futures and Other Derivatives*, §21.1): delta and gamma
   from levels 1 and 2, theta from the level-2 centre node, ``(V[2,1] - V[0,0]) / (2 dt)``;
-  vega and rho by central differences of the tree price (bumps ``VEGA_BUMP``, ``RHO_BUMP``).
+  vega, rho and the dividend rho by central differences of the tree price (bumps ``VEGA_BUMP``,
+  ``RHO_BUMP`` on the rate, and ``RHO_BUMP`` on the dividend yield).
 
 p must lie in [0, 1], i.e. ``sigma sqrt(dt) > |r - q| dt`` roughly; where it does not, the
 public functions raise :class:`CRRProbabilityError` (or the engine marks the row) instead of
@@ -276,8 +277,13 @@ def _tree(is_call, american, S, K, T, r, q, sigma, N, V, X, W, lv, div_t, div_a,
 @nb.njit(cache=True, nogil=True)
 def _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, W, lv, div_t, div_a, nd, smooth, base, which, h):
     """Central (or one-sided where p leaves [0, 1]) difference of the tree price in sigma
-    (which=0) or rate (which=1)."""
-    if which == 0:
+    (which=0), rate (which=1) or dividend yield (which=2)."""
+    if which == 2:
+        up_ok = _p_ok(T, r, q + h, sigma, N)
+        dn_ok = _p_ok(T, r, q - h, sigma, N)
+        up = _tree(is_call, american, S, K, T, r, q + h, sigma, N, V, X, W, lv, div_t, div_a, nd, smooth) if up_ok else base
+        dn = _tree(is_call, american, S, K, T, r, q - h, sigma, N, V, X, W, lv, div_t, div_a, nd, smooth) if dn_ok else base
+    elif which == 0:
         up_ok = _p_ok(T, r, q, sigma + h, N)
         dn_ok = sigma - h > 0.0 and _p_ok(T, r, q, sigma - h, N)
         up = _tree(is_call, american, S, K, T, r, q, sigma + h, N, V, X, W, lv, div_t, div_a, nd, smooth) if up_ok else base
@@ -295,24 +301,26 @@ def _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, W, lv, div_t,
 
 @nb.njit(cache=True, nogil=True)
 def crr_one(is_call, american, S, K, T, r, q, sigma, N, greeks):
-    """One option (scalars) -> (price, delta, gamma, theta, vega, rho): the batch loop's body,
-    without array set-up, for single-contract requests (no dividends). Assumes p in [0, 1]."""
+    """One option (scalars) -> (price, delta, gamma, theta, vega, rho, dividend_rho): the batch
+    loop's body, without array set-up, for single-contract requests (no dividends). Assumes p
+    in [0, 1]."""
     V = np.empty(N + 1)
     X = np.empty(N + 1)
     lv = np.empty(6)
     price = crr_tree(is_call, american, S, K, T, r, q, sigma, N, V, X, lv)
     if not greeks:
-        return price, np.nan, np.nan, np.nan, np.nan, np.nan
+        return price, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan
     delta, gamma, theta = _tree_greeks(S, T, sigma, N, lv)
     none = np.empty(0)
     vega = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, V, lv, none, none, 0, False, price, 0, VEGA_BUMP)
     rho = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, V, lv, none, none, 0, False, price, 1, RHO_BUMP)
-    return price, delta, gamma, theta, vega, rho
+    drho = _bumped_diff(is_call, american, S, K, T, r, q, sigma, N, V, X, V, lv, none, none, 0, False, price, 2, RHO_BUMP)
+    return price, delta, gamma, theta, vega, rho, drho
 
 
 def _batch_impl(kind, style, S, K, T, r, q, sigma, steps, greeks, div_t, div_a, nd, smooth):
     n = S.shape[0]
-    out = np.full((6, n), np.nan)
+    out = np.full((7, n), np.nan)
     for i in nb.prange(n):
         N = steps[i]
         V = np.empty(N + 1)
@@ -330,6 +338,8 @@ def _batch_impl(kind, style, S, K, T, r, q, sigma, steps, greeks, div_t, div_a, 
                                      smooth, price, 0, VEGA_BUMP)
             out[5, i] = _bumped_diff(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, W, lv, dt_, da_, k,
                                      smooth, price, 1, RHO_BUMP)
+            out[6, i] = _bumped_diff(is_call, am, S[i], K[i], T[i], r[i], q[i], sigma[i], N, V, X, W, lv, dt_, da_, k,
+                                     smooth, price, 2, RHO_BUMP)
     return out
 
 
@@ -409,7 +419,7 @@ def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
         spot, strike (currency), expiry (years), rate, dividend_yield, volatility (annualised
             decimals): float arrays, shape (n,); scalars broadcast.
         steps: CRR time steps per option, int array shape (n,) or a scalar (1 ... 1e7).
-        greeks: also return the tree Greeks (vega and rho cost four more trees).
+        greeks: also return the tree Greeks (vega, rho and dividend rho cost six more trees).
         parallel: force the threaded (True) or serial (False) loop; default by problem size.
         check: verify p in [0, 1] (callers that already did, e.g. the engine, pass False).
         dividend_times, dividend_amounts: cash dividends (:func:`cash_dividends`: years from
@@ -424,8 +434,8 @@ def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
             at N = 1000 against 2.9e-3 without extrapolating).
 
     Returns:
-        float64 array of shape (6, n): rows price, delta, gamma, theta, vega, rho (NaN rows
-        when ``greeks`` is False; gamma and theta are NaN for N < 2).
+        float64 array of shape (7, n): rows price, delta, gamma, theta, vega, rho, dividend_rho
+        (NaN rows when ``greeks`` is False; gamma and theta are NaN for N < 2).
 
     Raises:
         CRRProbabilityError: p outside [0, 1] for some option (message names the first).

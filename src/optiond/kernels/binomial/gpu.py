@@ -613,7 +613,8 @@ def crr_batch_gpu(kind, style, spot, strike, expiry, rate, dividend_yield, volat
         kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps: as
             ``crr_batch`` (shape (n,) or scalars; steps 1 ... 1e7, mixed N in one launch).
         greeks: also delta, gamma, theta (from the tree) and vega, rho (central bumps, as the
-            CPU's ``_bumped_diff``); they cost up to four more trees per option.
+            CPU's ``_bumped_diff``); they cost up to four more trees per option. The dividend
+            rho is the front door's (:func:`optiond.kernels.binomial._with_dividend_rho`).
         precision: ``"fp64"`` (matches the CPU to ~1e-14 relative) or ``"fp32"`` (N <= 1e4;
             error <= FP32_RTOL * price + FP32_ATOL_K * strike, see the module docstring).
         timing: optional dict that receives ``device_s`` (CUDA-event time of the launches).

@@ -193,7 +193,7 @@ def choose(n_options: int, steps: Any, greeks: bool = True, calibration: dict | 
     Args:
         n_options: options in the request.
         steps: N per option (array of length n_options) or one N for all.
-        greeks: Greeks wanted (vega and rho cost four more trees per option).
+        greeks: Greeks wanted (vega, rho and dividend rho cost six more trees per option).
         calibration: a calibration dict (default: :func:`current`).
         gpu: whether a GPU is usable (default: :func:`optiond.kernels.gpu.available`).
         force_gpu: the caller asked for the GPU (``Method(device="gpu")``): never ``"cpu"``

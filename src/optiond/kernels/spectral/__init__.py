@@ -85,7 +85,7 @@ def price(batch: Batch, method: Method, device: str = "cpu") -> Result:
 
     Returns:
         :class:`~optiond.models.Result`: price, delta, gamma, theta (the method's own), vega
-        and rho (bumped) when ``method.greeks``; ``diagnostics``: ``spectral_accuracy``, and
+        rho and dividend rho (bumped) when ``method.greeks``; ``diagnostics``: ``spectral_accuracy``, and
         ``spectral_tree_rows`` / ``spectral_tree_note`` where rows went to the tree.
 
     Raises:

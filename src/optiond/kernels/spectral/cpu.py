@@ -415,9 +415,9 @@ def _alo_price(is_call, S, K, T, r, q, sig, xi, cheb, m, fyp, fym, fw, pyp, pym,
 
 @nb.njit(cache=True, parallel=True, error_model="numpy")
 def alo_batch_kernel(kind, S, K, T, r, q, sig, xi, cheb, m, fyp, fym, fw, pyp, pym, pw, greeks):
-    """(6, n): price, delta, gamma, theta, vega, rho (Greeks NaN without ``greeks``)."""
+    """(7, n): price, delta, gamma, theta, vega, rho, dividend rho (Greeks NaN without ``greeks``)."""
     n = S.shape[0]
-    out = np.full((6, n), np.nan)
+    out = np.full((7, n), np.nan)
     for i in nb.prange(n):
         c = kind[i] == 1
         p, d, g, th = alo_one(c, S[i], K[i], T[i], r[i], q[i], sig[i], xi, cheb, m, fyp, fym, fw, pyp, pym, pw, greeks)
@@ -440,6 +440,17 @@ def alo_batch_kernel(kind, S, K, T, r, q, sig, xi, cheb, m, fyp, fym, fw, pyp, p
             up = _alo_price(c, S[i], K[i], T[i], rp, q[i], sig[i], xi, cheb, m, fyp, fym, fw, pyp, pym, pw)
             dn = _alo_price(c, S[i], K[i], T[i], rm, q[i], sig[i], xi, cheb, m, fyp, fym, fw, pyp, pym, pw)
             out[5, i] = (up - dn) / h2
+            # dividend rho: likewise a one-sided difference where a call's q' = q - h would leave
+            # the single-boundary regime (a call's q plays the put's r under put-call symmetry)
+            qp = q[i] + RHO_BUMP
+            qm = q[i] - RHO_BUMP
+            h2 = 2.0 * RHO_BUMP
+            if c and qm <= 0.0:
+                qm = q[i]
+                h2 = RHO_BUMP
+            up = _alo_price(c, S[i], K[i], T[i], r[i], qp, sig[i], xi, cheb, m, fyp, fym, fw, pyp, pym, pw)
+            dn = _alo_price(c, S[i], K[i], T[i], r[i], qm, sig[i], xi, cheb, m, fyp, fym, fw, pyp, pym, pw)
+            out[6, i] = (up - dn) / h2
     return out
 
 
@@ -453,10 +464,11 @@ def alo_batch(kind, spot, strike, expiry, rate, dividend_yield, volatility, accu
         spot, strike, expiry, rate, dividend_yield, volatility: float arrays, shape (n,)
             (currency units, years, annualised decimals).
         accuracy: a name of :data:`ACCURACY` or an :class:`Accuracy`.
-        greeks: also delta, gamma, theta (the method's own), vega and rho (bumped).
+        greeks: also delta, gamma, theta (the method's own), vega, rho and dividend rho (bumped).
 
     Returns:
-        float64 array (6, n): price, delta, gamma, theta (per year), vega, rho (per 1.00).
+        float64 array (7, n): price, delta, gamma, theta (per year), vega, rho, dividend rho
+        (per 1.00).
 
     Raises:
         KeyError: an unknown accuracy name.
