@@ -34,8 +34,8 @@ def _npdf(x: float) -> float:
 
 
 def bs_ref(kind: str, S, K, T, r, sigma, q=0.0) -> dict:
-    """Black-Scholes-Merton price and Greeks (theta per year of calendar time, vega and rho
-    per 1.00)."""
+    """Black-Scholes-Merton price and Greeks (theta per year of calendar time, vega, rho and
+    dividend rho per 1.00)."""
     sq = sigma * math.sqrt(T)
     d1 = (math.log(S / K) + (r - q + 0.5 * sigma * sigma) * T) / sq
     d2 = d1 - sq
@@ -46,10 +46,10 @@ def bs_ref(kind: str, S, K, T, r, sigma, q=0.0) -> dict:
     if kind == "call":
         return dict(price=S * dq * _ncdf(d1) - K * dr * _ncdf(d2), delta=dq * _ncdf(d1), gamma=gamma,
                     theta=decay - r * K * dr * _ncdf(d2) + q * S * dq * _ncdf(d1), vega=vega,
-                    rho=K * T * dr * _ncdf(d2))
+                    rho=K * T * dr * _ncdf(d2), dividend_rho=-S * T * dq * _ncdf(d1))
     return dict(price=K * dr * _ncdf(-d2) - S * dq * _ncdf(-d1), delta=-dq * _ncdf(-d1), gamma=gamma,
                 theta=decay + r * K * dr * _ncdf(-d2) - q * S * dq * _ncdf(-d1), vega=vega,
-                rho=-K * T * dr * _ncdf(-d2))
+                rho=-K * T * dr * _ncdf(-d2), dividend_rho=S * T * dq * _ncdf(-d1))
 
 
 def crr_ref(kind: str, S, K, T, r, sigma, N, q=0.0, american=False, levels=False):
@@ -311,12 +311,12 @@ def test_trees_over_the_limit_together_refuse_the_call(client, monkeypatch):
 
 def test_greeks_one_row_and_one_row_per_option(client):
     out = F.BOPM_GREEKS(100.0, 100.0, 1.0, 0.05, 0.2, 60, 0.0, "put", False)
-    assert len(out) == 1 and len(out[0]) == 5
+    assert len(out) == 1 and len(out[0]) == 6
     price, delta = crr_ref("put", 100.0, 100.0, 1.0, 0.05, 0.2, 60, levels=True)
     assert out[0][0] == pytest.approx(delta, rel=1e-10)
     strikes = [90.0, 100.0, "bad", 110.0]
     rows = F.BOPM_GREEKS(100.0, col(strikes), 1.0, 0.05, 0.2, 60, 0.0, "call", True)
-    assert len(rows) == 4 and all(len(r) == 5 for r in rows)
+    assert len(rows) == 4 and all(len(r) == 6 for r in rows)
     assert all(is_error(x) for x in rows[2])
     assert all(isinstance(x, float) for r in (rows[0], rows[1], rows[3]) for x in r)
     assert client.calls[-1] == ("price_table", 3)
@@ -327,9 +327,11 @@ def test_european_tree_greeks_near_closed_form(client, kind):
     b = BASE
     got = F.BOPM_GREEKS(b["S"], b["K"], b["T"], b["r"], b["sigma"], 2000, b["q"], kind, False)[0]
     want = bs_ref(kind, **b)
-    # delta and gamma from the first levels; theta, vega and rho within 1 % (the bumped and
-    # level-2 estimates carry the tree's discretisation error)
-    for name, g, (rel, abs_) in zip(table.GREEK_COLUMNS, got, ((0, 2e-3), (0, 1e-3), (1e-2, 0), (1e-2, 0), (1e-2, 0))):
+    # delta and gamma from the first levels; theta, vega, rho and dividend rho within 1 % (the
+    # bumped and level-2 estimates carry the tree's discretisation error)
+    assert len(got) == len(table.GREEK_COLUMNS) == 6
+    for name, g, (rel, abs_) in zip(table.GREEK_COLUMNS, got, ((0, 2e-3), (0, 1e-3), (1e-2, 0), (1e-2, 0), (1e-2, 0),
+                                                              (1e-2, 0))):
         assert g == pytest.approx(want[name], rel=rel, abs=abs_), name
 
 
@@ -411,7 +413,8 @@ def test_daemon_down_prices_in_process(monkeypatch, tmp_path):
 # ---- the function table, the decorators and the VBA ------------------------------------
 
 def test_table_drives_the_functions():
-    assert [f.name for f in table.FUNCTIONS] == ["BOPM_PUT", "BOPM_CALL", "BS_PUT", "BS_CALL", "BOPM_IV", "BOPM_GREEKS",
+    assert [f.name for f in table.FUNCTIONS] == ["BOPM_PUT", "BOPM_CALL", "BS_PUT", "BS_CALL", "BS_IV", "BS_GREEKS",
+                                                 "BOPM_IV", "BOPM_GREEKS",
                                                  "AMERICAN_PUT", "AMERICAN_CALL", "AMERICAN_IV", "MLMC_CALL", "MLMC_PUT", "MLMC_ASIAN_CALL", "MLMC_DIGITAL_CALL",
                                                  "MLMC_STDERR", "HESTON_CALL", "HESTON_PUT", "PARITY_FORWARD",
                                                  "SURFACE_FIT", "SURFACE_VOL", "SURFACE_PRICE"]
@@ -421,14 +424,19 @@ def test_table_drives_the_functions():
         assert f.__doc__ == spec.description and len(spec.description) <= LIMIT
         assert all(a.doc and len(a.doc) <= LIMIT and a.name != "caller" for a in spec.args)
     assert table.BY_NAME["BOPM_PUT"].signature() == ("BOPM_PUT(S, K, T, r, sigma, N, [q], [american], [div_times], "
-                                                      "[div_amounts], [extrapolate])")
+                                                      "[div_amounts], [extrapolate], [valuation])")
     assert table.BY_NAME["BOPM_IV"].signature() == ("BOPM_IV(price, S, K, T, r, [q], [kind], [N], [american], "
-                                                    "[div_times], [div_amounts], [extrapolate])")
+                                                    "[div_times], [div_amounts], [extrapolate], [valuation])")
     assert table.BY_NAME["BOPM_GREEKS"].signature() == ("BOPM_GREEKS(S, K, T, r, sigma, N, [q], [kind], [american], "
-                                                        "[div_times], [div_amounts], [extrapolate])")
-    assert table.BY_NAME["AMERICAN_PUT"].signature() == "AMERICAN_PUT(S, K, T, r, sigma, [q], [accuracy])"
-    assert table.BY_NAME["AMERICAN_IV"].signature() == "AMERICAN_IV(price, S, K, T, r, [q], [kind], [accuracy])"
-    assert "## `BS_CALL(S, K, T, r, sigma, [q])`" in generate.reference()
+                                                        "[div_times], [div_amounts], [extrapolate], [valuation], "
+                                                        "[units], [header])")
+    assert table.BY_NAME["BS_IV"].signature() == "BS_IV(price, S, K, T, r, [q], [kind], [valuation])"
+    assert table.BY_NAME["BS_GREEKS"].signature() == ("BS_GREEKS(S, K, T, r, sigma, [q], [kind], [valuation], [units], "
+                                                      "[header])")
+    assert table.BY_NAME["AMERICAN_PUT"].signature() == "AMERICAN_PUT(S, K, T, r, sigma, [q], [accuracy], [valuation])"
+    assert table.BY_NAME["AMERICAN_IV"].signature() == ("AMERICAN_IV(price, S, K, T, r, [q], [kind], [accuracy], "
+                                                        "[valuation])")
+    assert "## `BS_CALL(S, K, T, r, sigma, [q], [valuation])`" in generate.reference()
 
 
 def test_decorate_rejects_a_signature_that_disagrees_with_the_table():
@@ -467,8 +475,8 @@ def test_vba_golden_files_are_current():
         assert f"Function {spec.name}(" in vba
         assert f'XLPy.CallUDF("{table.UDF_MODULE}", "{spec.name}"' in vba
     assert ("Function BOPM_IV(price, S, K, T, r, Optional q, Optional kind, Optional N, Optional american, "
-            "Optional div_times, Optional div_amounts, Optional extrapolate)") in vba
-    assert "Function AMERICAN_CALL(S, K, T, r, sigma, Optional q, Optional accuracy)" in vba
+            "Optional div_times, Optional div_amounts, Optional extrapolate, Optional valuation)") in vba
+    assert "Function AMERICAN_CALL(S, K, T, r, sigma, Optional q, Optional accuracy, Optional valuation)" in vba
 
 
 # ---- small requests priced in this process; one cell by the short path -------------------------
@@ -604,10 +612,10 @@ def test_parity_forward_bad_input_gives_a_short_reason(args, text):
 
 def test_parity_forward_in_the_table_and_reference():
     spec = table.BY_NAME["PARITY_FORWARD"]
-    assert spec.signature() == "PARITY_FORWARD(strikes, call_mids, put_mids, T, [rate])"
+    assert spec.signature() == "PARITY_FORWARD(strikes, call_mids, put_mids, T, [rate], [valuation])"
     assert spec.op == "forward" and spec.args[-1].optional and spec.args[-1].default is None
     ref = generate.reference()
-    assert "## `PARITY_FORWARD(strikes, call_mids, put_mids, T, [rate])`" in ref
+    assert "## `PARITY_FORWARD(strikes, call_mids, put_mids, T, [rate], [valuation])`" in ref
     assert "| `rate` | none |" in ref
 
 

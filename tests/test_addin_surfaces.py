@@ -169,7 +169,7 @@ def test_the_surface_functions_are_in_the_table_and_the_reference():
     for name in ("SURFACE_FIT", "SURFACE_VOL", "SURFACE_PRICE"):
         spec = table.BY_NAME[name]
         assert spec.method == "surface" and F.WORKSHEET_FUNCTIONS[name].__doc__ == spec.description
-    assert table.BY_NAME["SURFACE_PRICE"].signature() == "SURFACE_PRICE(name, K, T, kind, [american])"
+    assert table.BY_NAME["SURFACE_PRICE"].signature() == "SURFACE_PRICE(name, K, T, kind, [american], [valuation])"
     assert table.BY_NAME["SURFACE_FIT"].signature() == \
         "SURFACE_FIT(name, chain_range, [quote_time], [rate], [settlement])"
     assert "recalculate" in table.BY_NAME["SURFACE_FIT"].description

@@ -109,7 +109,7 @@ def build(path) -> None:
     # range arguments: one request each, the result spills over the array formula's cells
     ws["H2"] = ArrayFormula(f"H2:H{last}", f"=BOPM_PUT(B1, D2:D{last}, B4, B2, B5, B6, B3, FALSE)")
     ws["J2"] = ArrayFormula(f"J2:J{last}", f'=BOPM_IV(E2:E{last}, B1, D2:D{last}, B4, B2, B3, "put", B6, TRUE)')
-    ws["M2"] = ArrayFormula("M2:Q2", '=BOPM_GREEKS(B1, D4, B4, B2, B5, B6, B3, "put", FALSE)')
+    ws["M2"] = ArrayFormula("M2:R2", '=BOPM_GREEKS(B1, D4, B4, B2, B5, B6, B3, "put", FALSE)')
     # an omitted optional argument, and bad inputs: a message in the cell
     ws["A10"] = "=BS_PUT(B1, D4, B4, B2, B5)"
     ws["A11"] = "=BOPM_PUT(B1, -5, B4, B2, B5, B6)"
@@ -210,8 +210,8 @@ def test_workbook_recalculates_against_the_daemon(recalculated):
         assert h[i] == pytest.approx(crr("put", S, k, T, R, SIGMA, N, Q)[0], rel=1e-12)
         assert j[i] == pytest.approx(SIGMA, abs=1e-8)
 
-    greeks = values["M2:Q2"].ravel()
-    assert len(greeks) == 5 and all(isinstance(g, float) for g in greeks)
+    greeks = values["M2:R2"].ravel()
+    assert len(greeks) == 6 and all(isinstance(g, float) for g in greeks)  # ... rho, dividend rho
     assert greeks[0] == pytest.approx(crr("put", S, 100.0, T, R, SIGMA, N, Q)[1], rel=1e-10)  # delta
 
 

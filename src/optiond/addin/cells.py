@@ -27,10 +27,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..greek_units import UNITS
 from ..models import (AMERICAN, DIVIDEND_FIELDS, KIND_CODES, KIND_NAMES, MAX_DIVIDENDS, STYLE_CODES, STYLE_NAMES,
                       InvalidInputError, Method)
-from . import table
-from .table import EXCEL_TEXT_LIMIT, Function
+from . import dates, table
+from .table import EXCEL_TEXT_LIMIT, NUMERIC_PARSES, Function
 
 
 ERROR_PREFIX = "#optiond: "
@@ -287,7 +288,40 @@ def _settlement(v: Any, name: str) -> Any:
     return error_text(f'{name} must be "am" or "pm", got {_show(v)}')
 
 
-_PARSERS: Mapping[str, Callable[[Any, str], Any]] = {"number": _number, "kind": _kind, "american": _american,
+def _expiry(v: Any, name: str) -> Any:
+    """A T cell: years, or a date (an Excel serial, :mod:`optiond.addin.dates`), as a float;
+    :data:`_EMPTY`, or an error message (the number parser's words)."""
+    if _is_empty(v):
+        return _EMPTY
+    x = dates.expiry_cell(v)
+    return _number(v, name) if x is None else x
+
+
+def _valuation(v: Any, name: str) -> Any:
+    """A valuation cell: an Excel serial (float), NaN when empty (now), or an error message."""
+    x = dates.valuation_cell(v)
+    if x is not None:
+        return x
+    if isinstance(v, str) and v.strip().upper() in EXCEL_ERRORS:
+        return error_text(f"{name} is {v.strip().upper()}")
+    return error_text(f"{name} must be a date, a date and time or empty (now), got {_show(v)}")
+
+
+def _units(v: Any, name: str) -> Any:
+    """A cell as a Greek unit system ("raw", "trader"), :data:`_EMPTY`, or an error message."""
+    if _is_empty(v):
+        return _EMPTY
+    if isinstance(v, str):
+        s = v.strip()
+        if s.lower() in UNITS:
+            return s.lower()
+        if s.upper() in EXCEL_ERRORS:
+            return error_text(f"{name} is {s.upper()}")
+    return error_text(f'{name} must be "raw" or "trader", got {_show(v)}')
+
+
+_PARSERS: Mapping[str, Callable[[Any, str], Any]] = {"number": _number, "expiry": _expiry, "date": _valuation,
+                                                     "units": _units, "kind": _kind, "american": _american,
                                                      "flag": _flag, "accuracy": _accuracy, "payoff": _payoff,
                                                      "scheme": _scheme, "text": _text,
                                                      "time": _time, "settlement": _settlement}
@@ -321,11 +355,12 @@ def _read(arg: table.Arg, value: Any) -> tuple[np.ndarray, np.ndarray | None]:
     for numbers, object ("put", "american"...) otherwise; ``errors`` an object array of
     messages (None where fine), or None when every cell is fine."""
     a = _grid(value, arg.name)
-    if arg.parse == "number" and a.dtype.kind in "fiu":
+    numeric = arg.parse in NUMERIC_PARSES
+    if arg.parse in ("number", "expiry") and a.dtype.kind in "fiu":
         return a.astype(np.float64), None  # non-finite values are caught by the schema's checks
     parse = _PARSERS[arg.parse]
     flat = a.ravel()
-    vals = np.empty(flat.shape[0], dtype=np.float64 if arg.parse == "number" else object)
+    vals = np.empty(flat.shape[0], dtype=np.float64 if numeric else object)
     errs = None
     for i, v in enumerate(flat.tolist()):
         x = parse(v, arg.name)
@@ -338,7 +373,7 @@ def _read(arg: table.Arg, value: Any) -> tuple[np.ndarray, np.ndarray | None]:
             if errs is None:
                 errs = np.full(flat.shape[0], None, dtype=object)
             errs[i] = x
-            x = math.nan if arg.parse == "number" else ""
+            x = math.nan if numeric else ""
         vals[i] = x
     return vals.reshape(a.shape), (None if errs is None else errs.reshape(a.shape))
 
@@ -495,8 +530,12 @@ def _parse_cells(spec: Function, values: Sequence[Any]) -> tuple[dict[str, Any],
             x = parse(a.default, a.name) if a.optional else error_text(f"{a.name} is required (empty cell)")
         if isinstance(x, str) and x.startswith(ERROR_PREFIX):
             err = err or x
-            x = math.nan if a.parse == "number" else ""
+            x = math.nan if a.parse in NUMERIC_PARSES else ""
         cells[a.field] = x
+    valuation = cells.pop("valuation", math.nan)
+    if dates.is_date(cells.get("expiry")):
+        cells["expiry"], date_err = dates.years(cells["expiry"], valuation)
+        err = err or (None if date_err is None else error_text(date_err))
     schedule, schedule_err = _schedule(spec, values)
     cells.update(schedule)
     return cells, err or schedule_err
@@ -505,8 +544,8 @@ def _parse_cells(spec: Function, values: Sequence[Any]) -> tuple[dict[str, Any],
 def _cell_columns(spec: Function, cells: Mapping[str, Any],
                   err: str | None) -> tuple[tuple, dict[str, np.ndarray], np.ndarray]:
     """What :func:`_read_ranges` gives (shape ``()``), from :func:`_parse_cells`' result."""
-    cols = {a.field: np.array([cells[a.field]], dtype=np.float64 if a.parse == "number" else object)
-            for a in spec.args if a.parse != "schedule"}
+    cols = {a.field: np.array([cells[a.field]], dtype=np.float64 if a.parse in NUMERIC_PARSES else object)
+            for a in spec.args if a.parse != "schedule" and a.field in cells}
     cols.update({f: cells[f].reshape(1, -1) for f in DIVIDEND_FIELDS if f in cells})
     cell_err = np.empty(1, dtype=object)
     cell_err[0] = err
@@ -543,6 +582,11 @@ def _read_ranges(spec: Function, values: Sequence[Any]) -> tuple[tuple, dict[str
             e = np.broadcast_to(e, shape).ravel()
             fill = e.astype(bool) & ~cell_err.astype(bool)
             cell_err[fill] = e[fill]
+    valuation = cols.pop("valuation", None)
+    if "expiry" in cols:  # date T: years from the valuation (dates.py)
+        cols["expiry"], date_errs = dates.resolve(cols["expiry"], valuation)
+        for i, text in date_errs.items():
+            cell_err[i] = cell_err[i] or error_text(text)
     schedule, schedule_err = _schedule(spec, values)
     for f, v in schedule.items():
         cols[f] = np.broadcast_to(v, (n, v.size))

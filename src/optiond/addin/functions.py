@@ -93,16 +93,19 @@ importable from here too.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as _dt
 import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import xlwings as xw
 
+from .. import greek_units
 from ..market.forwards import ExpiryPairs, parity_fit
-from . import surfaces, table
+from . import dates, surfaces, table
 from .cache import _cache, _env_on
-from .cells import _cell_columns, _parse_cells, _Problem, _read_ranges, _scalar, _show, _strip, error_text
+from .cells import _cell_columns, _parse_cells, _Problem, _read_ranges, _scalar, _show, _single, _strip, error_text
 from .pricing import _NO_STDERR, _QUICK_METHODS, _compute, _one_price_cell
 from .table import Function
 
@@ -120,9 +123,10 @@ def parity_forward(spec: Function, values: Sequence[Any]) -> list[list[float]]:
 
     Args:
         spec: the table entry (its argument names label the messages).
-        values: ``(strikes, call_mids, put_mids, T, rate)``: three strips of one row or one
-            column each and of one length (currency units; a strike with an empty strike,
-            call or put cell is left out), T in years (> 0), rate annual continuously
+        values: ``(strikes, call_mids, put_mids, T, rate, valuation)``: three strips of one row
+            or one column each and of one length (currency units; a strike with an empty
+            strike, call or put cell is left out), T in years (> 0) or the expiry date
+            (:mod:`optiond.addin.dates`, from ``valuation``), rate annual continuously
             compounded or None (then D is fitted too).
 
     Returns:
@@ -131,12 +135,17 @@ def parity_forward(spec: Function, values: Sequence[Any]) -> list[list[float]]:
     Raises:
         _Problem: any bad input (its text becomes the cell's ``#optiond:`` message).
     """
-    strikes_arg, calls_arg, puts_arg, t_arg, rate_arg = spec.args
+    strikes_arg, calls_arg, puts_arg, t_arg, rate_arg, valuation_arg = spec.args
     k, c, p = (_strip(a, v) for a, v in zip(spec.args[:3], values[:3]))
     if not (k.size == c.size == p.size):
         raise _Problem(f"{strikes_arg.name}, {calls_arg.name} and {puts_arg.name} must have the same length, got "
                        f"{k.size}, {c.size} and {p.size}")
     T = _scalar(t_arg, values[3])
+    if dates.is_date(T):
+        valuation = _single(valuation_arg, values[5])
+        T, problem = dates.years(T, math.nan if valuation is None else valuation)
+        if problem:
+            raise _Problem(problem)
     if T <= 0:
         raise _Problem(f"{t_arg.name} must be > 0, got {_show(T)}")
     rate = _scalar(rate_arg, values[4])
@@ -182,11 +191,41 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
             return parity_forward(spec, values)
         if spec.method == "surface":  # never cached, never in this process: surfaces.py
             return surfaces.evaluate(spec, values)
+        if spec.op == "greeks":  # the Greeks in raw units, then in the call's units and with its header
+            return _greeks(spec, values)
+        return _evaluate(spec, values)
+    except _Problem as p:
+        return error_text(str(p))
+    except Exception as e:  # never a traceback in a cell
+        return error_text(f"{type(e).__name__}: {e}")
+
+
+def _greeks(spec: Function, values: Sequence[Any]) -> Any:
+    """A Greeks function (``BOPM_GREEKS``, ``BS_GREEKS``): the rows of raw Greeks
+    (:func:`_evaluate` without the trailing ``units`` and ``header``), divided into the call's
+    units (:mod:`optiond.greek_units`) and under a header row of labels with units when
+    ``header`` is TRUE."""
+    units_arg, header_arg = spec.args[-2:]
+    units, header = _single(units_arg, values[-2]), _single(header_arg, values[-1])
+    raw = _evaluate(dataclasses.replace(spec, args=spec.args[:-2]), values[:-2])
+    if isinstance(raw, str):  # a problem of the whole call
+        return raw
+    div = greek_units.divisors(units, table.GREEK_COLUMNS).tolist()
+    rows = [[x / d if type(x) is float else x for x, d in zip(row, div)] for row in raw]
+    if header:
+        rows.insert(0, [greek_units.LABELS[units][g] for g in table.GREEK_COLUMNS])
+    return rows
+
+
+def _evaluate(spec: Function, values: Sequence[Any]) -> Any:
+    """:func:`evaluate`'s body for the functions priced by a request (values complete)."""
+    try:
         key = None
-        if all(type(v) in _CELL_TYPES for v in values):
+        if all(type(v) in _CELL_TYPES or isinstance(v, _dt.date) for v in values):
             if _env_on("OPTIOND_CACHE"):
-                # single cells: the call itself is the key (types included: TRUE is not 1)
-                key = ("cells", spec.name, tuple((type(v), v) for v in values))
+                # single cells: the call itself is the key (types included: TRUE is not 1), and the
+                # minute when T is a date valued now
+                key = ("cells", spec.name, tuple((type(v), v) for v in values), _now_stamp(spec, values))
                 hit = _cache.get(key)
                 if hit is not None:
                     return hit[0]
@@ -214,6 +253,17 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
 _CELL_TYPES = frozenset({float, int, str, bool, type(None)})
 
 
+def _now_stamp(spec: Function, values: Sequence[Any]) -> float | None:
+    """The current minute when the call's T is a date valued now (its answer changes with the
+    clock), else None: part of a single-cell call's cache key."""
+    f = [a.field for a in spec.args]
+    if "valuation" not in f:
+        return None
+    T = dates.expiry_cell(values[f.index("expiry")])
+    v = dates.valuation_cell(values[f.index("valuation")])
+    return dates.cache_stamp(dates.is_date(T), math.nan if v is None else v)
+
+
 # ---- the worksheet functions ---------------------------------------------------------------
 # Each takes exactly the table's arguments (optional ones default to None: the table holds the
 # defaults); table.decorate checks that, sets the docstring to the table's description and
@@ -224,90 +274,104 @@ def _udf(impl: Callable) -> Callable:
 
 
 @_udf
-def BOPM_PUT(S, K, T, r, sigma, N, q=None, american=None, div_times=None, div_amounts=None, extrapolate=None):
-    return evaluate("BOPM_PUT", (S, K, T, r, sigma, N, q, american, div_times, div_amounts, extrapolate))
+def BOPM_PUT(S, K, T, r, sigma, N, q=None, american=None, div_times=None, div_amounts=None, extrapolate=None,
+             valuation=None):
+    return evaluate("BOPM_PUT", (S, K, T, r, sigma, N, q, american, div_times, div_amounts, extrapolate, valuation))
 
 
 @_udf
-def BOPM_CALL(S, K, T, r, sigma, N, q=None, american=None, div_times=None, div_amounts=None, extrapolate=None):
-    return evaluate("BOPM_CALL", (S, K, T, r, sigma, N, q, american, div_times, div_amounts, extrapolate))
+def BOPM_CALL(S, K, T, r, sigma, N, q=None, american=None, div_times=None, div_amounts=None, extrapolate=None,
+              valuation=None):
+    return evaluate("BOPM_CALL", (S, K, T, r, sigma, N, q, american, div_times, div_amounts, extrapolate, valuation))
 
 
 @_udf
-def BS_PUT(S, K, T, r, sigma, q=None):
-    return evaluate("BS_PUT", (S, K, T, r, sigma, q))
+def BS_PUT(S, K, T, r, sigma, q=None, valuation=None):
+    return evaluate("BS_PUT", (S, K, T, r, sigma, q, valuation))
 
 
 @_udf
-def BS_CALL(S, K, T, r, sigma, q=None):
-    return evaluate("BS_CALL", (S, K, T, r, sigma, q))
+def BS_CALL(S, K, T, r, sigma, q=None, valuation=None):
+    return evaluate("BS_CALL", (S, K, T, r, sigma, q, valuation))
+
+
+@_udf
+def BS_IV(price, S, K, T, r, q=None, kind=None, valuation=None):
+    return evaluate("BS_IV", (price, S, K, T, r, q, kind, valuation))
+
+
+@_udf
+def BS_GREEKS(S, K, T, r, sigma, q=None, kind=None, valuation=None, units=None, header=None):
+    return evaluate("BS_GREEKS", (S, K, T, r, sigma, q, kind, valuation, units, header))
 
 
 @_udf
 def BOPM_IV(price, S, K, T, r, q=None, kind=None, N=None, american=None, div_times=None, div_amounts=None,
-            extrapolate=None):
-    return evaluate("BOPM_IV", (price, S, K, T, r, q, kind, N, american, div_times, div_amounts, extrapolate))
+            extrapolate=None, valuation=None):
+    return evaluate("BOPM_IV", (price, S, K, T, r, q, kind, N, american, div_times, div_amounts, extrapolate,
+                                valuation))
 
 
 @_udf
 def BOPM_GREEKS(S, K, T, r, sigma, N, q=None, kind=None, american=None, div_times=None, div_amounts=None,
-                extrapolate=None):
-    return evaluate("BOPM_GREEKS", (S, K, T, r, sigma, N, q, kind, american, div_times, div_amounts, extrapolate))
+                extrapolate=None, valuation=None, units=None, header=None):
+    return evaluate("BOPM_GREEKS", (S, K, T, r, sigma, N, q, kind, american, div_times, div_amounts, extrapolate,
+                                    valuation, units, header))
 
 
 @_udf
-def AMERICAN_PUT(S, K, T, r, sigma, q=None, accuracy=None):
-    return evaluate("AMERICAN_PUT", (S, K, T, r, sigma, q, accuracy))
+def AMERICAN_PUT(S, K, T, r, sigma, q=None, accuracy=None, valuation=None):
+    return evaluate("AMERICAN_PUT", (S, K, T, r, sigma, q, accuracy, valuation))
 
 
 @_udf
-def AMERICAN_CALL(S, K, T, r, sigma, q=None, accuracy=None):
-    return evaluate("AMERICAN_CALL", (S, K, T, r, sigma, q, accuracy))
+def AMERICAN_CALL(S, K, T, r, sigma, q=None, accuracy=None, valuation=None):
+    return evaluate("AMERICAN_CALL", (S, K, T, r, sigma, q, accuracy, valuation))
 
 
 @_udf
-def AMERICAN_IV(price, S, K, T, r, q=None, kind=None, accuracy=None):
-    return evaluate("AMERICAN_IV", (price, S, K, T, r, q, kind, accuracy))
+def AMERICAN_IV(price, S, K, T, r, q=None, kind=None, accuracy=None, valuation=None):
+    return evaluate("AMERICAN_IV", (price, S, K, T, r, q, kind, accuracy, valuation))
 
 
 @_udf
-def MLMC_CALL(S, K, T, r, sigma, eps, q=None, seed=None):
-    return evaluate("MLMC_CALL", (S, K, T, r, sigma, eps, q, seed))
+def MLMC_CALL(S, K, T, r, sigma, eps, q=None, seed=None, valuation=None):
+    return evaluate("MLMC_CALL", (S, K, T, r, sigma, eps, q, seed, valuation))
 
 
 @_udf
-def MLMC_PUT(S, K, T, r, sigma, eps, q=None, seed=None):
-    return evaluate("MLMC_PUT", (S, K, T, r, sigma, eps, q, seed))
+def MLMC_PUT(S, K, T, r, sigma, eps, q=None, seed=None, valuation=None):
+    return evaluate("MLMC_PUT", (S, K, T, r, sigma, eps, q, seed, valuation))
 
 
 @_udf
-def MLMC_ASIAN_CALL(S, K, T, r, sigma, eps, q=None, seed=None):
-    return evaluate("MLMC_ASIAN_CALL", (S, K, T, r, sigma, eps, q, seed))
+def MLMC_ASIAN_CALL(S, K, T, r, sigma, eps, q=None, seed=None, valuation=None):
+    return evaluate("MLMC_ASIAN_CALL", (S, K, T, r, sigma, eps, q, seed, valuation))
 
 
 @_udf
-def MLMC_DIGITAL_CALL(S, K, T, r, sigma, eps, q=None, seed=None):
-    return evaluate("MLMC_DIGITAL_CALL", (S, K, T, r, sigma, eps, q, seed))
+def MLMC_DIGITAL_CALL(S, K, T, r, sigma, eps, q=None, seed=None, valuation=None):
+    return evaluate("MLMC_DIGITAL_CALL", (S, K, T, r, sigma, eps, q, seed, valuation))
 
 
 @_udf
-def MLMC_STDERR(S, K, T, r, sigma, eps, q=None, seed=None, kind=None, payoff=None):
-    return evaluate("MLMC_STDERR", (S, K, T, r, sigma, eps, q, seed, kind, payoff))
+def MLMC_STDERR(S, K, T, r, sigma, eps, q=None, seed=None, kind=None, payoff=None, valuation=None):
+    return evaluate("MLMC_STDERR", (S, K, T, r, sigma, eps, q, seed, kind, payoff, valuation))
 
 
 @_udf
-def HESTON_CALL(S, K, T, r, q, v0, kappa, theta, xi, rho, american=None, scheme=None):
-    return evaluate("HESTON_CALL", (S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme))
+def HESTON_CALL(S, K, T, r, q, v0, kappa, theta, xi, rho, american=None, scheme=None, valuation=None):
+    return evaluate("HESTON_CALL", (S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme, valuation))
 
 
 @_udf
-def HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, american=None, scheme=None):
-    return evaluate("HESTON_PUT", (S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme))
+def HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, american=None, scheme=None, valuation=None):
+    return evaluate("HESTON_PUT", (S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme, valuation))
 
 
 @_udf
-def PARITY_FORWARD(strikes, call_mids, put_mids, T, rate=None):
-    return evaluate("PARITY_FORWARD", (strikes, call_mids, put_mids, T, rate))
+def PARITY_FORWARD(strikes, call_mids, put_mids, T, rate=None, valuation=None):
+    return evaluate("PARITY_FORWARD", (strikes, call_mids, put_mids, T, rate, valuation))
 
 
 @_udf
@@ -316,13 +380,13 @@ def SURFACE_FIT(name, chain_range, quote_time=None, rate=None, settlement=None):
 
 
 @_udf
-def SURFACE_VOL(name, K, T):
-    return evaluate("SURFACE_VOL", (name, K, T))
+def SURFACE_VOL(name, K, T, valuation=None):
+    return evaluate("SURFACE_VOL", (name, K, T, valuation))
 
 
 @_udf
-def SURFACE_PRICE(name, K, T, kind, american=None):
-    return evaluate("SURFACE_PRICE", (name, K, T, kind, american))
+def SURFACE_PRICE(name, K, T, kind, american=None, valuation=None):
+    return evaluate("SURFACE_PRICE", (name, K, T, kind, american, valuation))
 
 
 #: the worksheet functions by Excel name

@@ -193,7 +193,7 @@ class Function:
         return f"{self.name}({', '.join(a.label() for a in self.args)})"
 
 
-#: the columns of a BOPM_GREEKS row, in order
+#: the columns of a BOPM_GREEKS or BS_GREEKS row, in order
 GREEK_COLUMNS = GREEK_FIELDS
 #: the row PARITY_FORWARD returns, in order
 FORWARD_RESULT = ("forward", "discount factor")
@@ -209,7 +209,22 @@ S = Arg("S", "Spot price of the underlying (> 0). A cell or a range: ranges broa
         "arguments and return a range of the same shape.", "spot")
 K = Arg("K", "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.",
         "strike")
-T = Arg("T", "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365).", "expiry")
+#: how a date T is read (the function wizard's words; the rule is optiond.addin.dates')
+DATE_RULE = ("or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), "
+             "T then counting in minutes/525,600 from valuation")
+T = Arg("T", f"Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), {DATE_RULE}.", "expiry",
+        parse="expiry")
+VALUATION = Arg("valuation", "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date "
+                "and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a "
+                "year-fraction T.", "valuation", parse="date", default=None)
+#: the Greek units of a worksheet function whose units cell is empty: "raw", the engine's (per year,
+#: per 1.00), as BOPM_GREEKS gave before it had the argument, so no existing sheet changes its numbers
+DEFAULT_UNITS = "raw"
+UNITS = Arg("units", 'Optional. "raw" (the default: theta per year, vega per 1.00 of volatility, rho and dividend rho '
+            'per 1.00 of rate or yield) or "trader" (theta per calendar day, vega per volatility point, rho and '
+            'dividend rho per 1%).', "units", parse="units", default=DEFAULT_UNITS)
+HEADER = Arg("header", "Optional. TRUE for a first row naming each column with its unit; FALSE (the default) for "
+             "the Greeks alone.", "header", parse="flag", default=False)
 R = Arg("r", "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", "rate")
 SIGMA = Arg("sigma", f"Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= {MAX_VOLATILITY:g}.",
             "volatility")
@@ -281,7 +296,8 @@ CALL_MIDS = Arg("call_mids", "Call prices (mids) at those strikes, in the curren
                 "of the same length as strikes.", "call_price")
 PUT_MIDS = Arg("put_mids", "Put prices (mids) at those strikes, in the currency of the strikes: a row or column of "
                "the same length as strikes.", "put_price")
-T_STRIP = Arg("T", "Time to expiry of the strip in years (> 0), e.g. 0.25 for three months.", "expiry")
+T_STRIP = Arg("T", f"Time to expiry of the strip in years (> 0), e.g. 0.25 for three months, {DATE_RULE}.",
+              "expiry", parse="expiry")
 RATE_FIT = Arg("rate", "Optional. Risk-free rate, annual and continuously compounded (0.05 = 5%): the discount factor "
                "is exp(-rate x T) and only the forward is fitted. Omitted: forward and discount factor are both "
                "fitted (at least 3 strikes).", "rate", default=None)
@@ -306,8 +322,9 @@ SURFACE_REF = Arg("name", "The surface: the handle SURFACE_FIT returns (e.g. SPY
                   "version is an error.", "object", parse="text")
 K_SURFACE = Arg("K", "Strike (> 0), in the currency of the surface's underlying. A range returns a range of results, "
                 "all from one daemon request.", "strike")
-T_SURFACE = Arg("T", "Time to expiry in years (> 0), within the surface's first and last expiries: no extrapolation "
-                "in time (outside them the cell says so).", "expiry")
+T_SURFACE = Arg("T", "Time to expiry in years (> 0), within the surface's first and last expiries (no extrapolation "
+                "in time), or the expiry date (a date cell, or a number >= 1000; 16:00 New York) from valuation.",
+                "expiry", parse="expiry")
 KIND_SURFACE = Arg("kind", '"call" or "put".', "kind", parse="kind")
 
 # ---- the functions -------------------------------------------------------------------------
@@ -318,93 +335,108 @@ FUNCTIONS: tuple[Function, ...] = (
         "Put price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, "
         "with a continuous dividend yield and optional cash dividends (div_times, div_amounts). Ranges in any "
         "argument return a range of prices.",
-        (S, K, T, R, SIGMA, N, Q, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE), op="price", method="binomial", fixed={"kind": "put"},
+        (S, K, T, R, SIGMA, N, Q, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION), op="price", method="binomial", fixed={"kind": "put"},
         returns="the put price, in the currency of S"),
     Function(
         "BOPM_CALL",
         "Call price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, "
         "with a continuous dividend yield and optional cash dividends (div_times, div_amounts). Ranges in any "
         "argument return a range of prices.",
-        (S, K, T, R, SIGMA, N, Q, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE), op="price", method="binomial", fixed={"kind": "call"},
+        (S, K, T, R, SIGMA, N, Q, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION), op="price", method="binomial", fixed={"kind": "call"},
         returns="the call price, in the currency of S"),
     Function(
         "BS_PUT",
         "Black-Scholes-Merton price of a European put with a continuous dividend yield (closed form). "
         "Ranges in any argument return a range of prices.",
-        (S, K, T, R, SIGMA, Q), op="price", method="black-scholes", fixed={"kind": "put", "style": "european"},
+        (S, K, T, R, SIGMA, Q, VALUATION), op="price", method="black-scholes", fixed={"kind": "put", "style": "european"},
         returns="the put price, in the currency of S"),
     Function(
         "BS_CALL",
         "Black-Scholes-Merton price of a European call with a continuous dividend yield (closed form). "
         "Ranges in any argument return a range of prices.",
-        (S, K, T, R, SIGMA, Q), op="price", method="black-scholes", fixed={"kind": "call", "style": "european"},
+        (S, K, T, R, SIGMA, Q, VALUATION), op="price", method="black-scholes", fixed={"kind": "call", "style": "european"},
         returns="the call price, in the currency of S"),
+    Function(
+        "BS_IV",
+        "Implied volatility of a European option from its price, on the Black-Scholes-Merton closed form with a "
+        "continuous dividend yield (Newton on the normalised price, after Jaeckel's Let's be rational; to the last "
+        "bits). Returns an annualised decimal.",
+        (PRICE, S, K, T, R, Q, KIND, VALUATION), op="iv", method="black-scholes", fixed={"style": "european"},
+        returns="the implied volatility, an annualised decimal"),
+    Function(
+        "BS_GREEKS",
+        "Black-Scholes-Merton Greeks of a European option (closed form), one row per option: delta, gamma, theta, "
+        "vega, rho, dividend rho, in raw (per year, per 1.00; the default) or trader units (per day, vol point, 1%); "
+        "optional header row.",
+        (S, K, T, R, SIGMA, Q, KIND, VALUATION, UNITS, HEADER), op="greeks", method="black-scholes",
+        fixed={"style": "european"}, returns="a row: " + ", ".join(GREEK_COLUMNS)),
     Function(
         "BOPM_IV",
         "Implied volatility of an option from its price, by a bracketed root find on the binomial tree "
         "price (American by default), optional cash dividends. Returns an annualised decimal (0.2 = 20%).",
-        (PRICE, S, K, T, R, Q, KIND, N_OPT, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE), op="iv", method="binomial",
+        (PRICE, S, K, T, R, Q, KIND, N_OPT, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION), op="iv", method="binomial",
         returns="the implied volatility, an annualised decimal"),
     Function(
         "BOPM_GREEKS",
-        "Greeks from a binomial tree, one row per option: delta, gamma, theta (per year), vega (per 1.00 "
-        "of volatility), rho (per 1.00 of rate), optional cash dividends. Give a column of inputs for one row "
-        "per option.",
-        (S, K, T, R, SIGMA, N, Q, KIND, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE), op="greeks", method="binomial",
+        "Greeks from a binomial tree, one row per option: delta, gamma, theta, vega, rho, dividend rho, in raw "
+        "(per year, per 1.00; the default) or trader units (per day, vol point, 1%); optional cash dividends and "
+        "a header row.",
+        (S, K, T, R, SIGMA, N, Q, KIND, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION, UNITS, HEADER),
+        op="greeks", method="binomial",
         returns="a row: " + ", ".join(GREEK_COLUMNS)),
     Function(
         "AMERICAN_PUT",
         "American put price by the spectral method of Andersen, Lake & Offengenden (2016): the exercise boundary "
         "by fixed-point iteration on Chebyshev nodes. Continuous dividend yield. Ranges in any argument return a "
         "range of prices.",
-        (S, K, T, R, SIGMA, Q, ACCURACY), op="price", method="spectral", fixed={"kind": "put", "style": "american"},
+        (S, K, T, R, SIGMA, Q, ACCURACY, VALUATION), op="price", method="spectral", fixed={"kind": "put", "style": "american"},
         returns="the American put price, in the currency of S"),
     Function(
         "AMERICAN_CALL",
         "American call price by the spectral method of Andersen, Lake & Offengenden (2016): the exercise boundary "
         "by fixed-point iteration on Chebyshev nodes. Continuous dividend yield. Ranges in any argument return a "
         "range of prices.",
-        (S, K, T, R, SIGMA, Q, ACCURACY), op="price", method="spectral", fixed={"kind": "call", "style": "american"},
+        (S, K, T, R, SIGMA, Q, ACCURACY, VALUATION), op="price", method="spectral", fixed={"kind": "call", "style": "american"},
         returns="the American call price, in the currency of S"),
     Function(
         "AMERICAN_IV",
         "Implied volatility of an American option from its price, on the spectral price of Andersen, Lake & "
         "Offengenden (2016) (Newton with bisection). Returns an annualised decimal (0.2 = 20%).",
-        (PRICE, S, K, T, R, Q, KIND, ACCURACY), op="iv", method="spectral", fixed={"style": "american"},
+        (PRICE, S, K, T, R, Q, KIND, ACCURACY, VALUATION), op="iv", method="spectral", fixed={"style": "american"},
         returns="the implied volatility, an annualised decimal"),
     Function(
         "MLMC_CALL",
         "European call by adaptive multilevel Monte Carlo (Giles; Milstein scheme, Black-Scholes dynamics) to a "
         "target RMS error eps. The same seed gives the same price. Its standard error: MLMC_STDERR.",
-        (S, K, T, R, SIGMA_MLMC, EPS, Q, SEED), op="price", method="mlmc",
+        (S, K, T, R, SIGMA_MLMC, EPS, Q, SEED, VALUATION), op="price", method="mlmc",
         fixed={"kind": "call", "style": "european", "payoff": "vanilla"},
         returns="the call price estimate, in the currency of S"),
     Function(
         "MLMC_PUT",
         "European put by adaptive multilevel Monte Carlo (Giles; Milstein scheme, Black-Scholes dynamics) to a "
         "target RMS error eps. The same seed gives the same price. Its standard error: MLMC_STDERR with kind \"put\".",
-        (S, K, T, R, SIGMA_MLMC, EPS, Q, SEED), op="price", method="mlmc",
+        (S, K, T, R, SIGMA_MLMC, EPS, Q, SEED, VALUATION), op="price", method="mlmc",
         fixed={"kind": "put", "style": "european", "payoff": "vanilla"},
         returns="the put price estimate, in the currency of S"),
     Function(
         "MLMC_ASIAN_CALL",
         "Arithmetic-average Asian call (payoff: average of S over [0, T], continuously monitored, minus K) by "
         "adaptive multilevel Monte Carlo to a target RMS error eps. Standard error: MLMC_STDERR, payoff \"asian\".",
-        (S, K, T, R, SIGMA_MLMC, EPS, Q, SEED), op="price", method="mlmc",
+        (S, K, T, R, SIGMA_MLMC, EPS, Q, SEED, VALUATION), op="price", method="mlmc",
         fixed={"kind": "call", "style": "european", "payoff": "asian"},
         returns="the Asian call price estimate, in the currency of S"),
     Function(
         "MLMC_DIGITAL_CALL",
         "Cash-or-nothing digital call paying 1 at T if S(T) > K, by adaptive multilevel Monte Carlo to a target RMS "
         "error eps. The same seed gives the same price. Standard error: MLMC_STDERR with payoff \"digital\".",
-        (S, K, T, R, SIGMA_MLMC, EPS_DIGITAL, Q, SEED), op="price", method="mlmc",
+        (S, K, T, R, SIGMA_MLMC, EPS_DIGITAL, Q, SEED, VALUATION), op="price", method="mlmc",
         fixed={"kind": "call", "style": "european", "payoff": "digital"},
         returns="the digital call price estimate (a payout of 1, discounted)"),
     Function(
         "MLMC_STDERR",
         "Standard error of the multilevel Monte Carlo price that MLMC_CALL, MLMC_PUT, MLMC_ASIAN_CALL or "
         "MLMC_DIGITAL_CALL returns for the same arguments and seed: the same run, answered from the cache.",
-        (S, K, T, R, SIGMA_MLMC, EPS_ANY, Q, SEED, KIND_MLMC, PAYOFF), op="stderr", method="mlmc",
+        (S, K, T, R, SIGMA_MLMC, EPS_ANY, Q, SEED, KIND_MLMC, PAYOFF, VALUATION), op="stderr", method="mlmc",
         fixed={"style": "european"},
         returns="the standard error of the price estimate, in the currency of the price"),
     Function(
@@ -412,20 +444,20 @@ FUNCTIONS: tuple[Function, ...] = (
         f"Call price in the Heston stochastic-volatility model by ADI finite differences ({HESTON_GRID[0]} x "
         f"{HESTON_GRID[1]} grid, {HESTON_TIME_STEPS} time steps), American (default) or European. Ranges in any "
         "argument return a range of prices.",
-        (S, K, T, R, Q_REQ, V0, KAPPA, THETA, XI, RHO, AMERICAN, SCHEME), op="price", method="adi",
+        (S, K, T, R, Q_REQ, V0, KAPPA, THETA, XI, RHO, AMERICAN, SCHEME, VALUATION), op="price", method="adi",
         fixed={"kind": "call"}, returns="the call price, in the currency of S"),
     Function(
         "HESTON_PUT",
         f"Put price in the Heston stochastic-volatility model by ADI finite differences ({HESTON_GRID[0]} x "
         f"{HESTON_GRID[1]} grid, {HESTON_TIME_STEPS} time steps), American (default) or European. Ranges in any "
         "argument return a range of prices.",
-        (S, K, T, R, Q_REQ, V0, KAPPA, THETA, XI, RHO, AMERICAN, SCHEME), op="price", method="adi",
+        (S, K, T, R, Q_REQ, V0, KAPPA, THETA, XI, RHO, AMERICAN, SCHEME, VALUATION), op="price", method="adi",
         fixed={"kind": "put"}, returns="the put price, in the currency of S"),
     Function(
         "PARITY_FORWARD",
         "Forward and discount factor of one expiry from a strip of European call and put prices: a robust fit "
         "of put-call parity C - P = D (F - K), all strikes weighted equally. Returns a row: forward, discount factor.",
-        (STRIKES, CALL_MIDS, PUT_MIDS, T_STRIP, RATE_FIT), op="forward", method="parity",
+        (STRIKES, CALL_MIDS, PUT_MIDS, T_STRIP, RATE_FIT, VALUATION), op="forward", method="parity",
         returns="a row: " + ", ".join(FORWARD_RESULT) + " (the forward in the currency of the strikes)"),
     Function(
         "SURFACE_FIT",
@@ -438,14 +470,14 @@ FUNCTIONS: tuple[Function, ...] = (
         "SURFACE_VOL",
         "Implied volatility (annualised decimal) of a surface the optiond daemon keeps, at strike K and time T. Give "
         "the SURFACE_FIT cell (its handle) as name so this recalculates after a refit. Ranges return a range.",
-        (SURFACE_REF, K_SURFACE, T_SURFACE), op="vol", method="surface",
+        (SURFACE_REF, K_SURFACE, T_SURFACE, VALUATION), op="vol", method="surface",
         returns="the surface's implied volatility, an annualised decimal"),
     Function(
         "SURFACE_PRICE",
         "Option price at a daemon surface's volatility at (K, T), on its forward and rate at T: closed form if "
         f"European, CRR tree ({SURFACE_PRICE_STEPS} steps) if American. Give the SURFACE_FIT cell as name so this recalculates after "
         "a refit.",
-        (SURFACE_REF, K_SURFACE, T_SURFACE, KIND_SURFACE, AMERICAN), op="price", method="surface",
+        (SURFACE_REF, K_SURFACE, T_SURFACE, KIND_SURFACE, AMERICAN, VALUATION), op="price", method="surface",
         returns="the option price, in the currency of the underlying"),
 )
 
@@ -458,8 +490,11 @@ ARG_OPTIONS: Mapping[str, Any] = {"ndim": 2, "err_to_str": True}
 _FIELDS = {"spot", "strike", "expiry", "rate", "dividend_yield", "volatility", "kind", "style", "steps", "price",
            "eps", "seed", "payoff", "scheme", "v0", "kappa", "long_run_variance", "xi", "correlation",
            "call_price", "put_price", "object", "chain", "quote_time", "settlement", "dividend_times",
-           "dividend_amounts", "accuracy", "extrapolate"}
-_PARSES = ("number", "kind", "american", "flag", "accuracy", "payoff", "scheme", "text", "time", "settlement", "chain",
+           "dividend_amounts", "accuracy", "extrapolate", "valuation", "units", "header"}
+#: the parse rules whose cells are numbers (a float64 column): T (years or a date serial) and a
+#: valuation (a date serial, NaN for now) among them
+NUMERIC_PARSES = ("number", "expiry", "date")
+_PARSES = ("number", "expiry", "date", "units", "kind", "american", "flag", "accuracy", "payoff", "scheme", "text", "time", "settlement", "chain",
            "schedule")
 _OPS = ("price", "greeks", "iv", "stderr", "forward", "fit", "vol")
 _METHODS = ("binomial", "black-scholes", "mlmc", "adi", "spectral", "parity", "surface")
