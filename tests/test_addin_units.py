@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -22,6 +23,7 @@ from addin_support import _fresh_cache, client, col, is_error  # noqa: F401
 from conftest import quantlib_option
 
 NY = ZoneInfo("America/New_York")
+DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
 S, K, r, q, sigma = 100.0, 105.0, 0.04, 0.015, 0.3
 
 
@@ -180,3 +182,40 @@ def test_american_dividend_rho_against_quantlib_bumped(client):
     assert tree == pytest.approx(want, rel=5e-3)
     assert spectral(S, K, T, r, sigma, q) == pytest.approx(qd(q), rel=1e-4)
     assert math.isfinite(tree) and np.sign(tree) == 1  # a put gains as the dividend yield rises
+
+
+# ---- the same switch on the command line -------------------------------------------------------
+
+def test_cli_greeks_trader_divides_and_names_the_unit(tmp_path):
+    import pandas as pd
+
+    from optiond.chain import read_chain
+    from optiond.cli import main as cli_main
+
+    src = tmp_path / "book.csv"
+    pd.DataFrame(dict(kind=["put", "call"], style=["american", "european"], spot=[100.0, 100.0], strike=[100.0, 105.0],
+                      expiry=[1.0, 0.5], rate=[0.05, 0.05], dividend_yield=[0.01, 0.02], volatility=[0.2, 0.3],
+                      method=["binomial", "black-scholes"], steps=[300, ""])).to_csv(src, index=False)
+    raw, trader = tmp_path / "raw.csv", tmp_path / "trader.csv"
+    assert cli_main(["price", str(src), "-o", str(raw), "--no-daemon"]) == 0
+    assert cli_main(["price", str(src), "-o", str(trader), "--no-daemon", "--greeks", "trader"]) == 0
+    a, b = pd.read_csv(raw), pd.read_csv(trader)
+    assert {"theta", "vega", "rho", "dividend_rho"} <= set(a.columns)
+    assert not {"theta", "vega", "rho", "dividend_rho"} & set(b.columns)
+    for g, name, d in (("delta", "delta", 1), ("gamma", "gamma", 1), ("theta", "theta_per_day", 365),
+                       ("vega", "vega_per_vol_point", 100), ("rho", "rho_per_pct", 100),
+                       ("dividend_rho", "dividend_rho_per_pct", 100)):
+        np.testing.assert_array_equal(b[name].to_numpy(), a[g].to_numpy() / d)
+    # the European row's dividend rho is the closed form's, -T S e^{-qT} N(d1)
+    from optiond.kernels.black_scholes import bs_price_greeks
+
+    want = bs_price_greeks(1, 100.0, 105.0, 0.5, 0.05, 0.02, 0.3)["dividend_rho"][0]
+    assert a.dividend_rho[1] == pytest.approx(want, rel=1e-12) and want < 0
+    chain_src = tmp_path / "chain.csv"
+    read_chain(str(DATA / "aapl_chain_2026-02-13.csv")).head(20).to_csv(chain_src, index=False)
+    out = tmp_path / "chain_out.csv"
+    assert cli_main(["chain", str(chain_src), "-o", str(out), "--no-daemon", "--steps", "100", "--greeks",
+                     "trader"]) == 0
+    cols = set(pd.read_csv(out).columns)
+    assert {"theta_per_day", "vega_per_vol_point", "rho_per_pct", "dividend_rho_per_pct"} <= cols
+    assert "theta" not in cols

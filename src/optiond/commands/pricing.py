@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import _moved
+from .. import _moved, greek_units
 from .. import chain as chain_job
 from ..columns import TableFileError, read_csv_table
 from ..models import HESTON_RENAMED, Method
@@ -48,6 +48,13 @@ def _add_pricer_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--no-daemon", action="store_true", help="price in this process; do not contact a daemon")
     g.add_argument("--daemon-only", action="store_true", help="fail if no daemon answers (no in-process fall-back)")
+
+
+def _add_greeks_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--greeks", choices=greek_units.UNITS, default="raw",
+                   help="units of the Greek columns: raw (default; theta per year, vega per 1.00 of volatility, rho "
+                        "and dividend_rho per 1.00) or trader (theta_per_day, vega_per_vol_point, rho_per_pct, "
+                        "dividend_rho_per_pct: the unit in the column name)")
 
 
 def _progress(total: int, desc: str):
@@ -126,7 +133,8 @@ def cmd_price(args: argparse.Namespace) -> int:
             bar.close()
     else:
         res = price_portfolio(pricer, df, method, valuation=valuation)
-    merge_portfolio(df, res).to_csv(args.output or sys.stdout, index=False)
+    out = greek_units.convert_frame(merge_portfolio(df, res), args.greeks, prefixes=("", "model_"))
+    out.to_csv(args.output or sys.stdout, index=False)
     ok = int(np.sum(res.ok))
     print(f"priced {ok}/{len(res)} rows ({len(res) - ok} errors) in {res.elapsed_s:.3f} s on {res.device} ({res.via})",
           file=sys.stderr)
@@ -264,6 +272,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
         except (ImportError, ValueError) as e:
             print(f"optiond chain: surface: {' '.join(str(e).split())}", file=sys.stderr)
             return 2
+    out = greek_units.convert_frame(out, args.greeks, prefixes=("", "theo_"))
     fwd_path = forwards_path(args.output, args.forwards)
     if args.output:
         out.to_csv(args.output, index=False)
@@ -294,12 +303,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "read against --valuation) or 'years:amount;...' (years from the valuation, as expiry); "
                                    "(a result column whose name is already an input column, such as the Greek theta "
                                    "beside the Heston theta, is written as model_<name>) "
-                                   "write it back with price,delta,gamma,theta,vega,rho,status,error,device appended. "
+                                   "write it back with price,delta,gamma,theta,vega,rho,dividend_rho,status,error,device appended "
+                                   "(--greeks trader: the Greeks in trader units, their names saying so). "
                                    "A bad row gets status=error and a reason; the rest are priced.")
     p.add_argument("file", help="portfolio CSV")
     p.add_argument("-o", "--output", help="output CSV (default: standard output)")
     p.add_argument("--steps", type=int, default=1000, help="CRR steps where the file has none (default 1000)")
     p.add_argument("--no-greeks", action="store_true", help="prices only")
+    _add_greeks_flag(p)
     p.add_argument("--eps", type=float, default=0.01, help="MLMC target RMS error (currency units) where the file has none")
     p.add_argument("--seed", type=int, default=0, help="MLMC random seed (default 0)")
     p.add_argument("--scheme", default="mcs", help="ADI scheme: do, cs, mcs (default) or hv")
@@ -363,5 +374,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fit the surface and write its pictures here (PNG and SVG: smiles per expiry, ATM "
                         "term structure, heatmap over log-moneyness and T); DIR is created if needed")
     c.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _add_greeks_flag(c)
     _add_pricer_flags(c)
     c.set_defaults(func=cmd_chain)
