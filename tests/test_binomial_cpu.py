@@ -254,3 +254,30 @@ def test_one_contract_path_and_batch_kernels_agree_bit_for_bit():
                     for k, s, S, K, T, r, q, v, N in zip(*cols)]).T
     np.testing.assert_array_equal(par, ser)
     np.testing.assert_array_equal(one, par)
+
+
+def test_the_gpu_paths_dividend_rho_rule_is_the_cpu_kernels():
+    """binomial._with_dividend_rho (the GPU paths' dividend rho: two more launches without
+    Greeks) on a stand-in kernel that returns the CPU's six rows: the same central (or one-sided,
+    where a bump takes p outside [0, 1]) difference as the CPU kernel's seventh row, to the bit."""
+    from optiond.kernels import binomial
+    from optiond.models import Batch
+
+    n = 6
+    cols = dict(kind=np.array([0, 1, 0, 1, 0, 1], dtype=np.int8), style=np.array([1, 1, 0, 0, 1, 1], dtype=np.int8),
+                spot=np.full(n, 100.0), strike=np.array([90.0, 100.0, 110.0, 95.0, 100.0, 105.0]),
+                expiry=np.array([0.5, 1.0, 2.0, 0.25, 1.0, 3.0]), rate=np.full(n, 0.05),
+                dividend_yield=np.array([0.0, 0.02, 0.01, 0.03, 0.0, 0.01]),
+                volatility=np.array([0.2, 0.3, 0.25, 0.4, 0.0051, 0.2]))
+    b = Batch.from_columns(cols)
+    steps = np.full(n, 100, dtype=np.int64)
+
+    def run(q, greeks):
+        return bc.crr_batch(b.kind, b.style, b.spot, b.strike, b.expiry, b.rate, q, b.volatility, steps, greeks=greeks,
+                         check=False)[:6]
+
+    got = binomial._with_dividend_rho(run, b, steps, True)
+    want = bc.crr_batch(b.kind, b.style, b.spot, b.strike, b.expiry, b.rate, b.dividend_yield, b.volatility, steps,
+                     check=False)
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(binomial._with_dividend_rho(run, b, steps, False)[1:]).all()
