@@ -77,6 +77,10 @@ Kernels (see the .cu file for the layout)
   (:func:`~optiond.kernels.binomial.plan.pruned_width`), the exercise values by shifting
   (binomial.cu, run_levels_shift): the same result as the dense tree, in far less time for
   large N (BENCHMARKS.md).
+* smoothed batch (``crr_batch_gpu(extrapolate=True)``, BBSR): the FP64 warp kernel starting at
+  level N - 1 from the Black-Scholes values of the last step (binomial.cu ``start_level``), the
+  trees of N and N // 2 steps and their bumps in one launch, combined on the host as the CPU
+  combines them (N <= :data:`BBS_MAX_STEPS`); the device root find inverts the same value.
 * naive: one launch per level (the baseline of the benchmark, :mod:`optiond.kernels.binomial._bench`).
 
 Errors: CUDA failures and out-of-memory raise :class:`optiond.kernels.gpu.GPUError`; callers
