@@ -10,6 +10,9 @@
 * 10,000 American puts x N = 1000 through the batch kernel in FP64 and FP32 (ceilings 2.44e12
   and 8.1e12 nodes/s), with and without Greeks, the warp shapes compared, beside the naive
   kernel on the same batch;
+* 10,000 American puts x N = 1000 converged (BBSR: smoothed trees of N and N / 2 steps,
+  Richardson-extrapolated; ``extrapolate``) on the GPU, beside the plain tree on the GPU and
+  BBSR on the CPU (all cores), with the GPU's largest difference from the CPU;
 * the seed-004 CPU-GPU split of one tree against the pipeline;
 * the SPY chain's implied volatilities (``chain.price_chain``) on the GPU and on the CPU.
 
@@ -253,6 +256,36 @@ def dividends(args) -> dict:
             "max_rel_diff_vs_cpu_200": float(np.max(np.abs(dev - ref) / np.abs(ref)))}
 
 
+def extrapolate(args) -> dict:
+    """10,000 American puts x N = 1000: BBSR (crr_batch_gpu(extrapolate=True): smoothed trees of
+    N and 500 steps in one launch) against the plain tree on the GPU, with and without Greeks,
+    and BBSR on the CPU (crr_batch(extrapolate=True), all cores, prices); the GPU's largest
+    relative difference from the CPU over the batch."""
+    n, N = 10_000, 1000
+    K = np.random.default_rng(0).uniform(80.0, 120.0, n)
+    a = (0, 1, 100.0, K, 1.0, 0.05, 0.0, 0.25, N)
+    out = {"options": n, "N": N, "style": "american put"}
+    for greeks in (False, True):
+        reps = args.repeats if not greeks else 3
+        bbsr = measure(lambda tm, g=greeks: bg.crr_batch_gpu(*a, greeks=g, timing=tm, extrapolate=True), reps)
+        plain = measure(lambda tm, g=greeks: bg.crr_batch_gpu(*a, greeks=g, timing=tm), reps)
+        out["greeks" if greeks else "prices"] = {"bbsr_gpu_fp64": bbsr, "plain_gpu_fp64": plain,
+                                                 "ratio_device": bbsr["device_ms"] / plain["device_ms"]}
+        print(f"extrapolate greeks={greeks} {out['greeks' if greeks else 'prices']}", file=sys.stderr, flush=True)
+    bc.crr_batch(*a[:3], K[:10], *a[4:], greeks=False, extrapolate=True)  # compile, threads up
+    cpu_ms = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        ref = bc.crr_batch(*a, greeks=False, extrapolate=True)[0]
+        cpu_ms.append((time.perf_counter() - t0) * 1e3)
+    dev = bg.crr_batch_gpu(*a, greeks=False, extrapolate=True)[0]
+    out["bbsr_cpu_all_cores_ms"] = min(cpu_ms)
+    out["cpu_cores"] = os.cpu_count()
+    out["speedup_gpu_over_cpu_host"] = min(cpu_ms) / out["prices"]["bbsr_gpu_fp64"]["host_ms"]
+    out["max_rel_diff_gpu_vs_cpu"] = float(np.max(np.abs(dev - ref) / np.abs(ref)))
+    return out
+
+
 def accuracy(args) -> list[dict]:
     """Max relative error of each kernel against crr_batch on a grid (K 80/100/125, sigma
     0.1-0.6, T 0.25-5, r 0-10 %, q 0/3 %, puts and calls, American and European)."""
@@ -348,7 +381,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repeats, no N = 1e6 sweeps")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", help="also write the JSON here")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip: accuracy,single,prune,plans,batch,split,chain,dividends")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: accuracy,single,prune,plans,batch,split,chain,dividends,"
+                         "extrapolate")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     if not gpu.available():
@@ -368,6 +402,8 @@ def main() -> None:
         out["batch_10000x1000"] = batch(args)
     if "dividends" not in skip:
         out["dividends_10000x1000"] = dividends(args)
+    if "extrapolate" not in skip:
+        out["extrapolate_10000x1000"] = extrapolate(args)
     if "single" not in skip:
         out["single_american_put_fp64"] = single(args, plan)
     if "prune" not in skip:

@@ -296,6 +296,61 @@ def test_tree_table_and_assembly_are_bit_exact():
     np.testing.assert_array_equal(got, ref)
 
 
+def _replay_smoothed(par, N, am, lv):
+    """The smoothed tree (BBS) replayed on the CPU from a parameter row: level N - 1 from the
+    Black-Scholes constants of the row (binomial.cu start_level), then the levels."""
+    S, K, a, sign = par[0], par[1], par[2], par[7]
+    dfq, dfr, rqt = par[11], par[12], par[13]
+    V = np.empty(N)
+    X = np.empty(N)
+    for j in range(N):
+        sj = S * math.exp((2 * j - (N - 1)) * a)
+        x = sign * (sj - K)
+        d1 = (math.log(sj / K) + rqt) / a + 0.5 * a
+        d2 = d1 - a
+        if sign > 0:
+            e = sj * dfq * _ncdf(d1) - K * dfr * _ncdf(d2)
+        else:
+            e = K * dfr * _ncdf(-d2) - sj * dfq * _ncdf(-d1)
+        X[j] = x
+        V[j] = max(e, x) if am else e
+    if N - 1 == 2:
+        lv[3:6] = V[:3]
+    elif N - 1 == 1:
+        lv[1:3] = V[:2]
+    return bg._finish_cpu(V, X, N - 1, am, par, N, lv)
+
+
+def _ncdf(x):
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def test_bbsr_tables_and_assembly_reproduce_crr_batch():
+    """The GPU driver's BBSR host side (smoothed trees of N and N // 2 steps with their bumps in
+    one table, the Black-Scholes constants of the last step, each half's Greek assembly, the
+    Richardson combination) reproduces crr_batch(extrapolate=True) when its trees are replayed
+    on the CPU: to rounding (the reference's leaves come from its own compiled
+    Black-Scholes)."""
+    args = _grid(160, 13, nmax=120)
+    args[8][:3] = (1, 2, 3)  # the smallest trees: M = N = 1, a coarse tree of one step
+    cols = bg._columns(*args)
+    tables = bg.bbsr_tables(*cols, True)
+    par, st, fl = tables[:3]
+    n = len(args[0])
+    dt = cols[4] / cols[8]
+    want = [math.exp(-r_ * d) for r_, d in zip(cols[5], dt)]  # e^{-r dt} of the base trees, as the CPU's libm
+    np.testing.assert_array_equal(par[:n, 12], want)
+    lv = np.full((par.shape[0], 6), np.nan)
+    price = np.array([_replay_smoothed(par[i], int(st[i]), bool(fl[i]), lv[i]) for i in range(par.shape[0])])
+    _, _, S, _, T, r, _, s, N = cols
+    got = bg.bbsr_assemble(S, T, r, s, N, price, lv, tables, True)
+    ref = bc.crr_batch(*args, greeks=True, extrapolate=True)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    ok = ~np.isnan(ref)
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(got[ok], ref[ok], rtol=1e-9, atol=1e-9)
+
+
 def test_fp32_parameters():
     args = _grid(400, 5, nmax=10_000)
     par, _, _, _ = bg._tree_table(*bg._columns(*args), False, True)

@@ -73,10 +73,15 @@ def price(batch: Batch, method: Method, device: str) -> Result:
     the calibrated dispatch picks the batch kernel or the single-option pipeline
     (``diagnostics["path"]``); FP32 beyond ``gpu.FP32_MAX_STEPS`` steps is priced in FP64
     (``diagnostics["precision_note"]``; ``diagnostics["precision"]`` says which ran).
+    ``method.extrapolate`` (``diagnostics["extrapolate"] = "BBSR"``): the converged value of
+    ``cpu.crr_batch(extrapolate=True)``; on the GPU the smoothed warp kernel (FP64, path
+    ``gpu-bbsr-warp``, equal to the CPU to about 1e-13 relative) takes the rows without cash
+    dividends and with N <= ``gpu.BBS_MAX_STEPS``, the CPU the others
+    (``diagnostics["extrapolate_note"]``).
 
     Args:
         batch: n contracts with market inputs.
-        method: steps (scalar or one per row), greeks, precision.
+        method: steps (scalar or one per row), greeks, precision, extrapolate.
         device: ``"cpu"`` or ``"gpu"``.
 
     Returns:
@@ -100,11 +105,10 @@ def price(batch: Batch, method: Method, device: str) -> Result:
     cash = dividend_rows(sub)
     if method.extrapolate:
         res.diagnostics["extrapolate"] = "BBSR"
-    if device == "cpu" or method.extrapolate:
+    if device == "cpu":
         out = _price_cpu(sub, method, steps[good])
-        if device != "cpu":  # the GPU kernels have no smoothed last step
-            res.device = "cpu"
-            res.diagnostics["extrapolate_note"] = EXTRAPOLATE_ON_CPU
+    elif method.extrapolate:
+        out = _price_bbsr(sub, method, steps[good], cash, res)
     elif not cash.any():
         out = _price_gpu(sub, method, steps[good], res)
     else:  # cash-dividend rows on their own kernel (FP64), the rest as usual
@@ -146,8 +150,41 @@ def dividend_rows(batch: Batch) -> np.ndarray:
     return (~np.isnan(t)).any(axis=1)
 
 
-#: why extrapolated (BBSR) requests run on the CPU when the GPU was chosen
-EXTRAPOLATE_ON_CPU = "extrapolate (BBSR) priced on the CPU: the GPU kernels have no smoothed last step"
+#: why extrapolated (BBSR) rows run on the CPU when the GPU was chosen
+EXTRAPOLATE_ON_CPU = ("extrapolate (BBSR) rows with cash dividends or more steps than the GPU's smoothed warp "
+                      "kernel holds (gpu.BBS_MAX_STEPS) on the CPU")
+
+
+def _bbsr_rows(cash: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Which extrapolated rows the GPU takes (shape (n,), bool): no cash dividend (BBSR with
+    dividends is the CPU's) and N <= ``gpu.BBS_MAX_STEPS``."""
+    from . import gpu
+
+    return ~cash & (steps <= gpu.BBS_MAX_STEPS)
+
+
+def _price_bbsr(sub: Batch, method: Method, steps: np.ndarray, cash: np.ndarray, res: Result) -> np.ndarray:
+    """The (6, n) BBSR values of ``sub`` with the GPU chosen: the rows of :func:`_bbsr_rows` on
+    the GPU (FP64), the rest on the CPU (``res.diagnostics["extrapolate_note"]``; ``res.device``
+    ``"cpu"`` when no row is left for the GPU); fills ``res.diagnostics``."""
+    from . import gpu
+
+    on_gpu = _bbsr_rows(cash, steps)
+    out = np.empty((1 + len(GREEK_FIELDS), len(sub)))
+    g, c = np.flatnonzero(on_gpu), np.flatnonzero(~on_gpu)
+    if g.size:
+        d = sub.take(g)
+        out[:, g] = _on_gpu(gpu.crr_batch_gpu, d.kind, d.style, d.spot, d.strike, d.expiry, d.rate, d.dividend_yield,
+                            d.volatility, steps[g], greeks=method.greeks, extrapolate=True)
+        res.diagnostics.update(path="gpu-bbsr-warp", precision="fp64")
+        if method.precision != "fp64":
+            res.diagnostics["precision_note"] = "extrapolate (BBSR) runs in fp64"
+    if c.size:
+        out[:, c] = _price_cpu(sub.take(c), method, steps[c])
+        res.diagnostics["extrapolate_note"] = EXTRAPOLATE_ON_CPU
+        if not g.size:
+            res.device = "cpu"
+    return out
 
 
 def _price_cpu(sub: Batch, method: Method, steps: np.ndarray) -> np.ndarray:
@@ -215,11 +252,13 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str, l
     """Implied volatilities by Brent's root find on the CRR tree price with the row's exercise
     style, in the bracket ``[lo, hi]`` (scalars or one per row); the GPU solves the whole chain
     together (:mod:`optiond.kernels.binomial.iv_gpu`, FP64 where the trees fit a warp).
+    ``method.extrapolate``: the BBSR value is inverted, on the device root find for the rows
+    :func:`price` gives the GPU, on the CPU for the others (``diagnostics["extrapolate_note"]``).
 
     Args:
         prices: option prices, shape (n,), currency units.
         batch: the contracts and market (its ``volatility`` column is ignored).
-        method: steps, ``iv_tolerance``, precision.
+        method: steps, ``iv_tolerance``, precision, extrapolate.
         device: ``"cpu"`` or ``"gpu"``.
 
     Returns:
@@ -231,7 +270,26 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str, l
     n = len(batch)
     steps = method.steps_for(n)
     cash = dividend_rows(batch)
-    if device == "cpu" or method.extrapolate:  # the GPU kernels have no smoothed last step
+    if device != "cpu" and method.extrapolate:
+        # BBSR on the device root find where its trees fit a warp and carry no cash dividend
+        from . import iv_gpu
+
+        full = ImpliedVol.empty(n)
+        on_gpu = _bbsr_rows(cash, steps)
+        rows = np.flatnonzero(~on_gpu)
+        if rows.size:
+            implied_vol(prices[rows], batch.take(rows), _rows(method, steps, rows), "cpu", _at(lo, rows),
+                        _at(hi, rows)).scatter(full, rows)
+            full.diagnostics["extrapolate_note"] = EXTRAPOLATE_ON_CPU
+        rows = np.flatnonzero(on_gpu)
+        if rows.size:  # last: the result's device is the GPU's where it solved any row
+            d = batch.take(rows)
+            vol, code = _on_gpu(iv_gpu.crr_implied_vol_gpu, prices[rows], d.kind, d.style, d.spot, d.strike, d.expiry,
+                                d.rate, d.dividend_yield, steps[rows], lo=_at(lo, rows), hi=_at(hi, rows),
+                                xtol=method.iv_tolerance, extrapolate=True)
+            ImpliedVol.from_codes(vol, code, device=gpus.device_label()).scatter(full, rows)
+        return full
+    if device == "cpu" or method.extrapolate:
         vol, code = cpu.crr_implied_vol(prices, batch.kind, batch.style, batch.spot, batch.strike, batch.expiry,
                                         batch.rate, batch.dividend_yield, steps, lo=lo, hi=hi, xtol=method.iv_tolerance,
                                         dividend_times=batch.market.dividend_times,

@@ -510,29 +510,103 @@ __device__ __forceinline__ void run_levels(T (&V)[R][G], T (&X)[R][G], const Par
 
 // ------------------------------------------------------------------ warp per tree (batches)
 
-template <typename T, int G, int R, bool FWD>
+// Broadie-Detemple smoothing ("BBS"; binomial_cpu.crr_tree_div with smooth=True): the induction
+// starts at level N - 1 from the Black-Scholes values of the last step (tau = dt) instead of one
+// step from the payoff; American trees take the max with the exercise value there. FP64 only;
+// the per-tree constants of kernels/black_scholes.bs_price_one at tau = dt come from the host
+// (binomial_gpu._fill_params, smooth=True) in the FP32 scaled scheme's slots, which FP64 trees
+// leave unused: sigma sqrt(dt) is P_A itself.
+#define P_BS_DFQ 11  // e^{-q dt}
+#define P_BS_DFR 12  // e^{-r dt}
+#define P_BS_RQT 13  // (r - q) dt
+
+// kernels/black_scholes._ncdf: 0.5 erfc(-x / sqrt 2)
+__device__ __forceinline__ double bbs_ncdf(double x) { return __dmul_rn(0.5, erfc(__ddiv_rn(-x, 1.4142135623730951))); }
+
+// kernels/black_scholes.bs_price_one(call, sj, K, dt, r, q, sigma) in its order, without
+// contraction (the host's build is IEEE; CUDA's log, exp and erfc are within a few ulps of it).
+__device__ __forceinline__ double bbs_value(bool call, double sj, double K, double sq, double dfq, double dfr,
+                                            double rqt) {
+    if (sq <= 0.0) {
+        const double fwd = __dsub_rn(__dmul_rn(sj, dfq), __dmul_rn(K, dfr));
+        return call ? fmax(fwd, 0.0) : fmax(-fwd, 0.0);
+    }
+    const double d1 = __dadd_rn(__ddiv_rn(__dadd_rn(log(__ddiv_rn(sj, K)), rqt), sq), __dmul_rn(0.5, sq));
+    const double d2 = __dsub_rn(d1, sq);
+    if (call)
+        return __dsub_rn(__dmul_rn(__dmul_rn(sj, dfq), bbs_ncdf(d1)), __dmul_rn(__dmul_rn(K, dfr), bbs_ncdf(d2)));
+    return __dsub_rn(__dmul_rn(__dmul_rn(K, dfr), bbs_ncdf(-d2)), __dmul_rn(__dmul_rn(sj, dfq), bbs_ncdf(-d1)));
+}
+
+// The starting level of a tree in registers: the leaves (level N: V = max(x, 0), X = x, the
+// exercise values along rows as exercise_row), or with SMOOTH the smoothed level N - 1 (as
+// binomial_cpu.crr_tree_div: S_j = S exp((2j - t) a) per node, x = sign (S_j - K), V the
+// Black-Scholes value of the last step, max with x if American). Returns the level.
+template <typename T, int G, int R, bool FWD, bool SMOOTH>
+__device__ __forceinline__ int start_level(const Par<T>& P, const double* __restrict__ par, int N, bool am,
+                                           T (&V)[R][G], T (&X)[R][G]) {
+    const int lane = threadIdx.x & 31;
+    if constexpr (SMOOTH) {
+        static_assert(sizeof(T) == 8 && !FWD, "the smoothed last step is FP64");
+        const int top = N - 1;
+        const bool call = par[P_SIGN] > 0.0;
+        const double S = par[P_S], K = par[P_K], a = par[P_A], sign = par[P_SIGN];
+        const double dfq = par[P_BS_DFQ], dfr = par[P_BS_DFR], rqt = par[P_BS_RQT];
+        // a rolled loop over the lane's R G nodes, each value put in its register by predicated
+        // moves: one copy of the Black-Scholes code. Unrolled, its R G copies tripled the kernel's
+        // code (0.76 MB against 0.25 for G = 8, R = 4): H200, 10,000 American puts, N = 1000, BBSR
+        // 4.13 ms against 3.28 rolled (31.3 / 19.5 with Greeks). Skipping erfc where it saturates
+        // (|d| >= 40: exactly 0 or 1) gained nothing (3.40 ms): the warp's lanes near the strike
+        // still take it.
+#pragma unroll 1
+        for (int idx = 0; idx < R * G; ++idx) {
+            const int j = (idx / G) * 32 * G + lane * G + idx % G;
+            double x = 0.0, v = 0.0;
+            if (j <= top) {
+                const double sj = __dmul_rn(S, exp(__dmul_rn((double)(2 * j - top), a)));
+                x = __dmul_rn(sign, __dsub_rn(sj, K));
+                const double e = bbs_value(call, sj, K, a, dfq, dfr, rqt);
+                v = am ? crr_max<double>(e, x) : e;
+            }
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int k = 0; k < G; ++k)
+                    if (r * G + k == idx) {
+                        X[r][k] = x;
+                        V[r][k] = v;
+                    }
+        }
+        return top;
+    } else {
+        const T gN = level_scale<T, FWD>(P, N);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            T x[G];
+            if (r * 32 * G <= N) exercise_row<T, FWD, G>(P, r * 32 * G + lane * G, N, gN, x);
+#pragma unroll
+            for (int k = 0; k < G; ++k) {
+                const int j = r * 32 * G + lane * G + k;
+                X[r][k] = j <= N ? x[k] : (T)0;
+                V[r][k] = j <= N ? crr_max<T>(x[k], (T)0) : (T)0;
+            }
+        }
+        return N;
+    }
+}
+
+template <typename T, int G, int R, bool FWD, bool SMOOTH = false>
 __device__ __forceinline__ void warp_tree(const double* __restrict__ par, int N, bool am, double* __restrict__ price,
                                           double* __restrict__ lv) {
     const Par<T> P = load_par<T>(par, N);
     const int lane = threadIdx.x & 31;
     T V[R][G], X[R][G];
-    const T gN = level_scale<T, FWD>(P, N);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        T x[G];
-        if (r * 32 * G <= N) exercise_row<T, FWD, G>(P, r * 32 * G + lane * G, N, gN, x);
-#pragma unroll
-        for (int k = 0; k < G; ++k) {
-            const int j = r * 32 * G + lane * G + k;
-            X[r][k] = j <= N ? x[k] : (T)0;
-            V[r][k] = j <= N ? crr_max<T>(x[k], (T)0) : (T)0;
-        }
-    }
-    record_level<T, G, R>(V, 0, N, lv);  // N <= 2: the leaves are one of the first levels
+    const int top = start_level<T, G, R, FWD, SMOOTH>(P, par, N, am, V, X);
+    record_level<T, G, R>(V, 0, top, lv);  // top <= 2: the starting level is one of the first levels
     if (am)
-        run_levels<T, G, R, true, FWD>(V, X, P, 0, N, 0, 1 << 30, lv);
+        run_levels<T, G, R, true, FWD>(V, X, P, 0, top, 0, 1 << 30, lv);
     else
-        run_levels<T, G, R, false, FWD>(V, X, P, 0, N, 0, 1 << 30, lv);
+        run_levels<T, G, R, false, FWD>(V, X, P, 0, top, 0, 1 << 30, lv);
     if (lane == 0) *price = (double)V[0][0];
 }
 
@@ -645,20 +719,9 @@ __device__ __forceinline__ void warp_tree_div(const double* __restrict__ par, in
     const Par<double> P = load_par<double>(par, N);
     const int lane = threadIdx.x & 31;
     double V[R][G], X[R][G];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        double x[G];
-        if (r * 32 * G <= N) exercise_row<double, false, G>(P, r * 32 * G + lane * G, N, 1.0, x);
-#pragma unroll
-        for (int k = 0; k < G; ++k) {
-            const int j = r * 32 * G + lane * G + k;
-            X[r][k] = j <= N ? x[k] : 0.0;
-            V[r][k] = j <= N ? crr_max<double>(x[k], 0.0) : 0.0;
-        }
-    }
+    int top = start_level<double, G, R, false, false>(P, par, N, am, V, X);
     record_level<double, G, R>(V, 0, N, lv);  // N <= 2: the leaves are one of the first levels
     int d = 0;
-    int top = N;
     // one call site of run_levels per exercise style: the segments between ex-dates in a loop
     while (true) {
         const int L = d < nd ? lev[d] : 0;
@@ -953,7 +1016,9 @@ __device__ __forceinline__ void warp_tree_scl(const double* __restrict__ par, in
 // Persistent warps; tree order[idx] for idx = warp id, then from the atomic counter (which the
 // host zeroes before the launch). Trees must satisfy N + 1 <= 32 G R. Blocks of 128 threads;
 // float: at most 128 registers (4 blocks per SM; the (rows, exercise rows) bodies would take more).
-template <typename T, int G, int R, bool FWD>
+// SMOOTH: FP64 trees with the smoothed last step (BBS, start_level), the instances of
+// crr_batch_gpu(extrapolate=True).
+template <typename T, int G, int R, bool FWD, bool SMOOTH = false>
 __global__ void __launch_bounds__(128, sizeof(T) == 4 ? CRR_F32_MINB : 1) crr_batch_warp(const double* __restrict__ par, const int* __restrict__ steps,
                                                       const int* __restrict__ flags, const int* __restrict__ order,
                                                       int ntrees, int* __restrict__ counter, double* __restrict__ price,
@@ -967,8 +1032,8 @@ __global__ void __launch_bounds__(128, sizeof(T) == 4 ? CRR_F32_MINB : 1) crr_ba
             warp_tree_scl<G, R>(par + (size_t)i * CRR_NPAR, steps[i], (flags[i] & 1) != 0, price + i,
                                 lv + (size_t)6 * i);
         else
-            warp_tree<T, G, R, FWD>(par + (size_t)i * CRR_NPAR, steps[i], (flags[i] & 1) != 0, price + i,
-                                    lv + (size_t)6 * i);
+            warp_tree<T, G, R, FWD, SMOOTH>(par + (size_t)i * CRR_NPAR, steps[i], (flags[i] & 1) != 0, price + i,
+                                            lv + (size_t)6 * i);
         int nxt = 0;
         if (lane == 0) nxt = atomicAdd(counter, 1) + nw;
         idx = __shfl_sync(CRR_FULL, nxt, 0);
@@ -1037,7 +1102,7 @@ __device__ __forceinline__ bool iv_brent_step(IvBrent& s, double xtol, double ft
 // binomial_gpu._fill_params, FP64 branch (the layout P_*), in its order with no contraction; CUDA's
 // exp and sqrt may differ from the host's by an ulp, so the parameters agree to about an ulp.
 __device__ __forceinline__ void crr_iv_par(double* __restrict__ out, bool call, double S, double K, double T, double r,
-                                           double q, double sigma, int N, bool pd_fma, int anchor) {
+                                           double q, double sigma, int N, bool pd_fma, int anchor, bool smooth) {
     const double dt = T / (double)N;
     const double a = __dmul_rn(sigma, sqrt(dt));
     const double u = exp(a);
@@ -1058,12 +1123,20 @@ __device__ __forceinline__ void crr_iv_par(double* __restrict__ out, bool call, 
     // binomial_cpu.reanchor_period: fewer levels between re-anchorings where the step a is large
     out[P_ANCHOR] = (double)(((double)anchor * a <= 8.0) ? anchor : max(1, (int)(8.0 / a)));
     for (int k = P_UR; k < CRR_NPAR; ++k) out[k] = 0.0;
+    if (smooth) {  // the smoothed last step's Black-Scholes constants (start_level)
+        out[P_BS_DFQ] = exp(-__dmul_rn(q, dt));
+        out[P_BS_DFR] = disc;
+        out[P_BS_RQT] = __dmul_rn(r - q, dt);
+    }
 }
 
 // DIV: options may carry cash dividends (div_n, div_lev, div_amt, div_v0 per option as
 // crr_batch_warp_div reads them; scratch: three rows of 32 G R doubles per warp of the grid); their
-// trees are warp_tree_div's. Without, the arguments are unused (null).
-template <int G, int R, bool DIV>
+// trees are warp_tree_div's. Without, the arguments are unused (null). BBS (not with DIV): the
+// root find inverts the BBSR value of binomial_cpu._value, (N V_N - M V_M) / (N - M) over
+// smoothed trees of N and M = max(N / 2, 1) steps (the smoothed tree alone where M == N),
+// in that order of operations.
+template <int G, int R, bool DIV, bool BBS = false>
 __global__ void __launch_bounds__(128, 1) crr_iv_warp(const double* __restrict__ opt, const int* __restrict__ steps,
                                                      const int* __restrict__ flags, const int* __restrict__ order, int n,
                                                      int* __restrict__ counter, double xtol, int max_iter, int pd_fma, int anchor,
@@ -1083,21 +1156,31 @@ __global__ void __launch_bounds__(128, 1) crr_iv_warp(const double* __restrict__
         const double S = o[0], K = o[1], T = o[2], r = o[3], q = o[4], target = o[5], lo = o[6], hi = o[7];
         const int N = steps[i];
         const bool am = (flags[i] & 1) != 0, call = (flags[i] & 2) != 0;
+        const int M = BBS ? max(N / 2, 1) : N;
         auto f = [&](double sigma) -> double {
-            if (lane == 0) crr_iv_par(spar[w], call, S, K, T, r, q, sigma, N, pd_fma != 0, anchor);
-            __syncwarp();
-            if constexpr (DIV) {
-                const size_t od = (size_t)i * CRR_MAXDIV;
-                const int wid = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-                warp_tree_div<G, R>(spar[w], N, am, div_n[i], div_lev + od, div_amt + od, div_v0 + od,
-                                    scratch + (size_t)wid * (3 * 32 * G * R), &sprice[w], nullptr);
-            } else {
-                warp_tree<double, G, R, false>(spar[w], N, am, &sprice[w], nullptr);
+            double v[2];
+            // one call site of the tree: the BBSR's trees of N and M steps in a loop
+            for (int pass = 0; pass < ((BBS && M != N) ? 2 : 1); ++pass) {
+                const int n_ = pass == 0 ? N : M;
+                if (lane == 0) crr_iv_par(spar[w], call, S, K, T, r, q, sigma, n_, pd_fma != 0, anchor, BBS);
+                __syncwarp();
+                if constexpr (DIV) {
+                    static_assert(!BBS, "BBSR is not for cash dividends");
+                    const size_t od = (size_t)i * CRR_MAXDIV;
+                    const int wid = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+                    warp_tree_div<G, R>(spar[w], N, am, div_n[i], div_lev + od, div_amt + od, div_v0 + od,
+                                        scratch + (size_t)wid * (3 * 32 * G * R), &sprice[w], nullptr);
+                } else {
+                    warp_tree<double, G, R, false, BBS>(spar[w], n_, am, &sprice[w], nullptr);
+                }
+                __syncwarp();
+                v[pass] = sprice[w];
+                __syncwarp();
             }
-            __syncwarp();
-            const double v = sprice[w];
-            __syncwarp();
-            return v - target;
+            if (BBS && M != N)
+                return __dsub_rn(__ddiv_rn(__dsub_rn(__dmul_rn((double)N, v[0]), __dmul_rn((double)M, v[1])),
+                                           (double)(N - M)), target);
+            return v[0] - target;
         };
         const double ftol = 1e-12 * fmax(1.0, target);
         const double flo = f(lo);

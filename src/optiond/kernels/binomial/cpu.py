@@ -460,9 +460,21 @@ def crr_batch(kind, style, spot, strike, expiry, rate, dividend_yield, volatilit
 
     if not extrapolate:
         return run(N)
-    M = np.maximum(N // 2, 1)
-    fine, coarse = run(N), run(M)
-    w = np.where(N > M, N / np.maximum(N - M, 1), 1.0)  # N / (N - M); 1 where N = M = 1
+    M = coarse_steps(N)
+    return richardson(run(N), run(M), N, M)
+
+
+def coarse_steps(N):
+    """The coarser tree of the BBSR pair: M = max(N // 2, 1) steps (shape of ``N``)."""
+    return np.maximum(N // 2, 1)
+
+
+def richardson(fine, coarse, N, M):
+    """BBSR's first-order Richardson combination of ``crr_batch`` results (shape (6, n)) of
+    smoothed trees of N and M = :func:`coarse_steps` steps: ``w fine + (1 - w) coarse`` with
+    ``w = N / (N - M)`` (1 where N = M = 1), row by row; the GPU (``crr_batch_gpu``) combines
+    its trees here too."""
+    w = np.where(N > M, N / np.maximum(N - M, 1), 1.0)
     return w * fine + (1.0 - w) * coarse
 
 

@@ -77,6 +77,10 @@ Kernels (see the .cu file for the layout)
   (:func:`~optiond.kernels.binomial.plan.pruned_width`), the exercise values by shifting
   (binomial.cu, run_levels_shift): the same result as the dense tree, in far less time for
   large N (BENCHMARKS.md).
+* smoothed batch (``crr_batch_gpu(extrapolate=True)``, BBSR): the FP64 warp kernel starting at
+  level N - 1 from the Black-Scholes values of the last step (binomial.cu ``start_level``), the
+  trees of N and N // 2 steps and their bumps in one launch, combined on the host as the CPU
+  combines them (N <= :data:`BBS_MAX_STEPS`); the device root find inverts the same value.
 * naive: one launch per level (the baseline of the benchmark, :mod:`optiond.kernels.binomial._bench`).
 
 Errors: CUDA failures and out-of-memory raise :class:`optiond.kernels.gpu.GPUError`; callers
@@ -103,7 +107,8 @@ from ...columns import as_columns
 from .. import gpu as gpus
 from . import cpu as bc
 from .timer import DeviceTimer
-from .variants import BLOCK_VARIANT, DIV_WARP_SHAPES, WARP_VARIANTS, Variant, coop_names, div_kernel_name, plain_names
+from .variants import (BBS_WARP_SHAPES, BLOCK_VARIANT, DIV_WARP_SHAPES, WARP_VARIANTS, Variant, bbs_kernel_name,
+                       coop_names, div_kernel_name, plain_names)
 
 log = logging.getLogger(__name__)
 
@@ -195,12 +200,15 @@ def _fma(typingctx, x, y, z):
 
 
 @nb.njit(cache=True)
-def _fill_params(is_call, S, K, T, r, q, sigma, N, fwd, pd_fma, out):
+def _fill_params(is_call, S, K, T, r, q, sigma, N, fwd, pd_fma, out, smooth=False):
     """One tree's parameter vector (layout P_* in binomial.cu). The FP64 scalars are bit for bit
     those of ``binomial.cpu.crr_tree``, whose prologue evaluates in IEEE order except
     ``pd = disc * (1 - p)``, which its fastmath build may turn into ``fma(-disc, p, disc)``
     (``pd_fma``; :func:`pd_fma_mode` finds out once per process). Written out here without
-    fastmath, so no optimiser context can change them (the tests check the bits)."""
+    fastmath, so no optimiser context can change them (the tests check the bits). ``smooth``
+    (FP64): also the constants of the smoothed last step's Black-Scholes values
+    (``black_scholes.bs_price_one`` at ``tau = dt``: ``e^{-q dt}``, ``e^{-r dt}``,
+    ``(r - q) dt``; binomial.cu P_BS_*), as that function computes them."""
     dt = T / N
     a = sigma * math.sqrt(dt)
     u = math.exp(a)
@@ -260,6 +268,10 @@ def _fill_params(is_call, S, K, T, r, q, sigma, N, fwd, pd_fma, out):
         out[5] = pd
         out[8] = 0.0
         out[9] = np.inf
+        if smooth:
+            out[11] = math.exp(-q * dt)
+            out[12] = math.exp(-r * dt)
+            out[13] = (r - q) * dt
 
 
 @nb.njit(cache=True)
@@ -269,10 +281,11 @@ def _p_ok(T, r, q, sigma, N):
 
 
 @nb.njit(cache=True)
-def _tree_table(kind, style, S, K, T, r, q, sigma, steps, greeks, fwd, pd_fma=True):
+def _tree_table(kind, style, S, K, T, r, q, sigma, steps, greeks, fwd, pd_fma=True, smooth=False):
     """Trees to run for n options: the base tree of each option, then (with ``greeks``) the
     bumped trees sigma +- VEGA_BUMP and r +- RHO_BUMP where the CPU's ``_bumped_diff`` would
-    price them (p in [0, 1], sigma - h > 0).
+    price them (p in [0, 1], sigma - h > 0). ``smooth``: trees with the smoothed last step
+    (FP64; :func:`_fill_params`).
 
     Returns ``(par (m, NPAR) float64, steps (m,) int32, flags (m,) int32, bump (n, 4) int64)``
     with ``bump[i] = tree index of (sigma+h, sigma-h, r+h, r-h)`` or -1.
@@ -316,7 +329,7 @@ def _tree_table(kind, style, S, K, T, r, q, sigma, steps, greeks, fwd, pd_fma=Tr
                 r_ = r[i] + hr
             elif b == 3:
                 r_ = r[i] - hr
-            _fill_params(call, S[i], K[i], T[i], r_, q[i], s_, N, fwd, pd_fma, par[k])
+            _fill_params(call, S[i], K[i], T[i], r_, q[i], s_, N, fwd, pd_fma, par[k], smooth)
             st[k] = N
             fl[k] = 1 if style[i] == 1 else 0
     return par, st, fl, bump
@@ -464,9 +477,12 @@ def _launch_persistent(k, grid: int, threads: int, args) -> None:
 
 
 def _run_trees(par: np.ndarray, steps: np.ndarray, flags: np.ndarray, precision: str = "fp64",
-               warp_variant: Variant | None = None, timing: dict | None = None, route: str = "auto"):
+               warp_variant: Variant | None = None, timing: dict | None = None, route: str = "auto",
+               smooth: bool = False):
     """Price m trees on the GPU, one launch per kernel kind: a warp per tree where the tree fits
     a warp's registers, a block per tree otherwise (both persistent, longest trees first).
+    ``smooth``: FP64 trees with the smoothed last step (parameters from ``_tree_table(...,
+    smooth=True)``), the warp kernel only (N <= :data:`BBS_MAX_STEPS`).
 
     Returns ``(price (m,), lv (m, 6))`` as float64 NumPy arrays (lv NaN where not computed).
     ``timing``, if given, receives ``device_s``: CUDA-event time of the kernels (after the
@@ -482,6 +498,8 @@ def _run_trees(par: np.ndarray, steps: np.ndarray, flags: np.ndarray, precision:
     if route not in ("auto", "warp", "block"):
         raise ValueError(f"route must be auto, warp or block, not {route!r}")
     in_warp = steps + 1 <= (warp_variant or wv_list[-1]).cw
+    if smooth and (precision != "fp64" or route == "block" or not in_warp.all()):
+        raise ValueError(f"smoothed trees run on the FP64 warp kernel only (N <= {BBS_MAX_STEPS})")
     if route == "block":
         in_warp[:] = False
     elif route == "warp" and not in_warp.all():
@@ -510,7 +528,7 @@ def _run_trees(par: np.ndarray, steps: np.ndarray, flags: np.ndarray, precision:
             wv = warp_variant or next(v for v in wv_list if v.cw >= wmax)
             if wv.cw < wmax:
                 raise ValueError(f"warp variant {wv.name} holds N + 1 <= {wv.cw}, got {wmax}")
-            k = kernel(wv.name)
+            k = kernel(bbs_kernel_name(wv.G, wv.R) if smooth else wv.name)
             wpb = wv.threads // 32
             grid = min((iw.size + wpb - 1) // wpb, resident_blocks(k, wv.threads))
             launches.append((k, grid, wv.threads, (d_par, d_steps, d_flags, d_iw, np.int32(iw.size), d_cnt[0:1], d_p,
@@ -535,6 +553,8 @@ def _run_trees(par: np.ndarray, steps: np.ndarray, flags: np.ndarray, precision:
 
 #: the most steps a cash-dividend tree may have on the GPU (the widest dividend warp kernel)
 DIV_MAX_STEPS = 32 * DIV_WARP_SHAPES[-1][0] * DIV_WARP_SHAPES[-1][1] - 1
+#: the most steps an extrapolated (BBSR) option may have on the GPU (the widest smoothed warp kernel)
+BBS_MAX_STEPS = 32 * BBS_WARP_SHAPES[-1][0] * BBS_WARP_SHAPES[-1][1] - 1
 MAXDIV = bc.MAX_DIVIDENDS
 
 
@@ -605,7 +625,7 @@ def _run_dividend_trees(par, steps, flags, table, timing: dict | None = None):
 
 def crr_batch_gpu(kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps, greeks=True,
                   precision="fp64", timing: dict | None = None, warp_variant: Variant | None = None,
-                  route: str = "auto", dividend_times=None, dividend_amounts=None):
+                  route: str = "auto", dividend_times=None, dividend_amounts=None, extrapolate=False):
     """Price arrays of options on CRR trees on the GPU; the same contract as
     :func:`optiond.kernels.binomial.cpu.crr_batch`.
 
@@ -623,19 +643,39 @@ def crr_batch_gpu(kind, style, spot, strike, expiry, rate, dividend_yield, volat
             ``crr_tree_div``): every option of the call then runs on ``crr_batch_warp_div``
             (FP64 whatever ``precision`` says, N <= :data:`DIV_MAX_STEPS`); None: the
             dividend-free kernels.
+        extrapolate: the converged value (BBSR) of ``crr_batch(extrapolate=True)``: smoothed
+            trees (the Black-Scholes values of the last step at level N - 1, binomial.cu
+            ``start_level``) of N and M = N // 2 steps, base and bumped trees of both in one launch of
+            ``crr_batch_warp<double, G, R, false, true>``, then the CPU's Greek assembly and
+            Richardson combination (:func:`optiond.kernels.binomial.cpu.richardson`), for the
+            price and every Greek; FP64 whatever ``precision`` says, N <=
+            :data:`BBS_MAX_STEPS`, no cash dividends. Agrees with the CPU to about 1e-13
+            relative (leaves within a few ulps: CUDA's ``exp``, ``log``, ``erfc``; the
+            combination weights them by up to 3).
 
     Returns:
         float64 array (6, n): price, delta, gamma, theta, vega, rho (NaN rows without greeks).
 
     Raises:
         CRRProbabilityError: p outside [0, 1] for some option.
-        ValueError: fp32 with N > 1e4, an unknown precision, or cash dividends with N >
-            :data:`DIV_MAX_STEPS`.
+        ValueError: fp32 with N > 1e4, an unknown precision, cash dividends with N >
+            :data:`DIV_MAX_STEPS`, or ``extrapolate`` with N > :data:`BBS_MAX_STEPS` or with
+            cash dividends.
         GPUError: no GPU, a CUDA error or out of device memory.
     """
     kind, style, S, K, T, r, q, s, N = _columns(kind, style, spot, strike, expiry, rate, dividend_yield, volatility, steps)
     _check_p(T, r, q, s, N)
     cash = dividend_times is not None
+    if extrapolate:
+        if cash:
+            raise ValueError("extrapolate (BBSR) is not for cash dividends")
+        if N.size and int(N.max()) > BBS_MAX_STEPS:
+            raise ValueError(f"extrapolate (BBSR) on the GPU needs N <= {BBS_MAX_STEPS}, got {int(N.max())}")
+        if S.shape[0] == 0:
+            return np.full((6, 0), np.nan)
+        tables = bbsr_tables(kind, style, S, K, T, r, q, s, N, bool(greeks))
+        price, lv = _gpu_call(_run_trees, *tables[:3], "fp64", None, timing, "warp", True)
+        return bbsr_assemble(S, T, r, s, N, price, lv, tables, bool(greeks))
     fwd = False if cash else _check_precision(precision, N)
     if S.shape[0] == 0:
         return np.full((6, 0), np.nan)
@@ -649,6 +689,30 @@ def crr_batch_gpu(kind, style, spot, strike, expiry, rate, dividend_yield, volat
     else:
         price, lv = _gpu_call(_run_trees, par, st, fl, precision, warp_variant, timing, route)
     return _assemble(S, T, r, s, N, price, lv, bump, bool(greeks), fwd)
+
+
+def bbsr_tables(kind, style, S, K, T, r, q, sigma, N, greeks: bool):
+    """The trees of a BBSR batch (columns as :func:`_columns` gives them): the smoothed trees
+    (:func:`_tree_table` with ``smooth=True``) of N steps, then those of M =
+    ``cpu.coarse_steps(N)``, each with its bumped trees. Returns ``(par, steps, flags, bump_N,
+    bump_M, m_N)``: the concatenated table (one launch), each half's bump indices into its own
+    half, and the number of trees of the N half."""
+    M = bc.coarse_steps(N)
+    fine = _tree_table(kind, style, S, K, T, r, q, sigma, N, greeks, False, pd_fma_mode(), True)
+    coarse = _tree_table(kind, style, S, K, T, r, q, sigma, M, greeks, False, pd_fma_mode(), True)
+    return (np.concatenate([fine[0], coarse[0]]), np.concatenate([fine[1], coarse[1]]),
+            np.concatenate([fine[2], coarse[2]]), fine[3], coarse[3], fine[0].shape[0])
+
+
+def bbsr_assemble(S, T, r, sigma, N, price, lv, tables, greeks: bool) -> np.ndarray:
+    """(6, n) BBSR results from the prices and first levels of the trees of :func:`bbsr_tables`
+    (in its order): each half's Greeks as the CPU's ``_batch_impl`` (:func:`_assemble`), then
+    the CPU's Richardson combination (:func:`optiond.kernels.binomial.cpu.richardson`)."""
+    _, _, _, bump_n, bump_m, m = tables
+    M = bc.coarse_steps(N)
+    fine = _assemble(S, T, r, sigma, N, price[:m], lv[:m], bump_n, greeks, False)
+    coarse = _assemble(S, T, r, sigma, M, price[m:], lv[m:], bump_m, greeks, False)
+    return bc.richardson(fine, coarse, N, M)
 
 
 def _tree_owners(r, bump, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -671,5 +735,6 @@ __all__: Sequence[str] = (
     "FP32_MAX_STEPS",
     "FP32_RTOL",
     "DIV_MAX_STEPS",
+    "BBS_MAX_STEPS",
     "crr_batch_gpu",
 )

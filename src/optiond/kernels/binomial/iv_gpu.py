@@ -15,7 +15,7 @@ from ...columns import as_columns
 from .. import gpu as gpus
 from ..rootfind import FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, B, brent_init, brent_step_rows
 from . import cpu as bc
-from .gpu import (DIV_MAX_STEPS, REANCHOR, _dividend_table, _gpu_call, _run_trees, _tree_table, kernel, pd_fma_mode,
+from .gpu import (BBS_MAX_STEPS, DIV_MAX_STEPS, REANCHOR, _dividend_table, _gpu_call, _run_trees, _tree_table, kernel, pd_fma_mode,
                   resident_blocks)
 from .variants import IV_WARP_SHAPES, iv_kernel_name
 
@@ -33,7 +33,7 @@ def _gpu_price_evaluator(precision: str):
 def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend_yield, steps, lo=bc.MIN_IV,
                         hi=bc.MAX_IV, xtol=1e-12, precision="fp64",
                         evaluator: Callable[..., np.ndarray] | None = None, max_iter: int = 200,
-                        dividend_times=None, dividend_amounts=None):
+                        dividend_times=None, dividend_amounts=None, extrapolate=False):
     """Implied volatilities of a whole chain by Brent's root find on the CRR tree price, the
     same Brent steps per option as :func:`optiond.kernels.binomial.cpu.crr_implied_vol`, so
     the results agree with it.
@@ -56,13 +56,19 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
             root find runs
             on the device (``crr_iv_warp<G, R, true>``, the trees of ``crr_batch_warp_div``);
             every tree must fit a warp (N <= :data:`optiond.kernels.binomial.gpu.DIV_MAX_STEPS`).
+        extrapolate: invert the BBSR value (``crr_implied_vol(extrapolate=True)``: smoothed trees
+            of N and N // 2 steps, ``(N V_N - M V_M) / (N - M)`` in that order) on the device
+            (``crr_iv_warp<G, R, false, true>``); the bracket's lower end from the coarser
+            tree's step, as the CPU's. N <= :data:`optiond.kernels.binomial.gpu.BBS_MAX_STEPS`,
+            no cash dividends, no evaluator.
 
     Returns:
         ``(vol, status)`` as ``crr_implied_vol`` (float64 NaN where none; int8 IV_* codes).
 
     Raises:
         GPUError: a GPU failure (the caller falls back to the CPU).
-        ValueError: cash dividends with a tree wider than a warp holds, or with an evaluator.
+        ValueError: cash dividends or ``extrapolate`` with a tree wider than a warp holds, with
+            an evaluator, or both together.
     """
     p, kind, style, S, K, T, r, q, N, lo, hi = as_columns(price, (kind, np.int8), (style, np.int8), spot, strike, expiry,
                                                           rate, dividend_yield, (steps, np.int64), lo, hi)
@@ -75,7 +81,10 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
     status = np.zeros(n, dtype=np.int8)
     valid = np.isfinite(p) & (p >= 0.0)
     status[~valid] = IV_INVALID
-    dt = T / N
+    if extrapolate and (evaluator is not None or dividend_times is not None or (n and int(N.max()) > BBS_MAX_STEPS)):
+        raise ValueError(f"extrapolated implied volatilities on the GPU need N <= {BBS_MAX_STEPS}, the device root "
+                         "find and no cash dividends")
+    dt = T / (bc.coarse_steps(N) if extrapolate else N)  # the coarser tree has the larger step
     lo_i = np.maximum(lo, 1.0001 * np.abs(r - q) * np.sqrt(dt) + 1e-12)
     if dividend_times is not None:
         if evaluator is not None or (n and int(N.max()) > DIV_MAX_STEPS):
@@ -96,7 +105,8 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
             cash = _dividend_table(T[idx], r[idx], K[idx], kind[idx], style[idx], N[idx], r[idx], sub, div_t[idx],
                                    div_a[idx], nd[idx])
         vol[idx], status[idx] = _gpu_call(_iv_device, p[idx], kind[idx], style[idx], S[idx], K[idx], T[idx], r[idx],
-                                          q[idx], N[idx], lo_i[idx], hi[idx], float(xtol), int(max_iter), cash)
+                                          q[idx], N[idx], lo_i[idx], hi[idx], float(xtol), int(max_iter), cash,
+                                          bool(extrapolate))
         return vol, status
     # both bracket ends of every option in one launch
     two = np.concatenate([idx, idx])
@@ -131,14 +141,15 @@ def crr_implied_vol_gpu(price, kind, style, spot, strike, expiry, rate, dividend
 
 
 def _iv_device(p, kind, style, S, K, T, r, q, N, lo, hi, xtol: float, max_iter: int,
-               cash: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+               cash: tuple | None = None, smooth: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The root find of :func:`crr_implied_vol_gpu` on the device (binomial.cu, ``crr_iv_warp``)
     for options with a valid bracket ``lo < hi`` (``lo`` already above the p-in-[0, 1] bound):
     persistent warps, longest trees first, one launch per warp shape (the narrowest that holds
     each option's tree: a few wide trees do not slow the rest), one copy back. Returns
     ``(vol, status)`` (status: the IV_* codes IV_OK, IV_BELOW, IV_ABOVE, IV_NOT_CONVERGED,
     which crr_iv_warp writes as 0..3). ``cash``: the options' dividend table
-    (:func:`optiond.kernels.binomial.gpu._dividend_table`), run by ``crr_iv_warp<G, R, true>``."""
+    (:func:`optiond.kernels.binomial.gpu._dividend_table`), run by ``crr_iv_warp<G, R, true>``;
+    ``smooth``: the BBSR value's root find, ``crr_iv_warp<G, R, false, true>``."""
     cp = gpus.cupy()
     m = int(p.shape[0])
     opt = np.ascontiguousarray(np.column_stack([S, K, T, r, q, p, lo, hi]), dtype=np.float64)
@@ -165,7 +176,7 @@ def _iv_device(p, kind, style, S, K, T, r, q, N, lo, hi, xtol: float, max_iter: 
             a, b = int(starts[s]), int(starts[s + 1])
             if a == b:
                 continue
-            k = kernel(iv_kernel_name(G, R, cash is not None))
+            k = kernel(iv_kernel_name(G, R, cash is not None, smooth))
             grid = min((b - a + 3) // 4, resident_blocks(k, 128))
             if cash is not None:
                 div_args = div_args[:4] + (cp.empty(grid * 4 * 3 * 32 * G * R, dtype=cp.float64),)

@@ -103,8 +103,18 @@ PIPE_PRUNED = Variant("crr_pipe_grid", "double", 4, 1, K=96, threads=128, prune=
 IV_WARP_SHAPES = tuple((v.G, v.R) for v in WARP_VARIANTS["fp64"])
 
 
-def iv_kernel_name(G: int, R: int, dividends: bool = False) -> str:
-    return f"crr_iv_warp<{G}, {R}, {'true' if dividends else 'false'}>"
+def iv_kernel_name(G: int, R: int, dividends: bool = False, smooth: bool = False) -> str:
+    """``smooth``: the root find on the BBSR value (binomial.cu, ``crr_iv_warp<G, R, false, true>``)."""
+    return f"crr_iv_warp<{G}, {R}, {'true' if dividends else 'false'}{', true' if smooth else ''}>"
+
+
+#: the smoothed-last-step (BBS) warp kernel's shapes (binomial.cu, crr_batch_warp<double, G, R,
+#: false, true>; FP64, N + 1 <= 32 G R), narrowest first, as WARP_VARIANTS["fp64"]
+BBS_WARP_SHAPES = IV_WARP_SHAPES
+
+
+def bbs_kernel_name(G: int, R: int) -> str:
+    return f"crr_batch_warp<double, {G}, {R}, false, true>"
 
 
 #: the cash-dividend warp kernel's shapes (binomial.cu, crr_batch_warp_div<G, R>; FP64,
@@ -124,7 +134,9 @@ def plain_names(clusters: bool = True) -> list[str]:
     if clusters:
         vs += list(PIPE_CLUSTER.values()) + BENCH_CLUSTER_VARIANTS
     return (sorted({v.name for v in vs}) + [iv_kernel_name(G, R, d) for G, R in IV_WARP_SHAPES for d in (False, True)]
-            + [div_kernel_name(G, R) for G, R in DIV_WARP_SHAPES] + ["crr_naive_leaves", "crr_naive_step"])
+            + [iv_kernel_name(G, R, smooth=True) for G, R in IV_WARP_SHAPES]
+            + [div_kernel_name(G, R) for G, R in DIV_WARP_SHAPES] + [bbs_kernel_name(G, R) for G, R in BBS_WARP_SHAPES]
+            + ["crr_naive_leaves", "crr_naive_step"])
 
 
 def coop_names() -> list[str]:
