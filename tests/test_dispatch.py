@@ -293,7 +293,7 @@ def test_tree_table_and_assembly_are_bit_exact():
     _, _, S, _, T, r, _, s, N = cols
     got = bg._assemble(S, T, r, s, N, price, lv, bump, True, False)
     ref = bc.crr_batch(*args, greeks=True)
-    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(got, ref[:got.shape[0]])  # the dividend rho (row 6) is the front door's
 
 
 def _replay_smoothed(par, N, am, lv):
@@ -344,7 +344,7 @@ def test_bbsr_tables_and_assembly_reproduce_crr_batch():
     price = np.array([_replay_smoothed(par[i], int(st[i]), bool(fl[i]), lv[i]) for i in range(par.shape[0])])
     _, _, S, _, T, r, _, s, N = cols
     got = bg.bbsr_assemble(S, T, r, s, N, price, lv, tables, True)
-    ref = bc.crr_batch(*args, greeks=True, extrapolate=True)
+    ref = bc.crr_batch(*args, greeks=True, extrapolate=True)[:6]  # the dividend rho (row 6) is the front door's
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     ok = ~np.isnan(ref)
     np.testing.assert_allclose(got[0], ref[0], rtol=1e-13, atol=1e-13)

@@ -164,7 +164,7 @@ def _bbsr_rows(cash: np.ndarray, steps: np.ndarray) -> np.ndarray:
 
 
 def _price_bbsr(sub: Batch, method: Method, steps: np.ndarray, cash: np.ndarray, res: Result) -> np.ndarray:
-    """The (6, n) BBSR values of ``sub`` with the GPU chosen: the rows of :func:`_bbsr_rows` on
+    """The (7, n) BBSR values of ``sub`` with the GPU chosen: the rows of :func:`_bbsr_rows` on
     the GPU (FP64), the rest on the CPU (``res.diagnostics["extrapolate_note"]``; ``res.device``
     ``"cpu"`` when no row is left for the GPU); fills ``res.diagnostics``."""
     from . import gpu
@@ -174,8 +174,10 @@ def _price_bbsr(sub: Batch, method: Method, steps: np.ndarray, cash: np.ndarray,
     g, c = np.flatnonzero(on_gpu), np.flatnonzero(~on_gpu)
     if g.size:
         d = sub.take(g)
-        out[:, g] = _on_gpu(gpu.crr_batch_gpu, d.kind, d.style, d.spot, d.strike, d.expiry, d.rate, d.dividend_yield,
-                            d.volatility, steps[g], greeks=method.greeks, extrapolate=True)
+        out[:, g] = _with_dividend_rho(
+            lambda q, greeks: _on_gpu(gpu.crr_batch_gpu, d.kind, d.style, d.spot, d.strike, d.expiry, d.rate, q,
+                                      d.volatility, steps[g], greeks=greeks, extrapolate=True), d, steps[g],
+            method.greeks)
         res.diagnostics.update(path="gpu-bbsr-warp", precision="fp64")
         if method.precision != "fp64":
             res.diagnostics["precision_note"] = "extrapolate (BBSR) runs in fp64"
