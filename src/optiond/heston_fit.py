@@ -366,7 +366,7 @@ def smiles_figure(fit: HestonFit, title: str = ""):
         ax.tick_params(labelsize=7)
     finish_smiles(fig, axes, len(groups), 3)
     p = fit.params
-    fig.suptitle(f"{title} Heston fit: v0={p['v0']:.4f} kappa={p['kappa']:.3f} theta={p['theta']:.4f} "
+    fig.suptitle(f"{title} Heston fit\nv0={p['v0']:.4f} kappa={p['kappa']:.3f} theta={p['theta']:.4f} "
                  f"xi={p['xi']:.3f} rho={p['rho']:.3f}; RMS {fit.rms_vol_pts:.2f} vol pts".strip(), fontsize=9)
     return fig
 
