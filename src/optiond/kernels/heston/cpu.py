@@ -169,8 +169,10 @@ def _panel(a, b, T, v0, kappa, theta, xi, rho, ks, m, greeks, acc_k, g0, g1, err
         s = u * u + 0.25
         wk = h * W_K[n]
         wg = h * W_G[n]
+        amp = math.exp(lp.real)
         for j in range(m):
-            psi = np.exp(complex(lp.real, lp.imag + u * ks[j]))
+            ph = lp.imag + u * ks[j]
+            psi = complex(amp * math.cos(ph), amp * math.sin(ph))
             f0 = psi.real / s
             f1 = -u * psi.imag / s
             acc_k[j, 0] += wk * f0
