@@ -80,6 +80,8 @@ TOL = 1e-13
 CHUNK = 32
 #: most halvings of an initial panel
 MAX_DEPTH = 24
+#: the panel stack's size (the GPU kernel's too)
+STACK = 128
 #: the largest truncation point tried (u); the Gaussian regime of the shortest expiries ends
 #: well below it
 U_MAX = 2.0 ** 20
@@ -204,8 +206,9 @@ def chunk_integrals(T, v0, kappa, theta, xi, rho, ks, greeks, tol, out):
     g0 = np.empty(m)
     g1 = np.empty(m)
     err = np.zeros(2)
-    # the stack of panels still to do: (a, b, depth)
-    cap = 64 + 2 * MAX_DEPTH * 32
+    # the stack of panels still to do: (a, b, depth); depth first, so it holds at most the
+    # initial panels (<= 22) and one more per level (<= MAX_DEPTH + 1)
+    cap = STACK
     sa = np.empty(cap)
     sb = np.empty(cap)
     sd = np.empty(cap, dtype=np.int64)
