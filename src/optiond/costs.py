@@ -12,7 +12,8 @@ Work is counted in each method's own unit:
   worksheet functions use (:func:`mlmc_path_steps_bound`);
 * ADI: grid-cell updates, ``n_spot * n_variance * time_steps`` an option, and grid nodes
   ``n_spot * n_variance`` (the memory of one solve) (:func:`adi_work`);
-* a closed form: :data:`CLOSED_FORM_WORK` units a price.
+* a closed form: :data:`CLOSED_FORM_WORK` units a price; the semi-analytic Heston engine:
+  :data:`HESTON_WORK` units a price.
 
 :func:`estimate` costs a whole request (a :class:`Cost`: work, single-core seconds, memory);
 new pricing methods add their work function to :data:`COST_MODELS`. The limits themselves
@@ -287,10 +288,11 @@ SPECTRAL_WORK = {"fast": 2.5e5, "accurate": 3.5e6, "high-precision": 1.3e7}
 SPECTRAL_SOLVES = {"price": 1, "greeks": 5, "implied_vol": 15}
 
 
-#: the semi-analytic Heston engine's work per option in tree-node units (measured on the 2-core
-#: machine: about 12 us an option priced alone with Greeks, a few us in a chain of one
-#: expiry's strikes, against the CRR tree at N = 1000, 0.46 ns a node)
-HESTON_WORK = 3e4
+#: the semi-analytic Heston engine's work per option in tree-node units: 3e5 units, about
+#: 140 us of one core at 0.46 ns a node (measured by ``bench/heston.py`` on the shared 2-core
+#: machine: 64 us of wall time an option on 2 threads for a chain under one parameter set,
+#: 270 us for contracts that each have their own parameters)
+HESTON_WORK = 3e5
 
 
 def _heston(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: Caps | None) -> tuple[float, int]:
