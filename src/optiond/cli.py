@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "optiond.commands.panel",     # panel (PySide6)
     "optiond.commands.calibrate", # calibrate (GPU/CPU crossovers)
     "optiond.commands.objects",   # objects publish / list / drop
+    "optiond.commands.heston",    # heston-fit (Heston calibration)
 ]
 
 

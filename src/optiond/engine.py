@@ -39,7 +39,8 @@ R = TypeVar("R", Result, ImpliedVol)
 #: for the methods that invert prices, ``implied_vol(prices, batch, method, device, lo, hi)
 #: -> ImpliedVol``; a GPU failure is raised as :class:`optiond.kernels.gpu.GPUError`
 FRONT_DOORS = {"binomial": "optiond.kernels.binomial", "black-scholes": "optiond.kernels.black_scholes",
-               "mlmc": "optiond.kernels.mlmc", "adi": "optiond.kernels.adi", "spectral": "optiond.kernels.spectral"}
+               "mlmc": "optiond.kernels.mlmc", "adi": "optiond.kernels.adi", "spectral": "optiond.kernels.spectral",
+               "heston": "optiond.kernels.heston"}
 
 #: methods that take cash-dividend rows (the spectral front door sends them to the tree)
 CASH_DIVIDEND_METHODS = ("binomial", "spectral")

@@ -32,7 +32,7 @@ STYLE_NAMES = ("european", "american")
 
 MAX_VOLATILITY = 10.0
 MAX_STEPS = 10_000_000
-METHODS = ("binomial", "black-scholes", "mlmc", "adi", "spectral")
+METHODS = ("binomial", "black-scholes", "mlmc", "adi", "spectral", "heston")
 #: accuracy settings of the spectral American engine (``kernels/spectral/cpu.py``, ACCURACY)
 SPECTRAL_ACCURACIES = ("fast", "accurate", "high-precision")
 #: ADI schemes (in 't Hout & Foulon 2010): Douglas, Craig–Sneyd, Modified Craig–Sneyd, Hundsdorfer–Verwer
@@ -522,7 +522,11 @@ class Method:
             * ``"spectral"``: American options by Andersen, Lake & Offengenden (2016), the
               fixed-point iteration for the exercise boundary with Chebyshev collocation, price
               and Greeks (``kernels/spectral``); European rows by the closed form, rows outside
-              the method (cash dividends, double-boundary regimes) on the CRR tree.
+              the method (cash dividends, double-boundary regimes) on the CRR tree;
+            * ``"heston"``: European options under Heston by the semi-analytic formula (Lewis
+              2000's single integral of the "little trap" characteristic function of Albrecher
+              et al. 2007, adaptive Gauss–Kronrod), price and Greeks (``kernels/heston``);
+              needs the Heston columns; American rows are errors (they take ``"adi"``).
 
             Aliases: ``bs``/``bsm`` for black-scholes; ``crr``/``bopm``/``tree`` for binomial;
             ``alo``/``qdfp`` for spectral.

@@ -84,8 +84,9 @@ def _work(spec: Function, cols: Mapping[str, np.ndarray], n: int) -> tuple[np.nd
             ok = np.isfinite(S + T + r + q + sig) & (S > 0) & (T > 0) & (sig > 0) & np.isfinite(eps) & (eps > 0)
             w = costs.mlmc_path_steps_bound(_payoffs(spec, cols, n), S, T, r, q, sig, np.where(ok, eps, 1.0))
         return np.where(ok, w, 0.0), table.MLMC_MAX_PATH_STEPS, "path steps"
-    if spec.method == "adi":
-        return np.full(n, table.heston_grid_work(1)), table.HESTON_MAX_GRID_WORK, "grid-cell updates"
+    if spec.method == "adi":  # American rows only: the European ones take the semi-analytic engine
+        return (np.where(cols["style"] == "american", table.heston_grid_work(1), 0.0), table.HESTON_MAX_GRID_WORK,
+                "grid-cell updates")
     if spec.method == "spectral":
         return table.american_work(cols["accuracy"], spec.op), table.AMERICAN_MAX_WORK, "tree-node units of work"
     if spec.method == "surface" and spec.op == "price":  # American rows: a tree with Greeks each

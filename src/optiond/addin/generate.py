@@ -59,9 +59,10 @@ def limits_text() -> str:
          f"max({t.MLMC_MIN_PATH_STEPS:g}, {t.MLMC_WORK_FACTOR:g} V (1 + sigma^2 T)^2 / eps^2), "
          "V = S^2 e^(2 abs(r-q) T) (e^(sigma^2 T) - 1), or (1 + sigma^2 T) / 4 for the digital "
          "| `MLMC_MAX_PATH_STEPS` |"),
-        (f"| `HESTON_*` | {t.HESTON_MAX_GRID_WORK:.3g} grid-cell updates: options x {t.HESTON_GRID[0]} x "
+        (f"| `HESTON_*` | {t.HESTON_MAX_GRID_WORK:.3g} grid-cell updates: American options x {t.HESTON_GRID[0]} x "
          f"{t.HESTON_GRID[1]} x {t.HESTON_TIME_STEPS} ({t.HESTON_MAX_GRID_WORK / t.heston_grid_work(1):,.0f} "
-         "options) | `HESTON_MAX_GRID_WORK` |"),
+         "American options; European ones take the semi-analytic formula and count nothing) "
+         "| `HESTON_MAX_GRID_WORK` |"),
     ]
     return "\n".join(rows)
 

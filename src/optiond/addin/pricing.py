@@ -4,12 +4,14 @@ priced.
 * **Requests**: the rows the pre-checks (:mod:`optiond.addin.checks`) let through go in ONE
   request, or one per MLMC seed, ADI scheme, BBSR flag or spectral accuracy setting; the
   request's :class:`~optiond.models.Method` (uniform steps, eps and payoff, ``extrapolate`` and
-  ``accuracy`` travel in it); the reply's columns a function shows
+  ``accuracy`` travel in it); a ``HESTON_*`` call's European rows go in their own request to the
+  semi-analytic engine (``method="heston"``), its American rows to ADI, one per scheme; the reply's columns a function shows
   (:func:`_ask` does all of it for one call's rows). A ``BOPM_*`` call's cash-dividend
   schedule, one for all its rows, travels as the (m,) schedule columns.
 * **In this process or the daemon** (:func:`_request`): answered from the cache
   (:mod:`optiond.addin.cache`) when it can; a CRR or Black–Scholes request of at most
-  ``OPTIOND_LOCAL_NODES`` tree nodes (default :data:`LOCAL_MAX_NODES`) is priced here by the
+  ``OPTIOND_LOCAL_NODES`` tree nodes (default :data:`LOCAL_MAX_NODES`; a semi-analytic Heston
+  price counts one) is priced here by the
   engine (:class:`optiond.pricer.LocalPricer`), the rest by the daemon client (:func:`_client`
   behind :class:`optiond.pricer.DaemonPricer`, which prices in-process itself when no daemon
   answers unless ``OPTIOND_FALLBACK=0``); a failed request as cell text.
@@ -91,6 +93,16 @@ def _uniform_steps(steps: np.ndarray) -> int | None:
     return int(first)
 
 
+#: the split value of a HESTON_* call's European rows: priced by the semi-analytic engine
+#: (``method="heston"``), the American ones by ADI with their scheme
+HESTON_EUROPEAN = "european"
+
+
+@functools.lru_cache(maxsize=1)
+def _heston_method() -> Method:
+    return Method(name="heston", greeks=False)
+
+
 @functools.lru_cache(maxsize=16)
 def _adi_method(scheme: str) -> Method:
     return Method(name="adi", greeks=False, scheme=scheme, grid=table.HESTON_GRID, time_steps=table.HESTON_TIME_STEPS)
@@ -121,6 +133,8 @@ def _requests(spec: Function, cols: dict[str, np.ndarray], n: int) -> Iterator[t
     for f in _SETTINGS:  # a function has at most one of them
         v = req.pop(f, None)
         split = v if split is None else split
+    if spec.method == "adi" and split is not None:  # European rows: the semi-analytic engine, whatever the scheme
+        split = np.where(np.asarray(req.get("style")) == "european", HESTON_EUROPEAN, split).astype(object)
     for f, v in spec.fixed.items():
         req[f] = v
     if split is None or (split == split[0]).all():
@@ -156,6 +170,8 @@ def _request_method(spec: Function, req: dict[str, Any], steps: np.ndarray | Non
             payoff = "vanilla"
         return Method(name="mlmc", greeks=False, eps=float(one), payoff=str(payoff), seed=int(setting))
     if spec.method == "adi":
+        if setting == HESTON_EUROPEAN:
+            return _heston_method()
         return _adi_method(str(setting))
     setting = None if setting is None else _setting(setting)
     if spec.op == "iv":
@@ -210,8 +226,10 @@ _QUICK_METHODS = frozenset({"binomial", "black-scholes"})
 
 
 def _local_work(spec: Function, method: Method, req: Mapping[str, Any], n: int) -> float:
-    """Tree nodes of a request (the closed form counts one a row); inf for what only the
-    daemon prices (MLMC, Heston ADI, per-row steps or methods)."""
+    """Tree nodes of a request (the closed forms, Black–Scholes and semi-analytic Heston, count
+    one a row); inf for what only the daemon prices (MLMC, Heston ADI, per-row steps or methods)."""
+    if method.name == "heston":
+        return float(n)
     if spec.method not in _QUICK_METHODS or "steps" in req or "method" in req:
         return math.inf
     if spec.method == "black-scholes":

@@ -286,7 +286,7 @@ THETA = Arg("theta", "Heston long-run variance (>= 0), annualised (0.04 = 20% vo
 XI = Arg("xi", "Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", "xi")
 RHO = Arg("rho", "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives "
           "the equity skew.", "correlation")
-SCHEME = Arg("scheme", 'Optional. ADI time-stepping scheme: "mcs" (Modified Craig-Sneyd, the default), "hv" '
+SCHEME = Arg("scheme", 'Optional. ADI time-stepping scheme of American rows: "mcs" (Modified Craig-Sneyd, the default), "hv" '
              '(Hundsdorfer-Verwer), "cs" (Craig-Sneyd) or "do" (Douglas).', "scheme", parse="scheme", default="mcs")
 
 # put-call parity of a pasted strip
@@ -441,16 +441,16 @@ FUNCTIONS: tuple[Function, ...] = (
         returns="the standard error of the price estimate, in the currency of the price"),
     Function(
         "HESTON_CALL",
-        f"Call price in the Heston stochastic-volatility model by ADI finite differences ({HESTON_GRID[0]} x "
-        f"{HESTON_GRID[1]} grid, {HESTON_TIME_STEPS} time steps), American (default) or European. Ranges in any "
-        "argument return a range of prices.",
+        f"Call price in the Heston stochastic-volatility model: American (default) by ADI finite differences "
+        f"({HESTON_GRID[0]} x {HESTON_GRID[1]} grid, {HESTON_TIME_STEPS} steps), European by the semi-analytic "
+        "formula (Lewis). Ranges return ranges.",
         (S, K, T, R, Q_REQ, V0, KAPPA, THETA, XI, RHO, AMERICAN, SCHEME, VALUATION), op="price", method="adi",
         fixed={"kind": "call"}, returns="the call price, in the currency of S"),
     Function(
         "HESTON_PUT",
-        f"Put price in the Heston stochastic-volatility model by ADI finite differences ({HESTON_GRID[0]} x "
-        f"{HESTON_GRID[1]} grid, {HESTON_TIME_STEPS} time steps), American (default) or European. Ranges in any "
-        "argument return a range of prices.",
+        f"Put price in the Heston stochastic-volatility model: American (default) by ADI finite differences "
+        f"({HESTON_GRID[0]} x {HESTON_GRID[1]} grid, {HESTON_TIME_STEPS} steps), European by the semi-analytic "
+        "formula (Lewis). Ranges return ranges.",
         (S, K, T, R, Q_REQ, V0, KAPPA, THETA, XI, RHO, AMERICAN, SCHEME, VALUATION), op="price", method="adi",
         fixed={"kind": "put"}, returns="the put price, in the currency of S"),
     Function(

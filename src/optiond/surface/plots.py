@@ -114,15 +114,35 @@ def atm_term_structure(surface: Surface) -> tuple[np.ndarray, np.ndarray, np.nda
         return T, np.sqrt(pos / T), w1 / (2.0 * np.sqrt(pos * T))
 
 
-def smiles_figure(out: pd.DataFrame, surface: Surface, k_lim: tuple[float, float] | None = None) -> Figure:
-    """Small multiples, one smile per slice (see the module docstring); x: log-moneyness, each
-    panel over its own quoted range within ``k_lim`` (default :func:`k_range`)."""
-    n = len(surface.slices)
+def small_multiples(n: int) -> tuple[Figure, np.ndarray]:
+    """A figure of about square small multiples for ``n`` smiles: ``(fig, axes (rows, cols))``
+    on the Agg canvas."""
+    n = max(n, 1)
     ncols = max(1, math.ceil(math.sqrt(n)))
     nrows = max(1, math.ceil(n / ncols))
     fig = Figure(figsize=(2.6 * ncols + 0.6, 2.1 * nrows + 0.8), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, fig.subplots(nrows, ncols, squeeze=False)
+
+
+def finish_smiles(fig: Figure, axes: np.ndarray, n: int, legend_cols: int) -> None:
+    """Hide the unused panels of :func:`small_multiples`, label the axes in log-moneyness and
+    implied volatility (%), and put the first panel's legend above them."""
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("k = ln(K / F)", fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("IV (%)", fontsize=7)
+    handles, lbls = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, lbls, loc="outside upper right", ncols=legend_cols, fontsize=8)
+
+
+def smiles_figure(out: pd.DataFrame, surface: Surface, k_lim: tuple[float, float] | None = None) -> Figure:
+    """Small multiples, one smile per slice (see the module docstring); x: log-moneyness, each
+    panel over its own quoted range within ``k_lim`` (default :func:`k_range`)."""
+    n = len(surface.slices)
+    fig, axes = small_multiples(n)
     lo, hi = k_lim or k_range(out, surface)
     for ax, s in zip(axes.flat, surface.slices):
         q = otm_quotes(out, s.forward, s.expiry)
@@ -139,14 +159,7 @@ def smiles_figure(out: pd.DataFrame, surface: Surface, k_lim: tuple[float, float
         ax.axvline(0.0, color="k", linestyle=":", linewidth=0.8, label="forward")
         ax.set_title(f"{s.expiry}  T={s.T:.3f}", fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[n:]:
-        ax.set_visible(False)
-    for ax in axes[-1]:
-        ax.set_xlabel("k = ln(K / F)", fontsize=7)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("IV (%)", fontsize=7)
-    handles, lbls = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, lbls, loc="outside upper right", ncols=4, fontsize=8)
+    finish_smiles(fig, axes, n, 4)
     fig.suptitle(f"{surface.underlying} {surface.quote_time}: smiles, out-of-the-money quotes", fontsize=10)
     return fig
 

@@ -226,7 +226,7 @@ Public Sub OptiondRegisterFunctions()
             "Optional. The payoff of the MLMC_ price: ""vanilla"" (the default: MLMC_CALL, MLMC_PUT), ""asian"" (MLMC_ASIAN_CALL) or ""digital"" (MLMC_DIGITAL_CALL).", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!HESTON_CALL", _
-        Description:="Call price in the Heston stochastic-volatility model by ADI finite differences (200 x 100 grid, 100 time steps), American (default) or European. Ranges in any argument return a range of prices.", _
+        Description:="Call price in the Heston stochastic-volatility model: American (default) by ADI finite differences (200 x 100 grid, 100 steps), European by the semi-analytic formula (Lewis). Ranges return ranges.", _
         Category:="optiond", _
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
@@ -240,10 +240,10 @@ Public Sub OptiondRegisterFunctions()
             "Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", _
             "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives the equity skew.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
-            "Optional. ADI time-stepping scheme: ""mcs"" (Modified Craig-Sneyd, the default), ""hv"" (Hundsdorfer-Verwer), ""cs"" (Craig-Sneyd) or ""do"" (Douglas).", _
+            "Optional. ADI time-stepping scheme of American rows: ""mcs"" (Modified Craig-Sneyd, the default), ""hv"" (Hundsdorfer-Verwer), ""cs"" (Craig-Sneyd) or ""do"" (Douglas).", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!HESTON_PUT", _
-        Description:="Put price in the Heston stochastic-volatility model by ADI finite differences (200 x 100 grid, 100 time steps), American (default) or European. Ranges in any argument return a range of prices.", _
+        Description:="Put price in the Heston stochastic-volatility model: American (default) by ADI finite differences (200 x 100 grid, 100 steps), European by the semi-analytic formula (Lewis). Ranges return ranges.", _
         Category:="optiond", _
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
@@ -257,7 +257,7 @@ Public Sub OptiondRegisterFunctions()
             "Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", _
             "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives the equity skew.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
-            "Optional. ADI time-stepping scheme: ""mcs"" (Modified Craig-Sneyd, the default), ""hv"" (Hundsdorfer-Verwer), ""cs"" (Craig-Sneyd) or ""do"" (Douglas).", _
+            "Optional. ADI time-stepping scheme of American rows: ""mcs"" (Modified Craig-Sneyd, the default), ""hv"" (Hundsdorfer-Verwer), ""cs"" (Craig-Sneyd) or ""do"" (Douglas).", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!PARITY_FORWARD", _
         Description:="Forward and discount factor of one expiry from a strip of European call and put prices: a robust fit of put-call parity C - P = D (F - K), all strikes weighted equally. Returns a row: forward, discount factor.", _
