@@ -38,17 +38,17 @@ def test_the_caps_leave_out_rows_over_a_per_option_limit():
 
 def test_the_addin_counts_trees_as_the_daemon_does():
     """The add-in's counts and the work model's against the closed form: a CRR tree of N steps
-    has (N + 1)(N + 2) / 2 nodes; Greeks take 5 trees (the price and four bumps), an implied
+    has (N + 1)(N + 2) / 2 nodes; Greeks take 7 trees (the price and six bumps: vega, rho, dividend rho), an implied
     volatility 50 (the root find's trees); an ADI Heston solve n_spot x n_variance x steps cells."""
     steps = np.array([1.0, 10.0, 1000.0])
     nodes = np.array([3.0, 66.0, 501501.0])
     np.testing.assert_array_equal(table.bopm_tree_nodes(steps), nodes)
-    np.testing.assert_array_equal(table.bopm_tree_nodes(steps, "greeks"), 5 * nodes)
+    np.testing.assert_array_equal(table.bopm_tree_nodes(steps, "greeks"), 7 * nodes)
     np.testing.assert_array_equal(table.bopm_tree_nodes(steps, "iv"), 50 * nodes)
     np.testing.assert_array_equal(table.bopm_tree_nodes(steps), costs.tree_work_rows(steps, False))
     np.testing.assert_array_equal(table.bopm_tree_nodes(steps, "greeks"), costs.tree_work_rows(steps, True))
     np.testing.assert_array_equal(table.bopm_tree_nodes(steps, "iv"), costs.tree_work_rows(steps, False, "implied_vol"))
-    assert (table.BOPM_GREEK_TREES, table.BOPM_IV_TREES) == (costs.GREEK_TREES, costs.IV_TREES) == (5, 50)
+    assert (table.BOPM_GREEK_TREES, table.BOPM_IV_TREES) == (costs.GREEK_TREES, costs.IV_TREES) == (7, 50)
     assert table.heston_grid_work(3) == 3 * 200 * 100 * 100  # three options on the 200 x 100 grid, 100 steps
     assert table.heston_grid_work(3) == 3 * costs.adi_grid_work(table.HESTON_GRID, table.HESTON_TIME_STEPS)[1]
 
