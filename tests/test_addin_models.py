@@ -346,7 +346,8 @@ def test_table_entries_and_limits():
         assert sig[name] == f"{name}(S, K, T, r, sigma, eps, [q], [seed])"
     assert sig["MLMC_STDERR"] == "MLMC_STDERR(S, K, T, r, sigma, eps, [q], [seed], [kind], [payoff])"
     for name in ("HESTON_CALL", "HESTON_PUT"):
-        assert sig[name] == f"{name}(S, K, T, r, q, v0, kappa, theta, xi, rho, [american], [scheme])"
+        # kappa...rho are left out when v0 is a Heston set's handle (OPTIOND_HESTON), else required
+        assert sig[name] == f"{name}(S, K, T, r, q, v0, [kappa], [theta], [xi], [rho], [american], [scheme])"
         spec = table.BY_NAME[name]
         assert spec.args[-2].default is True and spec.args[-1].default == "mcs"
     for spec in table.FUNCTIONS:
