@@ -356,4 +356,4 @@ def test_table_entries_and_limits():
     ref = generate.reference()
     for const in ("BOPM_MAX_TREE_NODES", "MLMC_MIN_EPS_REL", "MLMC_MAX_PATH_STEPS", "HESTON_MAX_GRID_WORK"):
         assert f"`{const}`" in ref
-    assert "## `HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, [american], [scheme])`" in ref
+    assert "## `HESTON_PUT(S, K, T, r, q, v0, [kappa], [theta], [xi], [rho], [american], [scheme])`" in ref
