@@ -153,6 +153,16 @@ def test_a_curve_handle_reads_the_interpolated_zero_rate_at_each_T(no_daemon):
     assert F.BS_PUT(100.0, 105.0, t, h, 0.3) == pytest.approx(bs("put", 100.0, 105.0, t, r, 0.3), rel=1e-13)
 
 
+def test_one_cell_reads_the_same_rate_bits_as_a_range():
+    """ZeroCurve.zero_rate_one (a cell) is np.interp's arithmetic (a range): the same bits."""
+    from optiond.market.curve import ZeroCurve
+
+    curve = ZeroCurve.from_points(DAYS, RATES)
+    rng = np.random.default_rng(7)
+    t = np.concatenate([rng.uniform(0.0, 3.0, 2000), np.array(DAYS) / 365.0, [1e-9, 0.0]])
+    assert [curve.zero_rate_one(x) for x in t] == curve.zero_rate(t).tolist()
+
+
 def test_a_version_bump_changes_the_dependent_cells_and_the_old_handle_is_stale(no_daemon):
     h1 = F.OPTIOND_CURVE("USD", [DAYS], [RATES])
     p1 = F.BS_PUT(100.0, 100.0, 1.0, h1, 0.2)

@@ -87,6 +87,10 @@ _lock = threading.Lock()
 #: name -> what the daemon said of it: (content without document, payload, monotonic time)
 _seen: dict[str, tuple[dict, Any, float]] = {}
 _payloads: OrderedDict[tuple[str, float], Any] = OrderedDict()
+#: ref text -> (stamp, Resolved): a look-up remembered while its stamp holds (the local store and
+#: its generation, or the monotonic time until which the daemon's answer is trusted)
+_memo: dict[str, tuple[Any, "Resolved"]] = {}
+_MEMO_MAX = 4096
 
 
 def local_store() -> ObjectStore:
@@ -100,6 +104,7 @@ def forget() -> None:
     with _lock:
         _seen.clear()
         _payloads.clear()
+        _memo.clear()
         _local = ObjectStore()
 
 
@@ -132,6 +137,7 @@ def _is_ref(text: str) -> bool:
 
 def _remember(content: dict, payload: Any) -> None:
     with _lock:
+        _memo.clear()
         _seen[content["name"]] = (content, payload, time.monotonic())
         _payloads[(content["handle"], content["created_s"])] = payload
         while len(_payloads) > _PAYLOADS_MAX:
@@ -178,13 +184,32 @@ def _from_local(ref: str) -> Resolved:
 
 def lookup(ref: str) -> Resolved:
     """The live object a name or handle names: a handle ending in ``@local`` in this process's
-    store; any other in the daemon, and a bare name there first, then here.
+    store; any other in the daemon, and a bare name there first, then here. Remembered while
+    nothing changed (the local store's generation; the daemon's answer for :data:`REFRESH_S`).
 
     Raises:
         _Problem: unknown, stale, or a daemon handle while no daemon answers (the text says
             which and what to do).
     """
-    ref = ref.strip()
+    hit = _memo.get(ref)
+    if hit is not None:
+        stamp = hit[0]
+        if (stamp[0] is _local and stamp[1] == _local.generation) if type(stamp) is tuple else \
+                time.monotonic() < stamp:
+            return hit[1]
+    res = _lookup(ref.strip())
+    if res.key[0].endswith(LOCAL_MARK):
+        stamp = (_local, _local.generation)
+    else:
+        seen = _seen.get(res.handle.partition("#")[0])
+        stamp = -math.inf if seen is None else seen[2] + REFRESH_S
+    if len(_memo) >= _MEMO_MAX:
+        _memo.clear()
+    _memo[ref] = (stamp, res)
+    return res
+
+
+def _lookup(ref: str) -> Resolved:
     try:
         if ref.endswith(LOCAL_MARK):
             try:
@@ -236,7 +261,7 @@ class Bound:
         T = np.array([cells.get("expiry", math.nan)], dtype=np.float64)
         for arg, res in self.fills:
             if arg.field == "rate":
-                cells["rate"] = float(res.payload.zero_rate(T)[0])
+                cells["rate"] = res.payload.zero_rate_one(T[0])
             elif arg.field == "dividend_yield":
                 rows = res.payload.rows(T) if np.isfinite(T[0]) else None
                 if rows is not None:
@@ -285,6 +310,19 @@ class Bound:
         return vol, text
 
 
+_CANDIDATES: dict[str, tuple] = {}
+
+
+def _candidates(spec: Function) -> tuple:
+    """The arguments of ``spec`` that may hold a handle: ``(index, arg, kind)``."""
+    got = _CANDIDATES.get(spec.name)
+    if got is None or got[0] is not spec:
+        got = _CANDIDATES[spec.name] = (spec, () if spec.method in ("parity", "surface", "objects") else tuple(
+            (i, a, HANDLE_KINDS[a.field]) for i, a in enumerate(spec.args) if a.field in HANDLE_KINDS
+            and a.parse == "number" and (HANDLE_KINDS[a.field] != "heston" or spec.method == "adi")))
+    return got[1]
+
+
 def bind(spec: Function, values: Sequence[Any]) -> Bound | None:
     """The handles among one call's arguments (see the module docstring), looked up: None
     when there is none (the call is as before).
@@ -294,15 +332,14 @@ def bind(spec: Function, values: Sequence[Any]) -> Bound | None:
             function without cash dividends, beside ``div_times``/``div_amounts``, or with
             ``kappa``...``rho`` given beside a Heston handle.
     """
-    if spec.method in ("parity", "surface", "objects"):
-        return None
     found = []
-    for i, a in enumerate(spec.args):
-        kind = HANDLE_KINDS.get(a.field)
-        if kind is None or a.parse != "number" or (kind == "heston" and spec.method != "adi"):
-            continue
-        v = _one_cell(values[i])
-        if isinstance(v, str):
+    for i, a, kind in _candidates(spec):
+        v = values[i]
+        if type(v) is not str:
+            v = _one_cell(v)
+        if type(v) is str and v in _memo:  # a handle seen before: no more checks of its text
+            found.append((i, a, kind, v))
+        elif isinstance(v, str):
             s = v.strip()
             if s.startswith(ERROR_PREFIX.strip()):
                 raise _Problem(f"{a.name} is an error: {s[len(ERROR_PREFIX):].strip()}")

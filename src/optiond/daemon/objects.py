@@ -175,6 +175,9 @@ class ObjectStore:
         self._lock = threading.Lock()
         self.directory: Path | None = None
         self._dir_lock: Any = None
+        #: counts the changes (puts of a new version, drops, reads from a directory): a reader that
+        #: remembers look-ups checks it
+        self.generation = 0
 
     def put(self, name: str, kind: str, payload: Any, nbytes: int, summary: dict | None = None,
             digest: str | None = None) -> Entry:
@@ -212,6 +215,7 @@ class ObjectStore:
             entry = Entry(name, kind, version, payload, int(nbytes), dict(summary or {}), time.time(), digest)
             self._live[name] = entry
             self._bytes = total
+            self.generation += 1
             self._save(entry)
             return entry
 
@@ -258,6 +262,7 @@ class ObjectStore:
                 raise StaleHandle(f"{entry.handle} changed while being dropped; try again")
             del self._live[entry.name]
             self._bytes -= entry.nbytes
+            self.generation += 1
             self._dropped[entry.name] = entry.version
             while len(self._dropped) > DROPPED_MEMORY:
                 self._dropped.popitem(last=False)
@@ -310,6 +315,7 @@ class ObjectStore:
                 self._dropped.pop(e.name, None)
                 self._live[e.name] = e
                 self._bytes += e.nbytes
+                self.generation += 1
                 kept += 1
         if kept:
             log.info("objects: %d read back from %s", kept, directory)
