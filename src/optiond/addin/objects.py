@@ -193,19 +193,21 @@ def lookup(ref: str) -> Resolved:
     """
     hit = _memo.get(ref)
     if hit is not None:
-        stamp = hit[0]
-        if (stamp[0] is _local and stamp[1] == _local.generation) if type(stamp) is tuple else \
-                time.monotonic() < stamp:
+        store, generation, until = hit[0]
+        if store is _local and generation == _local.generation and time.monotonic() < until:
             return hit[1]
+    local, generation = _local, _local.generation
     res = _lookup(ref.strip())
-    if res.key[0].endswith(LOCAL_MARK):
-        stamp = (_local, _local.generation)
+    if ref.strip().endswith(LOCAL_MARK):
+        until = math.inf  # the local store alone answers: valid while it does not change
+    elif res.key[0].endswith(LOCAL_MARK):
+        until = time.monotonic() + REFRESH_S  # a bare name no daemon had: ask the daemon again later
     else:
         seen = _seen.get(res.handle.partition("#")[0])
-        stamp = -math.inf if seen is None else seen[2] + REFRESH_S
+        until = -math.inf if seen is None else seen[2] + REFRESH_S
     if len(_memo) >= _MEMO_MAX:
         _memo.clear()
-    _memo[ref] = (stamp, res)
+    _memo[ref] = ((local, generation, until), res)
     return res
 
 
