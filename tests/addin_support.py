@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from optiond import engine
+from optiond.daemon.client import DaemonUnavailable
 from optiond.addin import functions as F
-from optiond.addin import pricing
+from optiond.addin import objects, pricing
 
 #: Excel's limit on a string in a cell
 LIMIT = 255
@@ -38,6 +39,12 @@ class CountingClient:
         self.methods.append(method)
         return engine.implied_vol_table(prices, columns, method)
 
+    # no daemon behind the stand-in: named objects are this process's own (optiond.addin.objects)
+    def _no_daemon(self, *a, **kw):
+        raise DaemonUnavailable("the in-process stand-in keeps no objects")
+
+    put_object = get_object = objects = _no_daemon
+
 
 @pytest.fixture(autouse=True)
 def _fresh_cache(monkeypatch):
@@ -47,8 +54,10 @@ def _fresh_cache(monkeypatch):
     # the local pricing of small requests set OPTIOND_LOCAL_NODES themselves
     monkeypatch.setenv("OPTIOND_LOCAL_NODES", "0")
     F.clear_cache()
+    objects.forget()
     yield
     F.clear_cache()
+    objects.forget()
 
 
 @pytest.fixture

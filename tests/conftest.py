@@ -1,7 +1,8 @@
 """Shared fixtures.
 
 ``daemon`` (session scope): a real ``optiond serve`` subprocess listening on 127.0.0.1, its
-connection file and its JSON log (``OPTIOND_LOG_DIR``) in a temporary directory, its metrics on
+connection file, its JSON log (``OPTIOND_LOG_DIR``) and its kept objects (``OPTIOND_DATA_DIR``)
+in a temporary directory, its metrics on
 a free port. While it runs, ``OPTIOND_CONNECTION_FILE`` points at that file in this process too,
 so ``optiond.daemon.client.get_client()`` and anything built on it (the Excel functions, the
 panel) talk to it. A test that wants "no daemon" sets ``OPTIOND_CONNECTION_FILE`` to a missing
@@ -86,7 +87,8 @@ def start_daemon(directory: Path, *extra: str, env: dict | None = None,
         old_key = paths.read_connection_file(conn)["key"]
     except (FileNotFoundError, paths.ConnectionFileError):
         old_key = None
-    full_env = {**os.environ, "OPTIOND_LOG_DIR": str(directory / "logs"), "OPTIOND_METRICS_PORT": "0", **(env or {}),
+    full_env = {**os.environ, "OPTIOND_LOG_DIR": str(directory / "logs"), "OPTIOND_METRICS_PORT": "0",
+                "OPTIOND_DATA_DIR": str(directory / "data"), **(env or {}),
                 "OPTIOND_CONNECTION_FILE": str(conn)}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([*launcher, *SERVE, *extra], env=full_env, stdout=log, stderr=subprocess.STDOUT,
@@ -179,6 +181,16 @@ def stop_daemon(handle: DaemonProcess) -> None:
         except subprocess.TimeoutExpired:
             handle.process.kill()
             handle.process.wait(timeout=5)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_data_dir(tmp_path_factory):
+    """Every daemon of the session (in this process or not) keeps its named objects in a
+    temporary directory, never in the user's data directory."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OPTIOND_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+    yield
+    mp.undo()
 
 
 @pytest.fixture()

@@ -417,7 +417,8 @@ def test_table_drives_the_functions():
                                                  "BOPM_IV", "BOPM_GREEKS",
                                                  "AMERICAN_PUT", "AMERICAN_CALL", "AMERICAN_IV", "MLMC_CALL", "MLMC_PUT", "MLMC_ASIAN_CALL", "MLMC_DIGITAL_CALL",
                                                  "MLMC_STDERR", "HESTON_CALL", "HESTON_PUT", "PARITY_FORWARD",
-                                                 "SURFACE_FIT", "SURFACE_VOL", "SURFACE_PRICE"]
+                                                 "SURFACE_FIT", "SURFACE_VOL", "SURFACE_PRICE", "OPTIOND_CURVE",
+                                                 "OPTIOND_DIVIDENDS", "OPTIOND_HESTON", "OPTIOND_OBJECTS"]
     assert set(F.WORKSHEET_FUNCTIONS) == set(F.formulas_functions()) == {f.name for f in table.FUNCTIONS}
     for spec in table.FUNCTIONS:
         f = F.WORKSHEET_FUNCTIONS[spec.name]
@@ -437,6 +438,9 @@ def test_table_drives_the_functions():
     assert table.BY_NAME["AMERICAN_IV"].signature() == ("AMERICAN_IV(price, S, K, T, r, [q], [kind], [accuracy], "
                                                         "[valuation])")
     assert "## `BS_CALL(S, K, T, r, sigma, [q], [valuation])`" in generate.reference()
+    assert table.BY_NAME["HESTON_PUT"].signature() == ("HESTON_PUT(S, K, T, r, q, v0, [kappa], [theta], [xi], [rho], "
+                                                       "[american], [scheme], [valuation])")
+    assert table.BY_NAME["OPTIOND_OBJECTS"].signature() == "OPTIOND_OBJECTS()"
 
 
 def test_decorate_rejects_a_signature_that_disagrees_with_the_table():

@@ -376,7 +376,8 @@ def test_table_entries_and_limits():
         assert sig[name] == f"{name}(S, K, T, r, sigma, eps, [q], [seed], [valuation])"
     assert sig["MLMC_STDERR"] == "MLMC_STDERR(S, K, T, r, sigma, eps, [q], [seed], [kind], [payoff], [valuation])"
     for name in ("HESTON_CALL", "HESTON_PUT"):
-        assert sig[name] == f"{name}(S, K, T, r, q, v0, kappa, theta, xi, rho, [american], [scheme], [valuation])"
+        # kappa...rho are left out when v0 is a Heston set's handle (OPTIOND_HESTON), else required
+        assert sig[name] == f"{name}(S, K, T, r, q, v0, [kappa], [theta], [xi], [rho], [american], [scheme], [valuation])"
         spec = table.BY_NAME[name]
         assert spec.args[-3].default is True and spec.args[-2].default == "mcs" and spec.args[-1].name == "valuation"
     for spec in table.FUNCTIONS:
@@ -385,4 +386,4 @@ def test_table_entries_and_limits():
     ref = generate.reference()
     for const in ("BOPM_MAX_TREE_NODES", "MLMC_MIN_EPS_REL", "MLMC_MAX_PATH_STEPS", "HESTON_MAX_GRID_WORK"):
         assert f"`{const}`" in ref
-    assert "## `HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, [american], [scheme], [valuation])`" in ref
+    assert "## `HESTON_PUT(S, K, T, r, q, v0, [kappa], [theta], [xi], [rho], [american], [scheme], [valuation])`" in ref

@@ -55,7 +55,7 @@ def test_versions_handles_and_lookups():
     assert objects.handle("X", 12345) == "X#12345"
     assert [e.listing()["handle"] for e in store.list()] == ["SPY#0002"]
     assert store.stats() == {"objects": 1, "bytes": 12, "max_objects": Limits().max_objects,
-                             "max_objects_bytes": Limits().max_objects_bytes}
+                             "max_objects_bytes": Limits().max_objects_bytes, "persisted": None}
 
 
 def test_a_name_holds_one_kind(monkeypatch):

@@ -365,7 +365,7 @@ def _read(arg: table.Arg, value: Any) -> tuple[np.ndarray, np.ndarray | None]:
     for i, v in enumerate(flat.tolist()):
         x = parse(v, arg.name)
         if x is _EMPTY:
-            if arg.optional:
+            if arg.optional and arg.default is not None:  # a None default: required unless a handle fills it
                 x = parse(arg.default, arg.name)
             else:
                 x = error_text(f"{arg.name} is required (empty cell)")
@@ -527,7 +527,8 @@ def _parse_cells(spec: Function, values: Sequence[Any]) -> tuple[dict[str, Any],
         parse = _PARSERS[a.parse]
         x = parse(v, a.name)
         if x is _EMPTY:
-            x = parse(a.default, a.name) if a.optional else error_text(f"{a.name} is required (empty cell)")
+            x = parse(a.default, a.name) if a.optional and a.default is not None else \
+                error_text(f"{a.name} is required (empty cell)")
         if isinstance(x, str) and x.startswith(ERROR_PREFIX):
             err = err or x
             x = math.nan if a.parse in NUMERIC_PARSES else ""

@@ -11,7 +11,10 @@ pasted strip of call and put prices (a put-call parity fit, computed in this pro
 rules below on ranges, requests, the cache and the daemon are those of the pricing
 functions); ``SURFACE_FIT``, ``SURFACE_VOL`` and ``SURFACE_PRICE`` on volatility surfaces the
 daemon keeps by name and version (:mod:`optiond.addin.surfaces`: ranges broadcast and a bad
-cell marks its own cell as below, but they are never cached nor computed in this process). Their arguments, descriptions and defaults are in
+cell marks its own cell as below, but they are never cached nor computed in this process);
+``OPTIOND_CURVE``, ``OPTIOND_DIVIDENDS``, ``OPTIOND_HESTON`` and ``OPTIOND_OBJECTS``, which
+make and list market objects kept by name and version, whose handles the pricing functions
+take in place of ``r``, ``q``, ``sigma`` and the Heston parameters (:mod:`optiond.addin.objects`). Their arguments, descriptions and defaults are in
 :mod:`optiond.addin.table` (the one table), which also builds the xlwings decorators. On
 Windows with Excel, xlwings calls them from the workbook; anywhere else they are plain Python
 functions with the same behaviour.
@@ -103,7 +106,7 @@ import xlwings as xw
 
 from .. import greek_units
 from ..market.forwards import ExpiryPairs, parity_fit
-from . import dates, surfaces, table
+from . import dates, objects, surfaces, table
 from .cache import _cache, _env_on
 from .cells import _cell_columns, _parse_cells, _Problem, _read_ranges, _scalar, _show, _single, _strip, error_text
 from .pricing import _NO_STDERR, _QUICK_METHODS, _compute, _one_price_cell
@@ -191,6 +194,8 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
             return parity_forward(spec, values)
         if spec.method == "surface":  # never cached, never in this process: surfaces.py
             return surfaces.evaluate(spec, values)
+        if spec.method == "objects":  # making and listing market objects: objects.py
+            return objects.evaluate(spec, values)
         if spec.op == "greeks":  # the Greeks in raw units, then in the call's units and with its header
             return _greeks(spec, values)
         return _evaluate(spec, values)
@@ -220,16 +225,22 @@ def _greeks(spec: Function, values: Sequence[Any]) -> Any:
 def _evaluate(spec: Function, values: Sequence[Any]) -> Any:
     """:func:`evaluate`'s body for the functions priced by a request (values complete)."""
     try:
+        bound = objects.bind(spec, values)  # handles in r, q, sigma, v0: looked up once per call
+        if bound is not None:
+            values = bound.values
         key = None
         if all(type(v) in _CELL_TYPES or isinstance(v, _dt.date) for v in values):
             if _env_on("OPTIOND_CACHE"):
-                # single cells: the call itself is the key (types included: TRUE is not 1), and the
-                # minute when T is a date valued now
-                key = ("cells", spec.name, tuple((type(v), v) for v in values), _now_stamp(spec, values))
+                # single cells: the call itself is the key (types included: TRUE is not 1), the
+                # minute when T is a date valued now, and the versions of the objects its handles name
+                key = ("cells", spec.name, tuple((type(v), v) for v in values), _now_stamp(spec, values),
+                       bound and bound.key)
                 hit = _cache.get(key)
                 if hit is not None:
                     return hit[0]
             cells, err = _parse_cells(spec, values)  # each cell parsed once, for either path
+            if bound is not None:
+                err = bound.fill_cells(spec, cells, err)
             if err is None and spec.op == "price" and spec.method in _QUICK_METHODS:
                 quick = _one_price_cell(spec, cells)
                 if quick is not None:
@@ -240,6 +251,8 @@ def _evaluate(spec: Function, values: Sequence[Any]) -> Any:
             shape, cols, cell_err = _cell_columns(spec, cells, err)
         else:
             shape, cols, cell_err = _read_ranges(spec, values)
+            if bound is not None:
+                bound.fill_columns(spec, cols, cell_err)
         result, complete = _compute(spec, shape, cols, cell_err)
         if key is not None and complete and result != error_text(_NO_STDERR):
             _cache.put(key, (result,), 1)
@@ -360,12 +373,14 @@ def MLMC_STDERR(S, K, T, r, sigma, eps, q=None, seed=None, kind=None, payoff=Non
 
 
 @_udf
-def HESTON_CALL(S, K, T, r, q, v0, kappa, theta, xi, rho, american=None, scheme=None, valuation=None):
+def HESTON_CALL(S, K, T, r, q, v0, kappa=None, theta=None, xi=None, rho=None, american=None, scheme=None,
+                valuation=None):
     return evaluate("HESTON_CALL", (S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme, valuation))
 
 
 @_udf
-def HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, american=None, scheme=None, valuation=None):
+def HESTON_PUT(S, K, T, r, q, v0, kappa=None, theta=None, xi=None, rho=None, american=None, scheme=None,
+                valuation=None):
     return evaluate("HESTON_PUT", (S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme, valuation))
 
 
@@ -387,6 +402,26 @@ def SURFACE_VOL(name, K, T, valuation=None):
 @_udf
 def SURFACE_PRICE(name, K, T, kind, american=None, valuation=None):
     return evaluate("SURFACE_PRICE", (name, K, T, kind, american, valuation))
+
+
+@_udf
+def OPTIOND_CURVE(name, days_or_dates, rates):
+    return evaluate("OPTIOND_CURVE", (name, days_or_dates, rates))
+
+
+@_udf
+def OPTIOND_DIVIDENDS(name, ex_dates, amounts):
+    return evaluate("OPTIOND_DIVIDENDS", (name, ex_dates, amounts))
+
+
+@_udf
+def OPTIOND_HESTON(name, v0, kappa, theta, xi, rho):
+    return evaluate("OPTIOND_HESTON", (name, v0, kappa, theta, xi, rho))
+
+
+@_udf
+def OPTIOND_OBJECTS():
+    return evaluate("OPTIOND_OBJECTS", ())
 
 
 #: the worksheet functions by Excel name

@@ -147,12 +147,17 @@ def _requests(spec: Function, cols: dict[str, np.ndarray], n: int) -> Iterator[t
         for f in ("kind", "style", "payoff"):
             if f in sub:
                 sub[f] = _uniform(sub[f])
-        for f in DIVIDEND_FIELDS:  # the call's one schedule, in every row: the engine's (m,) column
-            if f in sub and sub[f].ndim == 2:
+        for f in DIVIDEND_FIELDS:  # one schedule in every row: the engine's (m,) column; else (n, m)
+            if f in sub and sub[f].ndim == 2 and _same_rows(sub[f]):
                 sub[f] = np.ascontiguousarray(sub[f][0])
         p = prices if rows is None or prices is None else prices[rows]
         st = steps if rows is None or steps is None else steps[rows]
         yield rows, sub, _request_method(spec, sub, st, setting), p
+
+
+def _same_rows(a: np.ndarray) -> bool:
+    """Whether every row of a 2-D array equals the first (NaN equal to NaN)."""
+    return a.shape[0] <= 1 or bool(((a == a[:1]) | (np.isnan(a) & np.isnan(a[:1]))).all())
 
 
 def _request_method(spec: Function, req: dict[str, Any], steps: np.ndarray | None, setting: Any) -> Method:

@@ -31,7 +31,7 @@ are over it gets the text in every cell it was to price.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -120,6 +120,8 @@ class Arg:
             PARITY_FORWARD); ``object`` (the name or handle of a surface kept in the daemon),
             ``chain``, ``quote_time``, ``settlement`` (a chain to fit, SURFACE_FIT);
             ``dividend_times``, ``dividend_amounts`` (a cash-dividend schedule, BOPM_*);
+            ``tenors``, ``zero_rates``, ``ex_dates``, ``amounts`` (a curve's or a dividend
+            schedule's cells, OPTIOND_CURVE and OPTIOND_DIVIDENDS);
             ``accuracy`` (the spectral setting, AMERICAN_*) and ``extrapolate`` (BBSR, BOPM_*),
             settings of the request's :class:`optiond.models.Method` like ``seed`` and ``scheme``.
         parse: how a cell is read: ``number``, ``kind`` ("put"/"call"), ``american``
@@ -130,7 +132,8 @@ class Arg:
             ``chain`` (a whole pasted chain with its header row, read as one table), or
             ``schedule`` (a row or column of up to :data:`~optiond.models.MAX_DIVIDENDS` numbers,
             blanks padding, read as ONE schedule for every option of the call: it does not
-            broadcast against the other arguments; see :func:`optiond.addin.cells._schedule`).
+            broadcast against the other arguments; see :func:`optiond.addin.cells._schedule`),
+            or ``values`` (a row or column read whole by :mod:`optiond.addin.objects`).
         default: the value an omitted argument or an empty cell takes; :data:`REQUIRED` when
             there is none (an empty cell is then an error); None where omitting it changes
             what is computed (PARITY_FORWARD's ``rate``).
@@ -163,14 +166,17 @@ class Function:
             option), ``iv`` (an implied volatility per option), ``stderr`` (the standard
             error of an MLMC price per option), ``forward`` (one row of
             :data:`FORWARD_RESULT` for a whole strip of strikes, computed in this process),
-            ``fit`` (a surface fitted in the daemon: its handle) or ``vol`` (a surface's
-            volatility per point).
+            ``fit`` (a surface fitted in the daemon: its handle), ``vol`` (a surface's
+            volatility per point), ``make`` (a market object kept by name: its handle) or
+            ``list`` (the live objects, a table).
         method: the :class:`optiond.models.Method` name: ``binomial``, ``black-scholes``,
             ``mlmc``, ``adi`` or ``spectral``; ``parity`` for the put-call parity fit of ``op="forward"``;
             ``surface`` for the functions on a surface the daemon keeps by name (``fit``,
-            ``vol``, ``price``: :mod:`optiond.addin.surfaces`).
+            ``vol``, ``price``: :mod:`optiond.addin.surfaces`); ``objects`` for the functions
+            that make and list market objects (``make``, ``list``: :mod:`optiond.addin.objects`).
         fixed: batch columns the function fixes rather than reads (``kind``, ``style``,
-            ``payoff``).
+            ``payoff``); ``object_kind`` of an ``objects`` function (``curve``, ``dividends``,
+            ``heston``).
         returns: what a cell of the result holds, for the documentation.
         category: the function wizard's category.
     """
@@ -225,15 +231,19 @@ UNITS = Arg("units", 'Optional. "raw" (the default: theta per year, vega per 1.0
             'dividend rho per 1%).', "units", parse="units", default=DEFAULT_UNITS)
 HEADER = Arg("header", "Optional. TRUE for a first row naming each column with its unit; FALSE (the default) for "
              "the Greeks alone.", "header", parse="flag", default=False)
-R = Arg("r", "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", "rate")
-SIGMA = Arg("sigma", f"Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= {MAX_VOLATILITY:g}.",
-            "volatility")
+R = Arg("r", "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle "
+        "(OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", "rate")
+SIGMA = Arg("sigma", f"Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= {MAX_VOLATILITY:g}. Or a surface's "
+            "handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", "volatility")
 N = Arg("N", f"Steps of the binomial tree, a whole number from 1 to {MAX_STEPS:,}. More steps: more "
         "accurate and slower (time grows as N squared); 200 to 2000 is typical.", "steps")
 N_OPT = Arg("N", f"Optional. Steps of the binomial tree, 1 to {MAX_STEPS:,}; default {DEFAULT_STEPS}. Time "
             "grows as N squared.", "steps", default=DEFAULT_STEPS)
 Q = Arg("q", "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.",
         "dividend_yield", default=0.0)
+Q_CASH = Arg("q", "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend "
+             "schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.",
+             "dividend_yield", default=0.0)
 AMERICAN = Arg("american", "Optional. TRUE for American exercise (the default), FALSE for European.",
                "style", parse="american", default=True)
 DIV_TIMES = Arg("div_times", "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, "
@@ -280,12 +290,18 @@ PAYOFF = Arg("payoff", 'Optional. The payoff of the MLMC_ price: "vanilla" (the 
 Q_REQ = Arg("q", "Continuous dividend yield, annual, as a decimal (0.02 = 2%); 0 for none.", "dividend_yield")
 V0 = Arg("v0", "Heston initial variance (>= 0), annualised: today's volatility squared (0.04 = 20% volatility).",
          "v0")
+V0_OR_SET = Arg("v0", "Heston initial variance (>= 0), annualised: today's volatility squared (0.04 = 20% volatility). "
+                "Or a Heston set's handle (OPTIOND_HESTON), with kappa, theta, xi and rho left out.", "v0")
 KAPPA = Arg("kappa", "Heston mean-reversion speed of the variance, per year (> 0), e.g. 1.5.", "kappa")
 THETA = Arg("theta", "Heston long-run variance (>= 0), annualised (0.04 = 20% volatility). The variance stays off "
             "zero when 2 x kappa x theta >= xi^2 (Feller condition).", "long_run_variance")
 XI = Arg("xi", "Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", "xi")
 RHO = Arg("rho", "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives "
           "the equity skew.", "correlation")
+#: HESTON_*: kappa...rho may be left out when v0 is a Heston set's handle (then they must be)
+KAPPA_OPT, THETA_OPT, XI_OPT, RHO_OPT = (
+    replace(a, default=None, doc="Optional with a Heston handle as v0, else required. " + a.doc)
+    for a in (KAPPA, THETA, XI, RHO))
 SCHEME = Arg("scheme", 'Optional. ADI time-stepping scheme of American rows: "mcs" (Modified Craig-Sneyd, the default), "hv" '
              '(Hundsdorfer-Verwer), "cs" (Craig-Sneyd) or "do" (Douglas).', "scheme", parse="scheme", default="mcs")
 
@@ -327,6 +343,20 @@ T_SURFACE = Arg("T", "Time to expiry in years (> 0), within the surface's first 
                 "expiry", parse="expiry")
 KIND_SURFACE = Arg("kind", '"call" or "put".', "kind", parse="kind")
 
+# market objects kept by name (optiond.addin.objects)
+OBJECT_NAME = Arg("name", 'Name to keep the object under, e.g. "USD" (1 to 64 of A-Z a-z 0-9 _ . : / -, case-sensitive). '
+                  "Making it again with other values bumps the version; with the same values the handle stays.",
+                  "object", parse="text")
+DAYS_OR_DATES = Arg("days_or_dates", "The curve's tenors: calendar days from today (30, 91, 365...) or dates, distinct: "
+                    "a row or column.", "tenors", parse="values")
+ZERO_RATES = Arg("rates", "Zero rate at each tenor, annual and continuously compounded, as a decimal (0.043 = 4.3%): a "
+                 "row or column of the same length. Between tenors the log discount r x t is linear; flat beyond.",
+                 "zero_rates", parse="values")
+EX_DATES = Arg("ex_dates", "Ex-dividend dates (date cells) or years from now (0.25 = in three months), ascending: a row "
+               "or column of up to 64. An option gets those from now to its T (at most 8).", "ex_dates", parse="values")
+AMOUNTS = Arg("amounts", "Cash dividend at each ex-date, in the currency of the underlying (>= 0): a row or column of "
+              "the same length.", "amounts", parse="values")
+
 # ---- the functions -------------------------------------------------------------------------
 
 FUNCTIONS: tuple[Function, ...] = (
@@ -335,14 +365,14 @@ FUNCTIONS: tuple[Function, ...] = (
         "Put price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, "
         "with a continuous dividend yield and optional cash dividends (div_times, div_amounts). Ranges in any "
         "argument return a range of prices.",
-        (S, K, T, R, SIGMA, N, Q, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION), op="price", method="binomial", fixed={"kind": "put"},
+        (S, K, T, R, SIGMA, N, Q_CASH, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION), op="price", method="binomial", fixed={"kind": "put"},
         returns="the put price, in the currency of S"),
     Function(
         "BOPM_CALL",
         "Call price on a Cox-Ross-Rubinstein binomial tree with N steps, American (default) or European, "
         "with a continuous dividend yield and optional cash dividends (div_times, div_amounts). Ranges in any "
         "argument return a range of prices.",
-        (S, K, T, R, SIGMA, N, Q, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION), op="price", method="binomial", fixed={"kind": "call"},
+        (S, K, T, R, SIGMA, N, Q_CASH, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION), op="price", method="binomial", fixed={"kind": "call"},
         returns="the call price, in the currency of S"),
     Function(
         "BS_PUT",
@@ -374,14 +404,14 @@ FUNCTIONS: tuple[Function, ...] = (
         "BOPM_IV",
         "Implied volatility of an option from its price, by a bracketed root find on the binomial tree "
         "price (American by default), optional cash dividends. Returns an annualised decimal (0.2 = 20%).",
-        (PRICE, S, K, T, R, Q, KIND, N_OPT, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION), op="iv", method="binomial",
+        (PRICE, S, K, T, R, Q_CASH, KIND, N_OPT, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION), op="iv", method="binomial",
         returns="the implied volatility, an annualised decimal"),
     Function(
         "BOPM_GREEKS",
         "Greeks from a binomial tree, one row per option: delta, gamma, theta, vega, rho, dividend rho, in raw "
         "(per year, per 1.00; the default) or trader units (per day, vol point, 1%); optional cash dividends and "
         "a header row.",
-        (S, K, T, R, SIGMA, N, Q, KIND, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION, UNITS, HEADER),
+        (S, K, T, R, SIGMA, N, Q_CASH, KIND, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION, UNITS, HEADER),
         op="greeks", method="binomial",
         returns="a row: " + ", ".join(GREEK_COLUMNS)),
     Function(
@@ -389,20 +419,20 @@ FUNCTIONS: tuple[Function, ...] = (
         "American put price by the spectral method of Andersen, Lake & Offengenden (2016): the exercise boundary "
         "by fixed-point iteration on Chebyshev nodes. Continuous dividend yield. Ranges in any argument return a "
         "range of prices.",
-        (S, K, T, R, SIGMA, Q, ACCURACY, VALUATION), op="price", method="spectral", fixed={"kind": "put", "style": "american"},
+        (S, K, T, R, SIGMA, Q_CASH, ACCURACY, VALUATION), op="price", method="spectral", fixed={"kind": "put", "style": "american"},
         returns="the American put price, in the currency of S"),
     Function(
         "AMERICAN_CALL",
         "American call price by the spectral method of Andersen, Lake & Offengenden (2016): the exercise boundary "
         "by fixed-point iteration on Chebyshev nodes. Continuous dividend yield. Ranges in any argument return a "
         "range of prices.",
-        (S, K, T, R, SIGMA, Q, ACCURACY, VALUATION), op="price", method="spectral", fixed={"kind": "call", "style": "american"},
+        (S, K, T, R, SIGMA, Q_CASH, ACCURACY, VALUATION), op="price", method="spectral", fixed={"kind": "call", "style": "american"},
         returns="the American call price, in the currency of S"),
     Function(
         "AMERICAN_IV",
         "Implied volatility of an American option from its price, on the spectral price of Andersen, Lake & "
         "Offengenden (2016) (Newton with bisection). Returns an annualised decimal (0.2 = 20%).",
-        (PRICE, S, K, T, R, Q, KIND, ACCURACY, VALUATION), op="iv", method="spectral", fixed={"style": "american"},
+        (PRICE, S, K, T, R, Q_CASH, KIND, ACCURACY, VALUATION), op="iv", method="spectral", fixed={"style": "american"},
         returns="the implied volatility, an annualised decimal"),
     Function(
         "MLMC_CALL",
@@ -444,14 +474,16 @@ FUNCTIONS: tuple[Function, ...] = (
         f"Call price in the Heston stochastic-volatility model: American (default) by ADI finite differences "
         f"({HESTON_GRID[0]} x {HESTON_GRID[1]} grid, {HESTON_TIME_STEPS} steps), European by the semi-analytic "
         "formula (Lewis). Ranges return ranges.",
-        (S, K, T, R, Q_REQ, V0, KAPPA, THETA, XI, RHO, AMERICAN, SCHEME, VALUATION), op="price", method="adi",
+        (S, K, T, R, Q_REQ, V0_OR_SET, KAPPA_OPT, THETA_OPT, XI_OPT, RHO_OPT, AMERICAN, SCHEME, VALUATION),
+        op="price", method="adi",
         fixed={"kind": "call"}, returns="the call price, in the currency of S"),
     Function(
         "HESTON_PUT",
         f"Put price in the Heston stochastic-volatility model: American (default) by ADI finite differences "
         f"({HESTON_GRID[0]} x {HESTON_GRID[1]} grid, {HESTON_TIME_STEPS} steps), European by the semi-analytic "
         "formula (Lewis). Ranges return ranges.",
-        (S, K, T, R, Q_REQ, V0, KAPPA, THETA, XI, RHO, AMERICAN, SCHEME, VALUATION), op="price", method="adi",
+        (S, K, T, R, Q_REQ, V0_OR_SET, KAPPA_OPT, THETA_OPT, XI_OPT, RHO_OPT, AMERICAN, SCHEME, VALUATION),
+        op="price", method="adi",
         fixed={"kind": "put"}, returns="the put price, in the currency of S"),
     Function(
         "PARITY_FORWARD",
@@ -479,6 +511,30 @@ FUNCTIONS: tuple[Function, ...] = (
         "a refit.",
         (SURFACE_REF, K_SURFACE, T_SURFACE, KIND_SURFACE, AMERICAN, VALUATION), op="price", method="surface",
         returns="the option price, in the currency of the underlying"),
+    Function(
+        "OPTIOND_CURVE",
+        "Keeps a zero-rate curve under name (in the optiond daemon, shared by every workbook; without one, in this "
+        "Excel: NAME#0001@local). Returns its handle, e.g. USD#0003: give it as r to any pricing function.",
+        (OBJECT_NAME, DAYS_OR_DATES, ZERO_RATES), op="make", method="objects", fixed={"object_kind": "curve"},
+        returns="the curve's handle, NAME#0003 (text)"),
+    Function(
+        "OPTIOND_DIVIDENDS",
+        "Keeps a cash-dividend schedule under name (in the optiond daemon; without one, in this Excel). Returns its "
+        "handle, e.g. XYZ#0002: give it as q to BOPM_ and AMERICAN_ functions (spot model on the CRR tree).",
+        (OBJECT_NAME, EX_DATES, AMOUNTS), op="make", method="objects", fixed={"object_kind": "dividends"},
+        returns="the schedule's handle, NAME#0003 (text)"),
+    Function(
+        "OPTIOND_HESTON",
+        "Keeps a Heston parameter set under name (in the optiond daemon; without one, in this Excel). Returns its "
+        "handle, e.g. SPX-H#0001: give it as v0 to HESTON_CALL or HESTON_PUT and leave kappa...rho out.",
+        (OBJECT_NAME, V0, KAPPA, THETA, XI, RHO), op="make", method="objects", fixed={"object_kind": "heston"},
+        returns="the set's handle, NAME#0003 (text)"),
+    Function(
+        "OPTIOND_OBJECTS",
+        "Lists the live market objects: a header row, then one row per object: handle, kind, summary, created (UTC). "
+        "The daemon's first, then this Excel's own (handles ending @local). Recalculate (F9) to refresh.",
+        (), op="list", method="objects",
+        returns="a table: " + ", ".join(("handle", "kind", "summary", "created"))),
 )
 
 BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
@@ -490,14 +546,15 @@ ARG_OPTIONS: Mapping[str, Any] = {"ndim": 2, "err_to_str": True}
 _FIELDS = {"spot", "strike", "expiry", "rate", "dividend_yield", "volatility", "kind", "style", "steps", "price",
            "eps", "seed", "payoff", "scheme", "v0", "kappa", "long_run_variance", "xi", "correlation",
            "call_price", "put_price", "object", "chain", "quote_time", "settlement", "dividend_times",
-           "dividend_amounts", "accuracy", "extrapolate", "valuation", "units", "header"}
+           "dividend_amounts", "accuracy", "extrapolate", "valuation", "units", "header", "tenors", "zero_rates",
+           "ex_dates", "amounts"}
 #: the parse rules whose cells are numbers (a float64 column): T (years or a date serial) and a
 #: valuation (a date serial, NaN for now) among them
 NUMERIC_PARSES = ("number", "expiry", "date")
 _PARSES = ("number", "expiry", "date", "units", "kind", "american", "flag", "accuracy", "payoff", "scheme", "text", "time", "settlement", "chain",
-           "schedule")
-_OPS = ("price", "greeks", "iv", "stderr", "forward", "fit", "vol")
-_METHODS = ("binomial", "black-scholes", "mlmc", "adi", "spectral", "parity", "surface")
+           "schedule", "values")
+_OPS = ("price", "greeks", "iv", "stderr", "forward", "fit", "vol", "make", "list")
+_METHODS = ("binomial", "black-scholes", "mlmc", "adi", "spectral", "parity", "surface", "objects")
 #: the values a ``payoff`` and a ``scheme`` cell may take
 PAYOFF_NAMES = PAYOFFS
 SCHEME_NAMES = ADI_SCHEMES
@@ -523,7 +580,8 @@ def check(functions: tuple[Function, ...] = FUNCTIONS) -> None:
         if f.op not in _OPS or f.method not in _METHODS or (f.op == "stderr" and f.method != "mlmc") or \
                 ((f.op == "forward") != (f.method == "parity")) or \
                 (f.method == "surface" and f.op not in ("fit", "vol", "price")) or \
-                (f.op in ("fit", "vol") and f.method != "surface"):
+                (f.op in ("fit", "vol") and f.method != "surface") or \
+                ((f.method == "objects") != (f.op in ("make", "list"))):
             raise ValueError(f"{f.name}: unknown op {f.op!r} or method {f.method!r}")
         optional = False
         for a in f.args:

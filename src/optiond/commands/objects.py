@@ -3,7 +3,8 @@
 * ``optiond objects publish FILE.json --name SPY``: keep a fitted surface (``optiond chain
   --surface FILE.json``'s output) in the daemon as the next version of ``SPY``; prints its
   handle (``SPY#0003``), which the Excel functions ``SURFACE_VOL`` and ``SURFACE_PRICE`` read;
-* ``optiond objects list``: the live objects (``--json`` for a machine);
+* ``optiond objects list``: the live objects, every kind (curves, dividend schedules, Heston sets,
+  surfaces: a one-line summary each; ``--json`` for a machine);
 * ``optiond objects drop NAME``: forget one.
 
 Every subcommand needs a running daemon (``optiond serve``); without one it exits 3.
@@ -42,11 +43,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not objects:
         print("no objects in the daemon")
         return 0
-    print(f"{'handle':<24} {'kind':<8} {'of':<8} {'expiries':>8} {'bytes':>9}  created")
+    print(f"{'handle':<24} {'kind':<9} {'bytes':>9}  {'created':<25}  summary")
     for o in objects:
         s = o.get("summary") or {}
-        print(f"{o['handle']:<24} {o['kind']:<8} {str(s.get('underlying', '')):<8} {s.get('expiries', ''):>8} "
-              f"{o['bytes']:>9}  {o['created']}")
+        print(f"{o['handle']:<24} {o['kind']:<9} {o['bytes']:>9}  {o['created']:<25}  {s.get('text', '')}")
     return 0
 
 
@@ -60,9 +60,11 @@ def cmd_drop(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``optiond objects`` (publish, list, drop) to the CLI."""
     p = sub.add_parser("objects", help="named market objects kept in the daemon (fitted surfaces)",
-                       description="The named, versioned market objects the daemon keeps: fitted volatility surfaces "
-                                   "that the Excel functions SURFACE_VOL and SURFACE_PRICE read by name or handle "
-                                   "(NAME#0003). They live in the daemon's memory until it stops.")
+                       description="The named, versioned market objects the daemon keeps: zero curves, cash-dividend "
+                                   "schedules, Heston sets (made by the Excel functions OPTIOND_CURVE, OPTIOND_DIVIDENDS, "
+                                   "OPTIOND_HESTON) and fitted volatility surfaces, which the Excel functions read by "
+                                   "name or handle (NAME#0003). The daemon keeps them in the user's data directory "
+                                   "across restarts (optiond serve --objects-dir, --no-persist).")
     p.set_defaults(func=lambda a: p.print_help() or 2)
     commands = p.add_subparsers(dest="objects_command", metavar="SUBCOMMAND")
 

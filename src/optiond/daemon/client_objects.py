@@ -1,5 +1,6 @@
-"""The daemon client's calls on named market objects: fitted surfaces kept in the daemon by
-name, each with a version (:mod:`optiond.daemon.objects`).
+"""The daemon client's calls on named market objects: zero curves, cash-dividend schedules,
+Heston parameter sets and fitted surfaces kept in the daemon by name, each with a version
+(:mod:`optiond.daemon.objects`, the kinds :mod:`optiond.daemon.object_kinds`).
 
 Part of the client of :mod:`optiond.daemon.client`, whose :class:`~optiond.daemon.client.Client`
 inherits :class:`ObjectsMixin` (it uses the client's ``_request``). The objects live in the
@@ -145,6 +146,46 @@ class ObjectsMixin:
         msg = self._request("surface_price", content, buffers, timeout=FIT_TIMEOUT_S if timeout is None else timeout,
                             retries=0)
         return decode_result(msg)
+
+    def put_object(self, name: str, kind: str, document: dict, *, timeout: float | None = None) -> dict:
+        """Keep an object in the daemon as the next version of ``name``, or find the live version
+        already holding the same document (then nothing changes).
+
+        Args:
+            name: as :meth:`fit_surface`.
+            kind: ``"curve"``, ``"dividends"``, ``"heston"`` or ``"surface"``.
+            document: the object's document (:mod:`optiond.daemon.object_kinds`), e.g.
+                ``{"days": [30, 365], "rates": [0.043, 0.041]}`` for a curve.
+
+        Returns:
+            :func:`optiond.daemon.object_kinds.entry_content` without the document:
+            ``handle``, ``name``, ``kind``, ``version``, ``created``, ``created_s``, ``bytes``,
+            ``summary`` (its ``text``: one line).
+
+        Raises:
+            InvalidInputError: a bad name, kind or document field (named).
+            DaemonError: ``WrongKind`` (the name holds another kind), or over the daemon's
+                ``max_objects`` / ``max_objects_bytes``.
+            DaemonUnavailable: no daemon answered.
+        """
+        msg = self._request("object_put", {"name": name, "kind": kind, "document": document}, timeout=timeout,
+                            retries=0)
+        return dict(msg.content)
+
+    def get_object(self, name: str, *, known: tuple[str, float] | None = None, timeout: float | None = None) -> dict:
+        """The live object a name (the latest version) or a handle (that version, which must be
+        the live one) names: :func:`optiond.daemon.object_kinds.entry_content`, with its
+        ``document`` unless ``known`` is that object's ``(handle, created_s)``.
+
+        Raises:
+            DaemonError: ``UnknownObject``, ``StaleHandle``.
+            InvalidInputError: neither a name nor a handle.
+            DaemonUnavailable: no daemon answered.
+        """
+        content: dict[str, Any] = {"name": name}
+        if known is not None:
+            content["known"] = [str(known[0]), float(known[1])]
+        return dict(self._request("object_get", content, timeout=timeout).content)
 
     def objects(self, *, timeout: float | None = None) -> list[dict]:
         """The daemon's live objects, by name: each ``name``, ``kind``, ``version``,

@@ -51,11 +51,11 @@ def _serve_argv(args: argparse.Namespace, conn: Path) -> list[str]:
     argv = ["serve", "--connection-file", str(conn)]
     if args.no_warmup:
         argv.append("--no-warmup")
-    for flag in ("no_cache", "no_coalesce", "no_access_log"):
+    for flag in ("no_cache", "no_coalesce", "no_access_log", "no_persist"):
         if getattr(args, flag, False):
             argv.append("--" + flag.replace("_", "-"))
     for opt in ("coalesce", "metrics_port", "log_dir", "max_options", "max_tree_nodes", "max_request_s",
-                "max_connections"):
+                "max_connections", "objects_dir"):
         v = getattr(args, opt, None)
         if v is not None:
             argv += ["--" + opt.replace("_", "-"), str(v)]
@@ -109,7 +109,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return serve(conn, warmup=not args.no_warmup, on_ready=ready, mpi=True if args.mpi else None,
                      limits=_limits(args), cache_entries=0 if args.no_cache else 4096,
                      coalesce="never" if args.no_coalesce else (args.coalesce or "auto"), metrics_port=metrics_port, log_dir=args.log_dir,
-                     access_log=not args.no_access_log, max_connections=args.max_connections)
+                     access_log=not args.no_access_log, max_connections=args.max_connections,
+                     objects_dir=args.objects_dir, persist_objects=not args.no_persist)
     except (RuntimeError, OSError) as e:  # another daemon runs already; cannot write the file
         _print_err(f"optiond serve: {e}")
         return EXIT_FAILED
@@ -350,6 +351,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--log-dir", help="directory of the JSON-lines log (default: $OPTIOND_LOG_DIR, else the user "
                                      "log directory)")
     p.add_argument("--no-access-log", action="store_true", help="log errors only, not every request")
+    p.add_argument("--objects-dir", help="where the named objects (curves, dividends, Heston sets, surfaces) are kept "
+                                         "across restarts (default: $OPTIOND_DATA_DIR/objects, else the user data dir)")
+    p.add_argument("--no-persist", action="store_true", help="keep the named objects in memory only")
     p.add_argument("--no-cache", action="store_true", help="do not answer repeated requests from the cache")
     p.add_argument("--coalesce", choices=("auto", "always", "never"),
                    help="price concurrent one-option requests together: 'auto' (default) where a GPU can take "

@@ -1,6 +1,14 @@
 """The daemon's named market objects: :class:`ObjectOps`, the part of
 :class:`optiond.daemon.server.Server` that answers ``surface_fit``, ``surface_put``,
-``surface_vol``, ``surface_price``, ``objects`` and ``object_drop``.
+``surface_vol``, ``surface_price``, ``objects``, ``object_put``, ``object_get`` and
+``object_drop``.
+
+``object_put {"name", "kind", "document"}`` keeps an object of any kind of
+:mod:`optiond.daemon.object_kinds` (a curve, a dividend schedule, a Heston set, a surface) as
+the next version of the name, or returns the live version when it holds the same document;
+``object_get {"name": name or handle, "known": [handle, created_s]}`` answers the live
+object the name or handle names, with its document unless ``known`` names that very object.
+Both reply with :func:`optiond.daemon.object_kinds.entry_content`.
 
 The objects are kept by :class:`optiond.daemon.objects.ObjectStore` (``self.objects``); the
 requests' content, checks, work and replies are :mod:`optiond.daemon.surface_op`'s. What runs
@@ -18,7 +26,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from . import surface_op
+from . import object_kinds, surface_op
 from .objects import Entry, ObjectStore
 from .protocol import Message
 from .server_parts import _nbytes
@@ -66,6 +74,18 @@ class ObjectOps:
 
     def _op_objects(self, msg: Message, t0: float) -> tuple[dict, list]:
         return surface_op.listing(self.objects), []
+
+    def _op_object_put(self, msg: Message, t0: float) -> tuple[dict, list]:
+        c = msg.content if isinstance(msg.content, dict) else {}
+        entry = object_kinds.put_document(self.objects, c.get("name"), c.get("kind"), c.get("document"))
+        return object_kinds.entry_content(entry, with_document=False), []
+
+    def _op_object_get(self, msg: Message, t0: float) -> tuple[dict, list]:
+        c = msg.content if isinstance(msg.content, dict) else {}
+        entry = self.objects.get(c.get("name"))
+        known = c.get("known")
+        same = isinstance(known, (list, tuple)) and list(known) == [entry.handle, entry.created]
+        return object_kinds.entry_content(entry, with_document=not same), []
 
     def _op_object_drop(self, msg: Message, t0: float) -> tuple[dict, list]:
         ref = msg.content.get("name") if isinstance(msg.content, dict) else None

@@ -61,6 +61,22 @@ def connection_file(path: str | os.PathLike | None = None) -> Path:
     return default_dir() / FILE_NAME
 
 
+#: the directory of the daemon's data (its kept objects go to ``objects`` in it)
+DATA_DIR_ENV = "OPTIOND_DATA_DIR"
+
+
+def objects_dir(path: str | os.PathLike | None = None) -> Path:
+    """Where the daemon keeps its named objects across restarts: ``path`` if given, else
+    ``$OPTIOND_DATA_DIR/objects``, else ``objects`` in the user's data directory
+    (platformdirs: ``~/.local/share/optiond/objects`` on Linux,
+    ``%LOCALAPPDATA%\\optiond\\objects`` on Windows)."""
+    if path:
+        return Path(path)
+    env = os.environ.get(DATA_DIR_ENV)
+    base = Path(env) if env else Path(platformdirs.user_data_dir(APP, appauthor=False))
+    return base / "objects"
+
+
 def log_file(conn_file: Path) -> Path:
     """Where a detached daemon writes its log: beside its connection file, ``<stem>.log``."""
     return conn_file.with_suffix(".log")

@@ -24,7 +24,7 @@ Operations (``msg_type`` ``<op>_request``, answered by ``<op>_reply``): ``ping``
 ``resume``, ``shutdown``, ``chain`` (a whole option chain: market and pricing on rank 0's
 pricing thread in one round trip, :mod:`optiond.daemon.chain_op`), and the named, versioned
 market objects the daemon keeps (:mod:`optiond.daemon.objects`): ``surface_fit``,
-``surface_put``, ``surface_vol``, ``surface_price``, ``objects``, ``object_drop``
+``surface_put``, ``surface_vol``, ``surface_price``, ``objects``, ``object_put``, ``object_get``, ``object_drop``
 (:mod:`optiond.daemon.surface_op`). Every reply has ``status`` ``"ok"`` or ``"error"`` (with a
 short ``error`` text and ``ename``). Messages whose signature is missing or wrong are dropped without
 a reply, counted (``auth_failures``) and logged, rate-limited, as "authentication failure";
@@ -106,7 +106,8 @@ INLINE_MAX_S = 0.002
 BATCH_READ = 128
 #: operations that change the daemon's state: each (session, msg_id) acts once; a copy
 #: (a retry, or a replay within the replay window) gets the first reply again
-ONCE_OPS = frozenset({"shutdown", "drain", "resume", "cancel", "surface_fit", "surface_put", "object_drop"})
+ONCE_OPS = frozenset({"shutdown", "drain", "resume", "cancel", "surface_fit", "surface_put", "object_put",
+                      "object_drop"})
 #: the daemon process's interpreter switch interval (seconds; Python's default is 0.005)
 SWITCH_INTERVAL_S = 0.0005
 #: seconds between two checks that the connection file, its lock and pid file are still this daemon's
@@ -148,6 +149,9 @@ class Server(PricingOps, ObjectOps, ControlOps):
             refused with ``StaleMessage``; within it, a copy of a state-changing request
             (:data:`ONCE_OPS`) gets the first reply again and a copy of a pricing request the
             reply remembered for retries, so a captured message replayed has no new effect.
+        objects_dir: where the named objects are kept across restarts (default
+            :func:`optiond.daemon.paths.objects_dir`); ``persist_objects=False`` keeps them in
+            memory only (:meth:`optiond.daemon.objects.ObjectStore.open`).
     """
 
     def __init__(self, connection_file: str | os.PathLike | None = None, *, ip: str = "127.0.0.1",
@@ -156,7 +160,8 @@ class Server(PricingOps, ObjectOps, ControlOps):
                  metrics_port: int | None = 0, log_dir: str | os.PathLike | None = None, json_log: bool = True,
                  access_log: bool = True, executor: Any = None, ranks: list[dict] | None = None,
                  inline_max_s: float = INLINE_MAX_S, ipc: bool = True, max_connections: int | None = None,
-                 replay_window_s: float = REPLAY_WINDOW_S):
+                 replay_window_s: float = REPLAY_WINDOW_S, objects_dir: str | os.PathLike | None = None,
+                 persist_objects: bool = True):
         if not ipaddress.ip_address(ip).is_loopback:
             raise ValueError(f"the daemon binds loopback addresses only, not {ip}")
         self.connection_file = paths.connection_file(connection_file)
@@ -171,6 +176,7 @@ class Server(PricingOps, ObjectOps, ControlOps):
         self.info: dict[str, Any] = {}
         self.limits = limits or Limits()
         self.objects = ObjectStore(self.limits)
+        self._objects_dir = paths.objects_dir(objects_dir) if persist_objects else None
         self.cache = ReplyCache(cache_entries, cache_bytes)
         self.coalesce_mode = {True: "always", False: "never"}.get(coalesce, coalesce)  # type: ignore[call-overload]
         if self.coalesce_mode not in ("auto", "always", "never"):
@@ -227,7 +233,8 @@ class Server(PricingOps, ObjectOps, ControlOps):
             "cancel": self._op_cancel, "shutdown": self._op_shutdown, "chain": self._op_chain,
             "surface_fit": self._op_surface_fit, "surface_put": self._op_surface_put,
             "surface_vol": self._op_surface_vol, "surface_price": self._op_surface_price,
-            "objects": self._op_objects, "object_drop": self._op_object_drop}
+            "objects": self._op_objects, "object_drop": self._op_object_drop, "object_put": self._op_object_put,
+            "object_get": self._op_object_get}
         # chain and surface requests wait here for rank 0's pricing thread (their replies leave from here)
         self._chain_runner = cf.ThreadPoolExecutor(CHAIN_RUNNERS, thread_name_prefix="optiond-chain")
         self._chain_pending = 0
@@ -247,6 +254,8 @@ class Server(PricingOps, ObjectOps, ControlOps):
             OSError / zmq.ZMQError: the file or a socket cannot be created.
         """
         self._refuse_if_running()
+        if self._objects_dir is not None:
+            self.objects.open(self._objects_dir)  # the objects of the last run, and where the next go
         self.fd_limit = connections.raise_nofile_limit()
         if self._json_log_on:
             from .logs import JsonLog
@@ -451,6 +460,7 @@ class Server(PricingOps, ObjectOps, ControlOps):
                 sock.close()
         self._ctx.destroy(linger=0)  # closes any socket a thread left open, then terms
         self._ctx = None
+        self.objects.close()
         self._lock.release()  # after the connection file is gone: a new daemon starts clean
         log.info("daemon (pid %d) stopped", self.pid)
         if self.json_log is not None:

@@ -167,6 +167,8 @@ def describe(surface: Surface) -> tuple[dict, list[dict]]:
                "expiries": len(surface.slices), "T_first": surface.slices[0].T, "T_last": surface.slices[-1].T,
                "arbitrage_free": st.get("arbitrage_free"),
                "spots": all(s.spot is not None for s in surface.slices)}
+    summary["text"] = (f"{surface.underlying}, {len(surface.slices)} expiries, T {summary['T_first']:.4g} to "
+                       f"{summary['T_last']:.4g} years")
     slices = []
     for s in surface.slices:
         ss = s.stats or {}

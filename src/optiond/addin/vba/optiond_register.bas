@@ -12,10 +12,10 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
             "Steps of the binomial tree, a whole number from 1 to 10,000,000. More steps: more accurate and slower (time grows as N squared); 200 to 2000 is typical.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
             "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.", _
@@ -28,10 +28,10 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
             "Steps of the binomial tree, a whole number from 1 to 10,000,000. More steps: more accurate and slower (time grows as N squared); 200 to 2000 is typical.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
             "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.", _
@@ -44,8 +44,8 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BS_CALL", _
@@ -55,8 +55,8 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BS_IV", _
@@ -67,7 +67,7 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
             "Optional. ""call"" (the default) or ""put"".", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
@@ -78,8 +78,8 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
             "Optional. ""call"" (the default) or ""put"".", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.", _
@@ -93,8 +93,8 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. ""call"" (the default) or ""put"".", _
             "Optional. Steps of the binomial tree, 1 to 10,000,000; default 1000. Time grows as N squared.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
@@ -109,10 +109,10 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
             "Steps of the binomial tree, a whole number from 1 to 10,000,000. More steps: more accurate and slower (time grows as N squared); 200 to 2000 is typical.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. ""call"" (the default) or ""put"".", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
@@ -128,9 +128,9 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 9e-05, ""accurate"" 8e-07, ""high-precision"" 2.7e-08; default ""accurate"". Faster settings are coarser.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!AMERICAN_CALL", _
@@ -140,9 +140,9 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 9e-05, ""accurate"" 8e-07, ""high-precision"" 2.7e-08; default ""accurate"". Faster settings are coarser.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!AMERICAN_IV", _
@@ -153,8 +153,8 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. ""call"" (the default) or ""put"".", _
             "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 9e-05, ""accurate"" 8e-07, ""high-precision"" 2.7e-08; default ""accurate"". Faster settings are coarser.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
@@ -165,7 +165,7 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
             "Target accuracy: root-mean-square error of the price, in the currency of S (0.01 = one cent); > 0 and at least 0.0001 x S. Halving eps takes about four times as long.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
@@ -178,7 +178,7 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
             "Target accuracy: root-mean-square error of the price, in the currency of S (0.01 = one cent); > 0 and at least 0.0001 x S. Halving eps takes about four times as long.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
@@ -191,7 +191,7 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
             "Target accuracy: root-mean-square error of the price, in the currency of S (0.01 = one cent); > 0 and at least 0.0001 x S. Halving eps takes about four times as long.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
@@ -204,7 +204,7 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
             "Target accuracy: root-mean-square error of the price (the digital pays 1), e.g. 0.001; > 0 and at least 0.0001. Halving eps takes about four times as long.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
@@ -217,7 +217,7 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
             "The eps of the MLMC_ price whose standard error you want: target root-mean-square error, in the currency of S (in units of the payout 1 for the digital); > 0, at least 0.0001 x S (x 1 for the digital).", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
@@ -232,13 +232,13 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Continuous dividend yield, annual, as a decimal (0.02 = 2%); 0 for none.", _
-            "Heston initial variance (>= 0), annualised: today's volatility squared (0.04 = 20% volatility).", _
-            "Heston mean-reversion speed of the variance, per year (> 0), e.g. 1.5.", _
-            "Heston long-run variance (>= 0), annualised (0.04 = 20% volatility). The variance stays off zero when 2 x kappa x theta >= xi^2 (Feller condition).", _
-            "Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", _
-            "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives the equity skew.", _
+            "Heston initial variance (>= 0), annualised: today's volatility squared (0.04 = 20% volatility). Or a Heston set's handle (OPTIOND_HESTON), with kappa, theta, xi and rho left out.", _
+            "Optional with a Heston handle as v0, else required. Heston mean-reversion speed of the variance, per year (> 0), e.g. 1.5.", _
+            "Optional with a Heston handle as v0, else required. Heston long-run variance (>= 0), annualised (0.04 = 20% volatility). The variance stays off zero when 2 x kappa x theta >= xi^2 (Feller condition).", _
+            "Optional with a Heston handle as v0, else required. Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", _
+            "Optional with a Heston handle as v0, else required. Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives the equity skew.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. ADI time-stepping scheme of American rows: ""mcs"" (Modified Craig-Sneyd, the default), ""hv"" (Hundsdorfer-Verwer), ""cs"" (Craig-Sneyd) or ""do"" (Douglas).", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
@@ -249,13 +249,13 @@ Public Sub OptiondRegisterFunctions()
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%).", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Continuous dividend yield, annual, as a decimal (0.02 = 2%); 0 for none.", _
-            "Heston initial variance (>= 0), annualised: today's volatility squared (0.04 = 20% volatility).", _
-            "Heston mean-reversion speed of the variance, per year (> 0), e.g. 1.5.", _
-            "Heston long-run variance (>= 0), annualised (0.04 = 20% volatility). The variance stays off zero when 2 x kappa x theta >= xi^2 (Feller condition).", _
-            "Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", _
-            "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives the equity skew.", _
+            "Heston initial variance (>= 0), annualised: today's volatility squared (0.04 = 20% volatility). Or a Heston set's handle (OPTIOND_HESTON), with kappa, theta, xi and rho left out.", _
+            "Optional with a Heston handle as v0, else required. Heston mean-reversion speed of the variance, per year (> 0), e.g. 1.5.", _
+            "Optional with a Heston handle as v0, else required. Heston long-run variance (>= 0), annualised (0.04 = 20% volatility). The variance stays off zero when 2 x kappa x theta >= xi^2 (Feller condition).", _
+            "Optional with a Heston handle as v0, else required. Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", _
+            "Optional with a Heston handle as v0, else required. Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives the equity skew.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. ADI time-stepping scheme of American rows: ""mcs"" (Modified Craig-Sneyd, the default), ""hv"" (Hundsdorfer-Verwer), ""cs"" (Craig-Sneyd) or ""do"" (Douglas).", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
@@ -296,4 +296,32 @@ Public Sub OptiondRegisterFunctions()
             """call"" or ""put"".", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!OPTIOND_CURVE", _
+        Description:="Keeps a zero-rate curve under name (in the optiond daemon, shared by every workbook; without one, in this Excel: NAME#0001@local). Returns its handle, e.g. USD#0003: give it as r to any pricing function.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Name to keep the object under, e.g. ""USD"" (1 to 64 of A-Z a-z 0-9 _ . : / -, case-sensitive). Making it again with other values bumps the version; with the same values the handle stays.", _
+            "The curve's tenors: calendar days from today (30, 91, 365...) or dates, distinct: a row or column.", _
+            "Zero rate at each tenor, annual and continuously compounded, as a decimal (0.043 = 4.3%): a row or column of the same length. Between tenors the log discount r x t is linear; flat beyond.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!OPTIOND_DIVIDENDS", _
+        Description:="Keeps a cash-dividend schedule under name (in the optiond daemon; without one, in this Excel). Returns its handle, e.g. XYZ#0002: give it as q to BOPM_ and AMERICAN_ functions (spot model on the CRR tree).", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Name to keep the object under, e.g. ""USD"" (1 to 64 of A-Z a-z 0-9 _ . : / -, case-sensitive). Making it again with other values bumps the version; with the same values the handle stays.", _
+            "Ex-dividend dates (date cells) or years from now (0.25 = in three months), ascending: a row or column of up to 64. An option gets those from now to its T (at most 8).", _
+            "Cash dividend at each ex-date, in the currency of the underlying (>= 0): a row or column of the same length.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!OPTIOND_HESTON", _
+        Description:="Keeps a Heston parameter set under name (in the optiond daemon; without one, in this Excel). Returns its handle, e.g. SPX-H#0001: give it as v0 to HESTON_CALL or HESTON_PUT and leave kappa...rho out.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Name to keep the object under, e.g. ""USD"" (1 to 64 of A-Z a-z 0-9 _ . : / -, case-sensitive). Making it again with other values bumps the version; with the same values the handle stays.", _
+            "Heston initial variance (>= 0), annualised: today's volatility squared (0.04 = 20% volatility).", _
+            "Heston mean-reversion speed of the variance, per year (> 0), e.g. 1.5.", _
+            "Heston long-run variance (>= 0), annualised (0.04 = 20% volatility). The variance stays off zero when 2 x kappa x theta >= xi^2 (Feller condition).", _
+            "Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", _
+            "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives the equity skew.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!OPTIOND_OBJECTS", _
+        Description:="Lists the live market objects: a header row, then one row per object: handle, kind, summary, created (UTC). The daemon's first, then this Excel's own (handles ending @local). Recalculate (F9) to refresh.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
 End Sub

@@ -144,7 +144,7 @@ failed:
     BS_PUT = Err.Description
 End Function
 
-Function HESTON_CALL(S, K, T, r, q, v0, kappa, theta, xi, rho, Optional american, Optional scheme, Optional valuation)
+Function HESTON_CALL(S, K, T, r, q, v0, Optional kappa, Optional theta, Optional xi, Optional rho, Optional american, Optional scheme, Optional valuation)
     #If App = "Microsoft Excel" Then
         If TypeOf Application.Caller Is Range Then On Error GoTo failed
         HESTON_CALL = XLPy.CallUDF("optiond.addin.functions", "HESTON_CALL", Array(S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme, valuation), ActiveWorkbook, Application.Caller)
@@ -157,7 +157,7 @@ failed:
     HESTON_CALL = Err.Description
 End Function
 
-Function HESTON_PUT(S, K, T, r, q, v0, kappa, theta, xi, rho, Optional american, Optional scheme, Optional valuation)
+Function HESTON_PUT(S, K, T, r, q, v0, Optional kappa, Optional theta, Optional xi, Optional rho, Optional american, Optional scheme, Optional valuation)
     #If App = "Microsoft Excel" Then
         If TypeOf Application.Caller Is Range Then On Error GoTo failed
         HESTON_PUT = XLPy.CallUDF("optiond.addin.functions", "HESTON_PUT", Array(S, K, T, r, q, v0, kappa, theta, xi, rho, american, scheme, valuation), ActiveWorkbook, Application.Caller)
@@ -233,6 +233,58 @@ Function MLMC_STDERR(S, K, T, r, sigma, eps, Optional q, Optional seed, Optional
     #End If
 failed:
     MLMC_STDERR = Err.Description
+End Function
+
+Function OPTIOND_CURVE(name, days_or_dates, rates)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        OPTIOND_CURVE = XLPy.CallUDF("optiond.addin.functions", "OPTIOND_CURVE", Array(name, days_or_dates, rates), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        OPTIOND_CURVE = XLPy.CallUDF("optiond.addin.functions", "OPTIOND_CURVE", Array(name, days_or_dates, rates))
+        Exit Function
+    #End If
+failed:
+    OPTIOND_CURVE = Err.Description
+End Function
+
+Function OPTIOND_DIVIDENDS(name, ex_dates, amounts)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        OPTIOND_DIVIDENDS = XLPy.CallUDF("optiond.addin.functions", "OPTIOND_DIVIDENDS", Array(name, ex_dates, amounts), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        OPTIOND_DIVIDENDS = XLPy.CallUDF("optiond.addin.functions", "OPTIOND_DIVIDENDS", Array(name, ex_dates, amounts))
+        Exit Function
+    #End If
+failed:
+    OPTIOND_DIVIDENDS = Err.Description
+End Function
+
+Function OPTIOND_HESTON(name, v0, kappa, theta, xi, rho)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        OPTIOND_HESTON = XLPy.CallUDF("optiond.addin.functions", "OPTIOND_HESTON", Array(name, v0, kappa, theta, xi, rho), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        OPTIOND_HESTON = XLPy.CallUDF("optiond.addin.functions", "OPTIOND_HESTON", Array(name, v0, kappa, theta, xi, rho))
+        Exit Function
+    #End If
+failed:
+    OPTIOND_HESTON = Err.Description
+End Function
+
+Function OPTIOND_OBJECTS()
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        OPTIOND_OBJECTS = XLPy.CallUDF("optiond.addin.functions", "OPTIOND_OBJECTS", Array(), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        OPTIOND_OBJECTS = XLPy.CallUDF("optiond.addin.functions", "OPTIOND_OBJECTS", Array())
+        Exit Function
+    #End If
+failed:
+    OPTIOND_OBJECTS = Err.Description
 End Function
 
 Function PARITY_FORWARD(strikes, call_mids, put_mids, T, Optional rate, Optional valuation)

@@ -1,0 +1,324 @@
+"""The kinds of named market object the object store keeps (:mod:`optiond.daemon.objects`),
+each as a document (a JSON-ready map: what travels over the wire and what the data directory
+holds) and as the object the pricing rows read.
+
+=============  ======================================================  ==========================================
+kind           document                                                object
+=============  ======================================================  ==========================================
+``curve``      ``{"days": [...], "rates": [...]}``: tenors in calendar  :class:`optiond.market.curve.ZeroCurve`:
+               days (> = 0, distinct), zero rates as annual decimals,   log discount linear in t between points
+               continuously compounded                                  (Hagan & West 2006, "raw"), flat beyond
+``dividends``  ``{"ex_dates": [...], "amounts": [...]}``: ex-dates as   :class:`CashDividends`
+               years from now (numbers) or ``YYYY-MM-DD`` dates (not
+               mixed), ascending; cash amounts >= 0 (currency units);
+               1 to :data:`MAX_SCHEDULE` dividends
+``heston``     ``{"v0", "kappa", "theta", "xi", "rho"}``                :class:`HestonParameters`
+``surface``    an ``optiond.surface`` document                          :class:`optiond.surface.Surface`
+               (:meth:`~optiond.surface.Surface.to_dict`)
+=============  ======================================================  ==========================================
+
+:func:`build` checks a document and makes the object (an :class:`optiond.models.InvalidInputError`
+naming the field says what is wrong), :func:`document` gives it back, :func:`summary` the few
+plain fields a listing shows (with ``text``, one line for a cell), :func:`digest` a fingerprint of
+the document (two puts of the same document under one name make one version).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import math
+import re
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..market.curve import DAYS_PER_YEAR, CurveError, ZeroCurve
+from ..models import InvalidInputError
+
+#: the kinds, in the order listings name them
+KINDS = ("curve", "dividends", "heston", "surface")
+#: the most dividends one schedule object holds (an option still takes at most
+#: :data:`optiond.models.MAX_DIVIDENDS` before its expiry)
+MAX_SCHEDULE = 64
+#: the most points one curve holds
+MAX_CURVE_POINTS = 1000
+#: the Heston parameters, in the order of the worksheet functions
+HESTON_PARAMETERS = ("v0", "kappa", "theta", "xi", "rho")
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CashDividends:
+    """A cash-dividend schedule: ``ex_dates`` (years from the valuation, or ISO dates) and
+    ``amounts`` (currency units), ascending.
+
+    The spot model on the CRR tree (:data:`optiond.models.DIVIDEND_FIELDS`): S drops by the
+    amount on each ex-date. A date counts from the valuation instant to 09:30 New York on that
+    day (:func:`optiond.dividends.ex_date_years`)."""
+
+    ex_dates: tuple
+    amounts: tuple
+
+    @property
+    def dated(self) -> bool:
+        return bool(self.ex_dates) and isinstance(self.ex_dates[0], str)
+
+    def years(self, valuation: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(times, amounts)`` float64 (m,): ex-dates in years from ``valuation`` (a UTC
+        ``pandas.Timestamp``; default now, for dated schedules only)."""
+        a = np.asarray(self.amounts, dtype=np.float64)
+        if not self.dated:
+            return np.asarray(self.ex_dates, dtype=np.float64), a
+        import pandas as pd
+
+        from ..dividends import ex_date_years
+
+        at = pd.Timestamp.now(tz="UTC") if valuation is None else valuation
+        return np.array([ex_date_years(at, d) for d in self.ex_dates], dtype=np.float64), a
+
+    def rows(self, expiry: np.ndarray, valuation: Any = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each row's schedule, shape (n, m) NaN-padded (the engine's columns): the dividends
+        with an ex-date in ``[0, T]`` of the row's T (years, shape (n,)); a past ex-date is
+        already in the spot. None when no row has one."""
+        t, a = self.years(valuation)
+        T = np.asarray(expiry, dtype=np.float64).reshape(-1)
+        with np.errstate(invalid="ignore"):
+            keep = (t[None, :] >= 0.0) & (t[None, :] <= T[:, None])
+        m = int(keep.sum(axis=1).max()) if keep.size else 0
+        if m == 0:
+            return None
+        times = np.full((T.size, m), np.nan)
+        amounts = np.full((T.size, m), np.nan)
+        for i in range(T.size):
+            j = np.flatnonzero(keep[i])
+            times[i, : j.size], amounts[i, : j.size] = t[j], a[j]
+        return times, amounts
+
+
+@dataclasses.dataclass(frozen=True)
+class HestonParameters:
+    """The Heston model's v0 (initial variance), kappa (mean reversion, per year), theta
+    (long-run variance), xi (volatility of variance) and rho (spot-variance correlation)."""
+
+    v0: float
+    kappa: float
+    theta: float
+    xi: float
+    rho: float
+
+    @property
+    def feller(self) -> bool:
+        """Whether 2 kappa theta >= xi^2 (the variance stays off zero)."""
+        return 2.0 * self.kappa * self.theta >= self.xi ** 2
+
+    def values(self) -> tuple[float, ...]:
+        """The five parameters in :data:`HESTON_PARAMETERS` order."""
+        return (self.v0, self.kappa, self.theta, self.xi, self.rho)
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+def _numbers(doc: Mapping[str, Any], key: str, *, low: int = 1, high: int) -> list:
+    v = doc.get(key)
+    if not isinstance(v, (list, tuple)) or not low <= len(v) <= high:
+        raise InvalidInputError(key, None, type(v).__name__ if not isinstance(v, (list, tuple)) else f"{len(v)} values",
+                                f"must be a list of {low} to {high} values")
+    return list(v)
+
+
+def _finite(x: Any, key: str, i: int | None = None) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise InvalidInputError(key, i, x, "must be a finite number")
+    return float(x)
+
+
+def _curve(doc: Mapping[str, Any]) -> ZeroCurve:
+    days = [_finite(x, "days", i) for i, x in enumerate(_numbers(doc, "days", high=MAX_CURVE_POINTS))]
+    rates = _numbers(doc, "rates", high=MAX_CURVE_POINTS)
+    if len(rates) != len(days):
+        raise InvalidInputError("rates", None, f"{len(rates)} rates", f"one rate per tenor: {len(days)} tenors")
+    rates = [_finite(x, "rates", i) for i, x in enumerate(rates)]
+    try:
+        return ZeroCurve.from_points(days, rates, source="curve")
+    except CurveError as e:
+        raise InvalidInputError("curve", None, f"{len(days)} points", str(e).removeprefix("curve: ")) from None
+
+
+def _dividends(doc: Mapping[str, Any]) -> CashDividends:
+    when = _numbers(doc, "ex_dates", high=MAX_SCHEDULE)
+    amounts = _numbers(doc, "amounts", high=MAX_SCHEDULE)
+    if len(amounts) != len(when):
+        raise InvalidInputError("amounts", None, f"{len(amounts)} amounts", f"one amount per ex-date: {len(when)}")
+    dated = [isinstance(x, str) for x in when]
+    if any(dated) and not all(dated):
+        raise InvalidInputError("ex_dates", None, "dates and years", "give every ex-date as a date or every one in years")
+    if all(dated):
+        keys = []
+        for i, x in enumerate(when):
+            try:
+                keys.append(_dt.date.fromisoformat(x.strip()) if _DATE.fullmatch(x.strip()) else None)
+            except ValueError:
+                keys.append(None)
+            if keys[-1] is None:
+                raise InvalidInputError("ex_dates", i, x, "must be a date YYYY-MM-DD")
+        when = [d.isoformat() for d in keys]
+    else:
+        when = keys = [_finite(x, "ex_dates", i) for i, x in enumerate(when)]
+        for i, x in enumerate(when):
+            if x < 0:
+                raise InvalidInputError("ex_dates", i, x, "must be >= 0 years from now")
+    for i in range(1, len(keys)):
+        if keys[i] < keys[i - 1]:
+            raise InvalidInputError("ex_dates", i, when[i], "ex-dates must be in ascending order")
+    amounts = [_finite(x, "amounts", i) for i, x in enumerate(amounts)]
+    for i, x in enumerate(amounts):
+        if x < 0:
+            raise InvalidInputError("amounts", i, x, "must be >= 0")
+    return CashDividends(tuple(when), tuple(amounts))
+
+
+def _heston(doc: Mapping[str, Any]) -> HestonParameters:
+    v = {k: _finite(doc.get(k), k) for k in HESTON_PARAMETERS}
+    for k, strict in (("v0", False), ("kappa", True), ("theta", False), ("xi", True)):
+        if v[k] < 0 or (strict and v[k] == 0):
+            raise InvalidInputError(k, None, v[k], f"must be {'>' if strict else '>='} 0")
+    if not -1.0 <= v["rho"] <= 1.0:
+        raise InvalidInputError("rho", None, v["rho"], "must be between -1 and 1")
+    return HestonParameters(**v)
+
+
+def _surface(doc: Mapping[str, Any]) -> Any:
+    from ..surface import points
+
+    try:
+        return points.checked_surface(doc)
+    except ValueError as e:
+        raise InvalidInputError("surface", None, "the document", str(e)) from None
+
+
+_BUILD = {"curve": _curve, "dividends": _dividends, "heston": _heston, "surface": _surface}
+
+
+def check_kind(kind: Any) -> str:
+    """``kind`` if it is one of :data:`KINDS`.
+
+    Raises:
+        InvalidInputError: another value (field ``kind``).
+    """
+    if kind not in KINDS:
+        raise InvalidInputError("kind", None, kind, f"expected one of {list(KINDS)}")
+    return kind
+
+
+def build(kind: str, doc: Any) -> Any:
+    """The object of kind ``kind`` a document describes, checked (see the module docstring).
+
+    Raises:
+        InvalidInputError: an unknown kind, a document that is not a map, or a bad field
+            (named in the error: ``days``, ``rates``, ``ex_dates``, ``amounts``, a Heston
+            parameter, ``surface``).
+    """
+    check_kind(kind)
+    if not isinstance(doc, Mapping):
+        raise InvalidInputError("document", None, type(doc).__name__, f"a {kind} document must be a map")
+    return _BUILD[kind](doc)
+
+
+def document(kind: str, obj: Any) -> dict:
+    """The JSON-ready document of an object :func:`build` made."""
+    if kind == "curve":
+        return {"days": [float(x) for x in np.asarray(obj.years) * DAYS_PER_YEAR],
+                "rates": [float(x) for x in obj.rates]}
+    if kind == "dividends":
+        return {"ex_dates": list(obj.ex_dates), "amounts": [float(x) for x in obj.amounts]}
+    if kind == "heston":
+        return dataclasses.asdict(obj)
+    from ..surface.model import json_ready
+
+    return json_ready(obj.to_dict())
+
+
+def canonical(doc: Any) -> str:
+    """A document as canonical JSON text (sorted keys, no spaces): what is stored and hashed."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def digest(kind: str, doc: Any) -> str:
+    """A fingerprint of a kind and document (SHA-256 of its canonical JSON)."""
+    return hashlib.sha256((kind + "\n" + canonical(doc)).encode()).hexdigest()
+
+
+def _pct(x: float) -> str:
+    return f"{100.0 * x:.4g}%"
+
+
+def summary(kind: str, obj: Any) -> dict:
+    """A few plain fields of an object for listings (JSON-ready), ``text`` among them: one
+    short line such as ``5 points, 30 to 3650 days, 4.1% to 4.45%``."""
+    if kind == "curve":
+        days = np.asarray(obj.years) * DAYS_PER_YEAR
+        out = {"points": int(days.size), "days_first": float(days[0]), "days_last": float(days[-1]),
+               "rate_min": float(np.min(obj.rates)), "rate_max": float(np.max(obj.rates))}
+        span = f"{out['days_first']:g} to {out['days_last']:g} days" if days.size > 1 else f"{out['days_first']:g} days"
+        rates = (_pct(out["rate_min"]) if out["rate_min"] == out["rate_max"]
+                 else f"{_pct(out['rate_min'])} to {_pct(out['rate_max'])}")
+        out["text"] = f"{days.size} point{'s' if days.size > 1 else ''}, {span}, {rates}"
+        return out
+    if kind == "dividends":
+        first, last = obj.ex_dates[0], obj.ex_dates[-1]
+        out = {"dividends": len(obj.amounts), "first": first, "last": last, "total": float(sum(obj.amounts)),
+               "dated": obj.dated}
+
+        def when(x: Any) -> str:
+            return x if obj.dated else f"{x:g} years"
+
+        n = len(obj.amounts)
+        span = when(first) if n == 1 else f"{when(first)} to {when(last)}"
+        out["text"] = f"{n} dividend{'s' if n > 1 else ''}, {span}, {out['total']:g} in all"
+        return out
+    if kind == "heston":
+        out = dataclasses.asdict(obj) | {"feller": obj.feller}
+        out["text"] = ", ".join(f"{k} {getattr(obj, k):g}" for k in HESTON_PARAMETERS) + \
+            ("" if obj.feller else " (Feller condition fails)")
+        return out
+    from .surface_op import describe
+
+    return describe(obj)[0]
+
+
+# ---------------------------------------------------------------------------- in a store
+
+
+def put_document(store: Any, name: str, kind: str, doc: Any) -> Any:
+    """Check ``doc`` and keep the object as the next version of ``name`` in ``store`` (an
+    :class:`optiond.daemon.objects.ObjectStore`), unless the live version holds the same
+    document (then that entry). Returns the :class:`~optiond.daemon.objects.Entry`.
+
+    Raises:
+        InvalidInputError: as :func:`build`, or a bad name.
+        WrongKind, LimitExceeded: as :meth:`~optiond.daemon.objects.ObjectStore.put`.
+    """
+    obj = build(kind, doc)
+    canon = document(kind, obj)
+    return store.put(name, kind, obj, len(canonical(canon)), summary(kind, obj), digest(kind, canon))
+
+
+def entry_content(entry: Any, with_document: bool = True) -> dict:
+    """An entry as the ``object_put`` and ``object_get`` replies carry it: its listing
+    (``name``, ``kind``, ``version``, ``handle``, ``created`` ISO 8601, ``bytes``,
+    ``summary``), ``created_s`` (seconds since the epoch: with the handle, what names this
+    very object) and, with ``with_document``, its ``document``."""
+    out = entry.listing()
+    out["created_s"] = entry.created
+    if with_document:
+        out["document"] = document(entry.kind, entry.payload)
+    return out
+
+
+__all__ = ["HESTON_PARAMETERS", "KINDS", "MAX_CURVE_POINTS", "MAX_SCHEDULE", "CashDividends", "HestonParameters",
+           "build", "canonical", "check_kind", "digest", "document", "entry_content", "put_document", "summary"]
