@@ -43,8 +43,12 @@ def test_implied_vols_for_two_sided_quotes(spy_result):
     assert (two_sided.status == "ok").mean() > 0.80
     ok = out[out.status == "ok"]
     assert ok.iv.between(1e-4, 10).all() and ok[["model_price", "delta", "gamma", "vega"]].notna().all().all()
-    # the model price at the implied vol reproduces the mid
-    np.testing.assert_allclose(ok.model_price, ok.mid, atol=1e-6)
+    # the model price at the implied vol reproduces the mid: to 1e-6 on the tree and the closed
+    # form; the spectral engine's "fast" price (the chain's default) moves in steps of a few 1e-6
+    # in the volatility (3.4e-6 at sigma 0.21 for a 5-day put), inside its 9e-5 error, so 1e-5 there
+    spectral = (ok.method == "spectral").to_numpy()
+    np.testing.assert_allclose(ok.model_price[~spectral], ok.mid[~spectral], atol=1e-6)
+    np.testing.assert_allclose(ok.model_price[spectral], ok.mid[spectral], atol=1e-5)
 
 
 def test_liquid_near_the_money_ivs_agree_with_the_file(spy_result):

@@ -83,7 +83,8 @@ def test_duplicate_columns_are_refused_unknown_ones_warned(tmp_path, capsys):
     unknown = write(tmp_path / "unknown.csv", "kind,spot,strike,expiry,rate,volatility,desk,trader\n"
                                               "put,100,100,1,0.05,0.2,rates,ann\n")
     out_path = tmp_path / "out.csv"
-    rc, err, _ = run_cli(capsys, "price", unknown, "--no-daemon", "-o", str(out_path), "--steps", "200")
+    rc, err, _ = run_cli(capsys, "price", unknown, "--no-daemon", "-o", str(out_path), "--steps", "200",
+                         "--method", "binomial")
     assert rc == 0
     assert err[0] == "optiond price: warning: ignoring unknown columns desk, trader"
     out = pd.read_csv(out_path)
@@ -165,7 +166,7 @@ def test_daemon_only_without_a_daemon_says_what_to_do(tmp_path, capsys, monkeypa
 def test_refused_request_is_one_line(tmp_path, capsys, daemon):
     # every row within the limits, the whole over max_tree_nodes (1000 x 2e8 nodes x 5 > 6e11)
     src = book(tmp_path, [dict(strike=80.0 + i * 0.04) for i in range(1000)])
-    rc, err, _ = run_cli(capsys, "price", src, "--daemon-only", "--steps", "20000")
+    rc, err, _ = run_cli(capsys, "price", src, "--daemon-only", "--steps", "20000", "--method", "binomial")
     assert_one_line(rc, err, EXIT_DAEMON, "refused", "tree nodes")
 
 

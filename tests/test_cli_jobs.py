@@ -54,8 +54,9 @@ def _default_sigint() -> None:
 
 
 def price_cli(src: Path, dst: Path, steps: int, env: dict) -> subprocess.Popen:
+    """``optiond price`` of ``src`` on the CRR tree of ``steps`` steps (the work these jobs size)."""
     return subprocess.Popen([sys.executable, "-m", "optiond.cli", "price", str(src), "-o", str(dst), "--steps",
-                             str(steps), "--no-greeks", "--daemon-only"], env=env, stdout=subprocess.DEVNULL,
+                             str(steps), "--no-greeks", "--daemon-only", "--method", "binomial"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
 
 

@@ -133,7 +133,8 @@ def test_panel_portfolio_joins_results_as_the_cli_does(tmp_path):
     same file: the Heston inputs kept, the Greeks beside them under their own names."""
     book, path = _heston_book(tmp_path)
     dst = tmp_path / "out.csv"
-    assert cli_main(["price", path, "-o", str(dst), "--no-daemon", "--steps", "80"]) == 0
+    # the panel's portfolio prices on the tree by default: the CLI's --method binomial
+    assert cli_main(["price", path, "-o", str(dst), "--no-daemon", "--steps", "80", "--method", "binomial"]) == 0
     cli = pd.read_csv(dst)
     out = backend.run_batch(pd.read_csv(path), "portfolio", EngineClient(), backend.BatchSettings(steps=80),
                             cancel=threading.Event())

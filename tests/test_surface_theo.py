@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy.stats import norm
 
-from optiond.chain import DEFAULT_STEPS
+from optiond.chain import DEFAULT_ACCURACY, DEFAULT_STEPS
 from optiond.models import GREEK_FIELDS, Method
 from optiond.pricer import LocalPricer
 from optiond.surface import SVI, Slice, Surface
@@ -69,19 +69,21 @@ def test_iv_fit_is_the_slices_vol_at_the_forward_moneyness(surface):
     assert np.isnan(iv[20:]).all()  # T after the last slice, before the first, no strike
 
 
-def test_theo_is_the_engine_price_at_iv_fit_to_the_bit(surface):
+@pytest.mark.parametrize("american", ["auto", "binomial"])
+def test_theo_is_the_engine_price_at_iv_fit_to_the_bit(surface, american):
     df = chain_rows()
-    out = apply_surface(df, surface)
+    out = apply_surface(df, surface, method=american)
     assert list(out.columns[-len(THEO_COLUMNS):]) == list(THEO_COLUMNS)
     pd.testing.assert_frame_equal(out[df.columns], df)
-    for style, name in (("american", "binomial"), ("european", "black-scholes")):
+    # auto: American rows by the spectral engine at the chain's accuracy (no cash dividends here)
+    for style, name in (("american", "spectral" if american == "auto" else "binomial"), ("european", "black-scholes")):
         r = np.flatnonzero((df["style"] == style).to_numpy() & np.isfinite(out["iv_fit"].to_numpy()))
         assert r.size == 10
         cols = dict(kind=df["type"].to_numpy(object)[r], style=df["style"].to_numpy(object)[r],
                     spot=df["spot"].to_numpy()[r], strike=df["strike"].to_numpy()[r],
                     expiry=df["expiry_years"].to_numpy()[r], rate=df["rate"].to_numpy()[r],
                     dividend_yield=df["dividend_yield"].to_numpy()[r], volatility=out["iv_fit"].to_numpy()[r])
-        ref = LocalPricer().price_table(cols, Method(name=name, steps=DEFAULT_STEPS))
+        ref = LocalPricer().price_table(cols, Method(name=name, steps=DEFAULT_STEPS, accuracy=DEFAULT_ACCURACY))
         np.testing.assert_array_equal(out["theo"].to_numpy()[r], ref.price)
         for g in GREEK_FIELDS:
             np.testing.assert_array_equal(out[f"theo_{g}"].to_numpy()[r], getattr(ref, g))

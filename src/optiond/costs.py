@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
-from .models import MAX_STEPS, Method, validate_steps
+from .models import AMERICAN, MAX_STEPS, STYLE_CODES, Method, _codes, auto_methods, validate_steps
 
 #: tree evaluations per implied volatility (Brent's method to 1e-12 takes 30 to 60)
 IV_TREES = 50
@@ -308,6 +308,47 @@ def _spectral(method: Method, columns: Mapping[str, Any], n: int, op: str, caps:
     return n * per * solves, 0
 
 
+def _auto_rows(columns: Mapping[str, Any], n: int) -> np.ndarray:
+    """The method ``auto`` gives each row of raw request columns (:func:`optiond.models.auto_methods`
+    of the ``style`` column, American where missing or unreadable, and the cash-dividend schedule)."""
+    raw = columns.get("style", "american")
+    try:
+        style = _codes(raw, STYLE_CODES, "style", n if np.ndim(raw) == 0 else np.shape(raw)[0])[0]
+    except (TypeError, ValueError):
+        style = np.full(n, AMERICAN, dtype=np.int8)
+    t = columns.get("dividend_times")
+    cash = np.zeros(n, dtype=bool)
+    if t is not None and np.ndim(t) in (1, 2):
+        with np.errstate(invalid="ignore"):
+            has = np.isfinite(np.asarray(t, dtype=np.float64))
+        cash = np.broadcast_to(has.any(), (n,)) if np.ndim(t) == 1 else has.any(axis=1)
+    if style.shape != (n,) or cash.shape != (n,):  # columns of another length: the engine refuses the table
+        return auto_methods(np.full(n, AMERICAN, dtype=np.int8), np.zeros(n, dtype=bool))
+    return auto_methods(style, cash)
+
+
+def _auto(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: Caps | None) -> tuple[float, int]:
+    """The method ``auto``: each row at its own method's work (:func:`_auto_rows`): spectral
+    rows as :func:`_spectral`, tree rows as :func:`_binomial` (their own N), closed-form rows
+    :data:`CLOSED_FORM_WORK`; all in tree-node units."""
+    names = _auto_rows(columns, n)
+    spectral = int(np.count_nonzero(names == "spectral"))
+    work = _spectral(method, columns, spectral, op, caps)[0] if spectral else 0.0
+    work += _closed_form(method, columns, int(np.count_nonzero(names == "black-scholes")), op, caps)[0]
+    tree = names == "binomial"
+    max_steps = 0
+    if tree.any():
+        steps = row_steps(columns, method, n)
+        rows = costed_tree_work_rows(steps, method.greeks, op, caps)
+        if steps.size == 1:
+            work += float(rows[0]) * int(np.count_nonzero(tree))
+            max_steps = int(steps[0]) if rows[0] > 0 else 0
+        else:
+            work += float(rows[tree].sum())
+            max_steps = int(np.where(rows > 0, steps, 0)[tree].max(initial=0))
+    return work, max_steps
+
+
 #: method name -> (model label, work function(method, columns, n, op, caps) -> (work, max_steps),
 #: ns per work unit relative to a tree node). New pricing methods register here.
 COST_MODELS: dict[str, tuple[str, Callable[..., tuple[float, int]], float]] = {
@@ -318,6 +359,9 @@ COST_MODELS: dict[str, tuple[str, Callable[..., tuple[float, int]], float]] = {
     "adi": ("adi", _adi, 40.0),
     "spectral": ("spectral", _spectral, 1.0),
     "heston": ("heston", _heston, 1.0),
+    # a method per row: its trees, spectral solves and closed forms together, all in tree-node
+    # units, are checked against the tree-node limit as a request of several methods is
+    "auto": ("mixed", _auto, 1.0),
 }
 
 

@@ -29,8 +29,8 @@ from . import limits
 from .kernels import black_scholes
 from .kernels import gpu as gpus
 from .kernels.binomial import cpu as binomial_cpu
-from .models import (AMERICAN, GREEK_FIELDS, Batch, ImpliedVol, InvalidInputError, Method, Result, RowError,
-                     object_full, pd_numeric, scalar_row, validate_columns, validate_steps)
+from .models import (AMERICAN, AUTO, EUROPEAN, GREEK_FIELDS, Batch, ImpliedVol, InvalidInputError, Method, Result,
+                     RowError, auto_methods, object_full, pd_numeric, scalar_row, validate_columns, validate_steps)
 
 R = TypeVar("R", Result, ImpliedVol)
 
@@ -42,8 +42,9 @@ FRONT_DOORS = {"binomial": "optiond.kernels.binomial", "black-scholes": "optiond
                "mlmc": "optiond.kernels.mlmc", "adi": "optiond.kernels.adi", "spectral": "optiond.kernels.spectral",
                "heston": "optiond.kernels.heston"}
 
-#: methods that take cash-dividend rows (the spectral front door sends them to the tree)
-CASH_DIVIDEND_METHODS = ("binomial", "spectral")
+#: methods that take cash-dividend rows (the spectral front door sends them to the tree, and so
+#: does ``auto``)
+CASH_DIVIDEND_METHODS = ("binomial", "spectral", AUTO)
 #: methods with an implied-volatility inversion of their own (the rest invert the closed form)
 IV_METHODS = ("binomial", "spectral")
 
@@ -59,7 +60,9 @@ def _wants_gpu(batch: Batch | None, method: Method) -> bool:
     worth it (binomial: the calibrated dispatch; MLMC: always; ADI: from 8 options). A request
     for ``"gpu"`` is tried even where no GPU answers (unless ``OPTIOND_DISABLE_GPU`` hides it),
     so that the result's ``gpu_fallback`` says why it ran on the CPU. Without a batch (a table not yet split by method) it answers for
-    ``"gpu"`` only."""
+    ``"gpu"`` only; so it does for ``auto``, whose rows each go through their own method."""
+    if method.name == AUTO:
+        return method.device == "gpu" and not gpus.disabled()
     if method.device == "cpu" or not front_door(method.name).GPU:
         return False
     if method.device == "gpu":  # asked for: tried (unless switched off), a failure logged and noted
@@ -109,12 +112,77 @@ def _cash_rows(arrays: Mapping[str, np.ndarray], n: int) -> np.ndarray:
     return np.zeros(n, dtype=bool) if t is None else (~np.isnan(t)).any(axis=1)
 
 
+def _auto_groups(batch: Batch, method: Method) -> list[tuple[np.ndarray, Method]]:
+    """The rows of each method ``auto`` gives a batch (:func:`optiond.models.auto_methods`),
+    each with its method (``method`` renamed, its per-row steps taken for those rows)."""
+    n = len(batch)
+    names = auto_methods(batch.style, _cash_rows(batch.columns(), n))
+    out = []
+    for name in ("spectral", "binomial", "black-scholes"):
+        rows = np.flatnonzero(names == name)
+        if rows.size:
+            steps = method.steps if np.ndim(method.steps) == 0 else np.asarray(method.steps)[rows]
+            out.append((rows, dataclasses.replace(method, name=name, steps=steps)))
+    return out
+
+
+def row_methods(columns: Mapping[str, Any], method: Method | None = None) -> np.ndarray:
+    """What prices each row of a table, as :func:`price_table` (and :func:`implied_vol_table`)
+    price it: the row's method (its ``method`` cell, else ``method.name``), ``auto`` resolved
+    (:func:`optiond.models.auto_methods`), and the spectral front door's own routing applied
+    (:func:`optiond.kernels.spectral.route_rows`: its closed-form rows say ``black-scholes``, its
+    tree rows ``binomial``).
+
+    Args:
+        columns: the table's columns as :func:`price_table` takes them (``volatility`` not
+            needed).
+        method: the default method.
+
+    Returns:
+        object array (n,): a name of :data:`optiond.models.METHODS` other than ``auto`` per row,
+        ``""`` where a row's inputs or method cell are invalid (priced by nobody).
+
+    Raises:
+        InvalidInputError: only for problems of the whole table, as :func:`price_table`.
+    """
+    method = method or Method()
+    cols = dict(columns)
+    cols.setdefault("volatility", 0.2)  # not an input of the choice
+    arrays, errors = validate_columns(cols)
+    n = arrays["spot"].shape[0]
+    names, m_err = _method_column(columns, n, method)
+    cash = _cash_rows(arrays, n)
+    names = _resolve_auto(names, arrays["style"], cash)
+    spectral = np.flatnonzero(names == "spectral")
+    if spectral.size:
+        door = front_door("spectral")
+        where = door.route_rows(arrays["kind"][spectral], arrays["style"][spectral], arrays["rate"][spectral],
+                                arrays["dividend_yield"][spectral], cash[spectral])
+        names[spectral] = np.asarray(door.ROUTE_METHODS, dtype=object)[where]
+    for e in errors + m_err:
+        names[e.row] = ""
+    return names
+
+
+def _resolve_auto(names: np.ndarray, style: np.ndarray, cash: np.ndarray) -> np.ndarray:
+    """``names`` with each ``auto`` replaced by the method :func:`optiond.models.auto_methods`
+    gives its row (a copy where any is)."""
+    auto = names == AUTO
+    if not auto.any():
+        return names
+    names = names.copy()
+    names[auto] = auto_methods(style, cash)[auto]
+    return names
+
+
 def price(batch: Batch, method: Method | None = None) -> Result:
     """Price a validated batch through the method's front door (:data:`FRONT_DOORS`).
 
     Args:
         batch: n contracts with market inputs (:class:`optiond.models.Batch`).
         method: how (:class:`optiond.models.Method`); default CRR binomial, 1000 steps.
+            ``auto``: each row by the method :func:`optiond.models.auto_methods` gives it
+            (:func:`row_methods` says which priced it), the same numbers as that method alone.
 
     Returns:
         :class:`optiond.models.Result` with price and Greeks (shape (n,)), per-row status
@@ -129,7 +197,11 @@ def price(batch: Batch, method: Method | None = None) -> Result:
     n = len(batch)
     if method.name not in CASH_DIVIDEND_METHODS and _cash_rows(batch.columns(), n).any():
         raise InvalidInputError("dividend_times", None, None, CASH_DIVIDENDS_BINOMIAL.split(": ", 1)[1])
-    if n:
+    if method.name == AUTO and n:
+        res = Result.empty(n)
+        for rows, m in _auto_groups(batch, method):
+            price(batch if rows.size == n else batch.take(rows), m).scatter(res, rows)
+    elif n:
         door = front_door(method.name)
         device = "gpu" if _wants_gpu(batch, method) else "cpu"
         what = "binomial pricing" if method.name == "binomial" else method.name.upper()
@@ -243,8 +315,8 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
 
     Args:
         columns: the eight batch columns (see :func:`optiond.models.validate_columns`), plus
-            optional per-row ``method`` (``binomial`` / ``black-scholes``; blank = default)
-            and ``steps`` columns. Scalars broadcast.
+            optional per-row ``method`` (a name of :data:`optiond.models.METHODS`, ``auto``
+            among them; blank = the default) and ``steps`` columns. Scalars broadcast.
         method: the default method and settings (steps, device, greeks).
 
     Returns:
@@ -268,12 +340,15 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
                 method, name=method.name if m in (None, "") else str(m), steps=method.steps if steps_raw is None else steps_raw)
         except (InvalidInputError, TypeError, ValueError):
             one = None
+        if one is not None and one.name == AUTO:  # no cash dividends on this path
+            one = dataclasses.replace(one, name="black-scholes" if row[1] == EUROPEAN else "spectral")
         res = _price_scalar(row, one, t0) if one is not None else None
         if res is not None:
             return res
     arrays, errors = validate_columns(columns)
     n = arrays["spot"].shape[0]
     names, m_err = _method_column(columns, n, method)
+    names = _resolve_auto(names, arrays["style"], _cash_rows(arrays, n))
     steps_raw = columns.get("steps")
     if steps_raw is None or np.ndim(steps_raw) == 0:
         steps_raw = method.steps if steps_raw is None or (isinstance(steps_raw, float) and np.isnan(steps_raw)) else steps_raw
@@ -297,7 +372,7 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
     if first:
         res.mark_error(list(first), list(first.values()))
     # rows priced together share the method (and, for MLMC, the payoff family)
-    if _row_column(columns, "method", n) is None and _row_column(columns, "payoff", n) is None:
+    if _row_column(columns, "method", n) is None and _row_column(columns, "payoff", n) is None and method.name != AUTO:
         groups = object_full(n, names[0] if n else "")  # one method, one payoff: one group
         one_group = True
     else:
@@ -335,7 +410,8 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None,
 
     Binomial: a bracketed (Brent) root find on the CRR tree price with the row's exercise
     style; spectral: a safeguarded Newton on the ALO price (:mod:`optiond.kernels.spectral`);
-    black-scholes: on the closed form (European rows only).
+    black-scholes: on the closed form (European rows only); auto: each row by the method
+    :func:`optiond.models.auto_methods` gives it.
 
     Args:
         prices: option prices, shape (n,), currency units.
@@ -356,6 +432,12 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None,
     method = method or Method()
     n = len(batch)
     prices = np.broadcast_to(np.asarray(prices, dtype=np.float64), (n,))
+    if method.name == AUTO:  # each row by its own method, on its own rows' prices and bracket
+        iv = ImpliedVol.empty(n, status="ok")
+        for rows, m in _auto_groups(batch, method):
+            hint = None if bracket is None else tuple(np.broadcast_to(b, (n,))[rows] for b in bracket)
+            implied_vol(prices[rows], batch if rows.size == n else batch.take(rows), m, hint).scatter(iv, rows)
+        return iv
     if method.name not in IV_METHODS:  # the closed form (the other methods have no inversion of their own)
         return _implied_vol(prices, batch, method, black_scholes.MIN_IV, black_scholes.MAX_IV)
     lo_full, hi_full = binomial_cpu.MIN_IV, binomial_cpu.MAX_IV

@@ -32,7 +32,9 @@ STYLE_NAMES = ("european", "american")
 
 MAX_VOLATILITY = 10.0
 MAX_STEPS = 10_000_000
-METHODS = ("binomial", "black-scholes", "mlmc", "adi", "spectral", "heston")
+METHODS = ("binomial", "black-scholes", "mlmc", "adi", "spectral", "heston", "auto")
+#: the method name that picks a method per row (:func:`auto_methods`)
+AUTO = "auto"
 #: accuracy settings of the spectral American engine (``kernels/spectral/cpu.py``, ACCURACY)
 SPECTRAL_ACCURACIES = ("fast", "accurate", "high-precision")
 #: ADI schemes (in 't Hout & Foulon 2010): Douglas, Craig–Sneyd, Modified Craig–Sneyd, Hundsdorfer–Verwer
@@ -502,6 +504,28 @@ class Batch:
         return Batch.from_columns(self.columns() | cols)
 
 
+def auto_methods(style: np.ndarray, cash: np.ndarray) -> np.ndarray:
+    """The method ``"auto"`` gives each row, an object array of shape (n,):
+
+    * ``"spectral"``: American rows with a continuous carry only (no cash dividends), the
+      spectral engine (Andersen, Lake & Offengenden 2016; it sends rows outside its method,
+      the double-boundary regimes, on to the tree itself);
+    * ``"binomial"``: rows with cash dividends, American or European (the CRR tree's spot
+      model; the closed form has no cash dividends);
+    * ``"black-scholes"``: European rows without cash dividends, the closed form.
+
+    Args:
+        style: (n,) style codes (:data:`AMERICAN`, :data:`EUROPEAN`; an unknown code, -1, is
+            read as American: such a row is invalid and priced by nobody).
+        cash: (n,) bool, the row has at least one cash dividend.
+    """
+    style = np.asarray(style)
+    out = object_full(style.shape[0], "spectral")
+    out[style == EUROPEAN] = "black-scholes"
+    out[np.asarray(cash, dtype=bool)] = "binomial"
+    return out
+
+
 @dataclass(frozen=True)
 class Method:
     """How to price: the method and its settings (each setting is read by its method only).
@@ -527,6 +551,9 @@ class Method:
               2000's single integral of the "little trap" characteristic function of Albrecher
               et al. 2007, adaptive Gauss–Kronrod), price and Greeks (``kernels/heston``);
               needs the Heston columns; American rows are errors (they take ``"adi"``).
+            * ``"auto"``: a method per row (:func:`auto_methods`): ``spectral`` for American
+              rows with a continuous carry and no cash dividends, ``binomial`` for rows with
+              cash dividends, ``black-scholes`` for European rows.
 
             Aliases: ``bs``/``bsm`` for black-scholes; ``crr``/``bopm``/``tree`` for binomial;
             ``alo``/``qdfp`` for spectral.
@@ -659,6 +686,8 @@ class Result:
     ``device`` names what priced it (``"cpu"``, ``"gpu:0 ..."``) and ``via`` whether it ran
     ``"in-process"`` or on the ``"daemon"``. A column may be a read-only array (the NaN Greeks
     of a daemon's prices-only reply share one); :meth:`mark_error` copies such a column first.
+    ``method``: where set (object array (n,), e.g. by :func:`optiond.pricer.price_portfolio`),
+    the method that priced each row (:func:`optiond.engine.row_methods`; ``""`` where none did).
     """
 
     price: np.ndarray
@@ -675,6 +704,7 @@ class Result:
     elapsed_s: float = 0.0
     diagnostics: dict = field(default_factory=dict)
     std_error: np.ndarray | None = None
+    method: np.ndarray | None = None
 
     @classmethod
     def empty(cls, n: int, device: str = "cpu") -> "Result":
@@ -701,13 +731,18 @@ class Result:
                 getattr(self, name)[r] = np.nan
             if self.std_error is not None:
                 self.std_error[r] = np.nan
+            if self.method is not None:
+                self.method[r] = ""
 
     def columns(self) -> dict[str, np.ndarray]:
-        """price, the Greeks, status, error and device as columns of length n."""
+        """price, the Greeks, status, error and device as columns of length n (and ``std_error``,
+        ``method`` where set)."""
         out = {k: getattr(self, k) for k in ("price",) + GREEK_FIELDS}
         if self.std_error is not None:
             out["std_error"] = self.std_error
         out |= {"status": self.status, "error": self.error, "device": np.full(len(self), self.device, dtype=object)}
+        if self.method is not None:
+            out["method"] = self.method
         return out
 
     def scatter(self, into: "Result", rows: np.ndarray) -> None:

@@ -253,9 +253,11 @@ def price_portfolio(pricer: Pricer, df: pd.DataFrame, method: Method | None = No
             errors of their rows.
 
     Returns:
-        The :class:`~optiond.models.Result` of every row, in order; a row whose ``dividends``
-        cell does not parse has status ``error`` and a reason naming the field (the others are
-        priced).
+        The :class:`~optiond.models.Result` of every row, in order, with ``method`` set: what
+        priced each row (:func:`optiond.engine.row_methods`: ``auto`` resolved, the spectral
+        method's closed-form and tree rows named as such; ``""`` on a row not priced); a row
+        whose ``dividends`` cell does not parse has status ``error`` and a reason naming the
+        field (the others are priced).
 
     Raises:
         ValueError: ``valuation`` text that does not parse.
@@ -269,9 +271,23 @@ def price_portfolio(pricer: Pricer, df: pd.DataFrame, method: Method | None = No
         cols["dividend_times"], cols["dividend_amounts"], errors = dividends.schedule_columns(
             df[dividends.DIVIDENDS_COLUMN].tolist(), when)
     res = pricer.price_table(cols, method, **options) if options else pricer.price_table(cols, method)
+    from . import engine  # the same choice the engine makes, wherever the rows were priced
+
+    res.method = np.where(res.ok, engine.row_methods(cols, method), "").astype(object)
     if errors:
         res.mark_error([e.row for e in errors], [e.message for e in errors])
     return res
+
+
+def methods_text(methods: Any, accuracy: str) -> str:
+    """What priced the rows, in one line: each method with its row count, most rows first, the
+    spectral method with its accuracy setting (``"methods: spectral 5210 (accuracy fast),
+    black-scholes 12"``); ``methods`` the per-row names (``""``: not priced, not counted)."""
+    names, counts = np.unique(np.asarray([m for m in np.asarray(methods, dtype=object).tolist() if m], dtype=object)
+                              .astype(str), return_counts=True)
+    parts = [f"{m} {c}" + (f" (accuracy {accuracy})" if m == "spectral" else "")
+             for c, m in sorted(zip(counts.tolist(), names.tolist()), key=lambda cm: (-cm[0], cm[1]))]
+    return "methods: " + (", ".join(parts) if parts else "none")
 
 
 def result_column(name: str, inputs: Iterable[str]) -> str:
@@ -283,9 +299,15 @@ def result_column(name: str, inputs: Iterable[str]) -> str:
 
 def merge_portfolio(df: pd.DataFrame, res: Result) -> pd.DataFrame:
     """``df`` (every input column and row, in order) with ``res``'s columns appended (price, the
-    Greeks, ``std_error`` when there is one, status, error, device), each named by
-    :func:`result_column`."""
+    Greeks, ``std_error`` when there is one, status, error, device, ``method`` when set), each
+    named by :func:`result_column`. ``method`` is the one result written over an input column
+    of that name (a request, blank for the default): on each priced row it says what priced it,
+    on the others the input's cell stays."""
     out = df.copy()
     for k, v in res.columns().items():
+        if k == "method" and k in df.columns:
+            v = np.where(v != "", v, df[k].to_numpy(dtype=object))
+            out[k] = v
+            continue
         out[result_column(k, df.columns)] = v
     return out

@@ -53,6 +53,13 @@ def limits_text() -> str:
          f"`SURFACE_PRICE`'s American options (N = {t.SURFACE_PRICE_STEPS}), x{t.BOPM_IV_TREES} for "
          f"`BOPM_IV` ({t.BOPM_MAX_TREE_NODES / nodes_per_n1000:,.0f} prices at N = {t.DEFAULT_STEPS}) "
          "| `BOPM_MAX_TREE_NODES` |"),
+        (f"| `AMERICAN_PUT`, `AMERICAN_CALL`, `AMERICAN_IV` | {t.AMERICAN_MAX_WORK:.3g} units of spectral work "
+         "(in tree nodes) summed over the options: "
+         + ", ".join(f"{a} {float(t.american_work(a)):.3g}" for a in t.SPECTRAL_ACCURACIES)
+         + f" a price by accuracy setting, x{float(t.american_work(t.DEFAULT_ACCURACY, 'iv') / t.american_work(t.DEFAULT_ACCURACY)):g} "
+         f"for `AMERICAN_IV` ({t.AMERICAN_MAX_WORK / float(t.american_work(t.DEFAULT_ACCURACY)):,.0f} prices or "
+         f"{t.AMERICAN_MAX_WORK / float(t.american_work(t.DEFAULT_ACCURACY, 'iv')):,.0f} implied volatilities at "
+         f"{t.DEFAULT_ACCURACY}) | `AMERICAN_MAX_WORK` |"),
         (f"| `MLMC_*` | per cell: eps >= {t.MLMC_MIN_EPS_REL:g} x S (>= {t.MLMC_MIN_EPS_REL:g} for the digital, "
          "which pays 1) | `MLMC_MIN_EPS_REL` |"),
         (f"| `MLMC_*` | {t.MLMC_MAX_PATH_STEPS:.3g} estimated path steps summed over the options: "

@@ -17,8 +17,8 @@ from .. import chain as chain_job
 from ..columns import TableFileError, read_csv_table
 from ..models import HESTON_RENAMED, Method
 from ..dividends import DIVIDENDS_COLUMN, read_dividend_file, valuation_instant
-from ..pricer import (OPTIONAL_COLUMNS, PORTFOLIO_COLUMNS, DaemonPricer, LocalPricer, merge_portfolio, portfolio_frame,
-                      price_portfolio)
+from ..pricer import (OPTIONAL_COLUMNS, PORTFOLIO_COLUMNS, DaemonPricer, LocalPricer, merge_portfolio, methods_text,
+                      portfolio_frame, price_portfolio)
 
 #: a file of more rows than this is priced on the daemon as a followed job (progress bar; the
 #: client waits while the daemon lives and moves, and cancels the job if it stops waiting)
@@ -120,7 +120,7 @@ def cmd_price(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"optiond price: --valuation: {e}", file=sys.stderr)
         return 2
-    method = Method(steps=args.steps, greeks=not args.no_greeks, eps=args.eps, seed=args.seed, scheme=args.scheme,
+    method = Method(name=args.method, steps=args.steps, greeks=not args.no_greeks, eps=args.eps, seed=args.seed, scheme=args.scheme,
                     grid=tuple(args.grid), time_steps=args.time_steps, device=args.device,
                     extrapolate=args.extrapolate, accuracy=args.accuracy)
     pricer = make_pricer(args)
@@ -136,8 +136,8 @@ def cmd_price(args: argparse.Namespace) -> int:
     out = greek_units.convert_frame(merge_portfolio(df, res), args.greeks, prefixes=("", "model_"))
     out.to_csv(args.output or sys.stdout, index=False)
     ok = int(np.sum(res.ok))
-    print(f"priced {ok}/{len(res)} rows ({len(res) - ok} errors) in {res.elapsed_s:.3f} s on {res.device} ({res.via})",
-          file=sys.stderr)
+    print(f"priced {ok}/{len(res)} rows ({len(res) - ok} errors) in {res.elapsed_s:.3f} s on {res.device} ({res.via}); "
+          f"{methods_text(res.method, method.accuracy)}", file=sys.stderr)
     return 0 if ok == len(res) or args.allow_errors else 1
 
 
@@ -172,10 +172,12 @@ def surface_paths_problem(surface_path: str | None, plot_dir: str | None) -> str
 
 
 def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path: str | None,
-                    plot_dir: str | None) -> tuple[pd.DataFrame, Any, list]:
+                    plot_dir: str | None, method: str = chain_job.DEFAULT_METHOD,
+                    accuracy: str = chain_job.DEFAULT_ACCURACY) -> tuple[pd.DataFrame, Any, list]:
     """Fit the priced chain's surface (:func:`optiond.surface.points.fit_chain`: the fit with
     each expiry's spot, which American prices on the published surface need), add the theo
-    columns (:func:`optiond.surface.theo.apply_surface`, priced on ``pricer``), write the JSON
+    columns (:func:`optiond.surface.theo.apply_surface`, priced on ``pricer`` by the chain's
+    ``method`` and ``accuracy``), write the JSON
     to ``surface_path`` and the pictures into ``plot_dir`` (each if given).
 
     Returns:
@@ -190,7 +192,7 @@ def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path:
     from ..surface.theo import apply_surface
 
     surface = fit_chain(out)
-    out = apply_surface(out, surface, pricer, steps=steps)
+    out = apply_surface(out, surface, pricer, steps=steps, method=method, accuracy=accuracy)
     if surface_path:
         surface.to_json(surface_path)
     plots = []
@@ -245,6 +247,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
         divs = read_dividend_file(args.dividends) if args.dividends else None
         chain_job.check_market_args(carry=args.carry, quote_time=args.quote_time, settlement=args.settlement,
                                     spot_mode=args.spot)
+        chain_job.american_method(args.method, args.steps, args.accuracy)
     except (CurveError, ValueError) as e:
         print(f"optiond chain: {e}", file=sys.stderr)
         return 2
@@ -254,7 +257,8 @@ def cmd_chain(args: argparse.Namespace) -> int:
         return 2
     pricer = make_pricer(args)
     market = dict(steps=args.steps, rate=args.rate, dividend_yield=args.dividend_yield, curve=curve, carry=args.carry,
-                  quote_time=args.quote_time, settlement=args.settlement, spot_mode=args.spot)
+                  quote_time=args.quote_time, settlement=args.settlement, spot_mode=args.spot, method=args.method,
+                  accuracy=args.accuracy)
     if isinstance(pricer, DaemonPricer) and divs is None:  # one request: the daemon solves the market next to its GPU
         out, summary = pricer.price_chain(df, **market)
     else:
@@ -268,7 +272,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
     if args.surface or args.plot:
         try:
             out, surface, plots = surface_outputs(out, pricer, steps=args.steps, surface_path=args.surface,
-                                                  plot_dir=args.plot)
+                                                  plot_dir=args.plot, method=args.method, accuracy=args.accuracy)
         except (ImportError, ValueError) as e:
             print(f"optiond chain: surface: {' '.join(str(e).split())}", file=sys.stderr)
             return 2
@@ -279,14 +283,18 @@ def cmd_chain(args: argparse.Namespace) -> int:
     if fwd_path:
         summary.forwards.to_csv(fwd_path, index=False)
     if args.json:
+        priced = out["method"].astype(str)
         doc = {"contracts": summary.contracts, "by_status": summary.by_status, "elapsed_s": summary.elapsed_s,
                "contracts_per_s": summary.contracts_per_s, "device": summary.device, "via": summary.via,
+               "methods": {str(k): int(v) for k, v in priced[priced != ""].value_counts().items()},
+               "accuracy": args.accuracy,
                "forwards": json.loads(summary.forwards.to_json(orient="records"))}
         if surface is not None:
             doc["surface"] = json.loads(surface.to_json())
         print(json.dumps(doc))
     else:
         print("\n".join(summary.lines()))
+        print(methods_text(out["method"], args.accuracy))
         if surface is not None:
             print("\n".join(surface_lines(surface)))
         for path in filter(None, [args.output, fwd_path, args.surface, *(plots if surface is not None else [])]):
@@ -298,16 +306,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("price", help="price a portfolio CSV",
                        description="Price every row of a portfolio CSV with columns "
                                    f"{','.join(PORTFOLIO_COLUMNS)} (style, dividend_yield, method, steps optional; "
-                                   f"method binomial, black-scholes, mlmc or adi; optional {','.join(OPTIONAL_COLUMNS)}) and "
+                                   f"method auto, binomial, black-scholes, spectral, mlmc or adi, blank = --method; "
+                                   f"optional {','.join(OPTIONAL_COLUMNS)}) and "
                                    "an optional dividends column of cash dividends per row, 'YYYY-MM-DD:amount;...' (ex-dates, "
                                    "read against --valuation) or 'years:amount;...' (years from the valuation, as expiry); "
                                    "(a result column whose name is already an input column, such as the Greek theta "
                                    "beside the Heston theta, is written as model_<name>) "
-                                   "write it back with price,delta,gamma,theta,vega,rho,dividend_rho,status,error,device appended "
-                                   "(--greeks trader: the Greeks in trader units, their names saying so). "
+                                   "write it back with price,delta,gamma,theta,vega,rho,dividend_rho,status,error,device,method "
+                                   "appended (method: what priced the row; --greeks trader: the Greeks in trader units, "
+                                   "their names saying so). "
                                    "A bad row gets status=error and a reason; the rest are priced.")
     p.add_argument("file", help="portfolio CSV")
     p.add_argument("-o", "--output", help="output CSV (default: standard output)")
+    p.add_argument("--method", default="auto",
+                   help="method of rows whose method cell is blank (default auto: spectral for American rows with a "
+                        "continuous carry and no cash dividends, binomial for rows with cash dividends, black-scholes "
+                        "for European rows); binomial, black-scholes, spectral, mlmc or adi for all of them")
     p.add_argument("--steps", type=int, default=1000, help="CRR steps where the file has none (default 1000)")
     p.add_argument("--no-greeks", action="store_true", help="prices only")
     _add_greeks_flag(p)
@@ -321,7 +335,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="binomial rows: the converged tree value (Broadie-Detemple smoothing with Richardson "
                         "extrapolation, BBSR: a tree of N and one of N/2 steps)")
     p.add_argument("--accuracy", choices=("fast", "accurate", "high-precision"), default="accurate",
-                   help="spectral rows (method spectral): the engine's accuracy setting (default accurate)")
+                   help="spectral rows (method spectral or auto): the engine's accuracy setting (default accurate)")
     p.add_argument("--valuation", metavar="DATE",
                    help="valuation instant of the dividends column's ex-dates: YYYY-MM-DD (its 16:00 New York close) "
                         "or an ISO 8601 timestamp; an ex-date counts from it at 09:30 New York on that day, in "
@@ -333,8 +347,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     c = sub.add_parser("chain", help="implied vols, prices and Greeks for an option chain CSV",
                        description="For every contract of a listed chain (columns of examples/data/*.csv): the mid, "
-                                   "the implied volatility (CRR tree for American, Black-Scholes for European), the "
-                                   "model price at that volatility, the Greeks and a status.")
+                                   "the implied volatility (by --method for American contracts, Black-Scholes for "
+                                   "European), the model price at that volatility, the Greeks, a status and the "
+                                   "method that priced it.")
     c.add_argument("file", help="chain CSV")
     c.add_argument("-o", "--output", help="output CSV")
     c.add_argument("--rate", type=float, default=chain_job.DEFAULT_RATE,
@@ -365,8 +380,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "index series)")
     c.add_argument("--forwards", metavar="FILE.csv",
                    help="per-expiry forward table (default: <output>.forwards.csv beside --output)")
+    c.add_argument("--method", default=chain_job.DEFAULT_METHOD,
+                   help="American contracts: auto (default) the spectral engine for those with a continuous carry "
+                        "and no cash dividends, the CRR tree for those with cash dividends; binomial the CRR tree "
+                        "for all of them (the output's method column says what priced each row)")
+    c.add_argument("--accuracy", choices=("fast", "accurate", "high-precision"), default=chain_job.DEFAULT_ACCURACY,
+                   help=f"the spectral engine's accuracy setting (default {chain_job.DEFAULT_ACCURACY})")
     c.add_argument("--steps", type=int, default=chain_job.DEFAULT_STEPS,
-                   help=f"CRR steps for American contracts (default {chain_job.DEFAULT_STEPS})")
+                   help=f"CRR steps for American contracts on the tree (default {chain_job.DEFAULT_STEPS})")
     c.add_argument("--surface", metavar="FILE.json",
                    help="fit the volatility surface (one arbitrage-free SVI slice per expiry), write it here "
                         "(schema optiond.surface) and add iv_fit, theo, edge and theo_<greek> to the output CSV")

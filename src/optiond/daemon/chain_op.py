@@ -33,7 +33,7 @@ import pandas as pd
 
 from .. import chain, costs
 from ..market.curve import DAYS_PER_YEAR
-from ..models import MAX_STEPS, InvalidInputError, Method
+from ..models import MAX_STEPS, InvalidInputError
 from .. import limits as limits_mod
 from .protocol import (ProtocolError, decode_column, decode_sparse_strings, encode_array, encode_column,
                        encode_sparse_strings)
@@ -41,7 +41,8 @@ from .protocol import (ProtocolError, decode_column, decode_sparse_strings, enco
 #: market fields of a chain request and their defaults (those of :func:`optiond.chain.price_chain`)
 MARKET_DEFAULTS: dict[str, Any] = {"rate": chain.DEFAULT_RATE, "dividend_yield": chain.DEFAULT_DIVIDEND_YIELD,
                                    "steps": chain.DEFAULT_STEPS, "carry": "parity", "spot_mode": "implied",
-                                   "quote_time": None, "settlement": None, "curve": None}
+                                   "quote_time": None, "settlement": None, "curve": None,
+                                   "method": chain.DEFAULT_METHOD, "accuracy": chain.DEFAULT_ACCURACY}
 #: the reply's result columns: price_chain's (numbers; strings sparse, most rows hold the default)
 NUMERIC_COLUMNS, STRING_COLUMNS = chain.NUMERIC_OUTPUT_COLUMNS, chain.STRING_OUTPUT_COLUMNS
 #: tree solves a chain costs per contract: the mid's, the bid's and the ask's implied
@@ -97,6 +98,11 @@ def _market(spec: Any) -> dict:
     steps = kw["steps"]
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
         raise InvalidInputError("steps", None, steps, f"must be an integer in [1, {MAX_STEPS}]")
+    for name in ("method", "accuracy"):
+        try:
+            chain.american_method(**{name: kw[name]})
+        except (TypeError, ValueError) as e:
+            raise InvalidInputError(name, None, kw[name], str(e)) from None
     for name in ("carry", "spot_mode", "quote_time", "settlement"):
         if kw[name] is not None and not isinstance(kw[name], str):
             raise InvalidInputError(name, None, kw[name], "must be a string")
@@ -148,14 +154,15 @@ def decode_request(content: Any, buffers: list, max_rows: int) -> tuple[pd.DataF
 
 
 def cost(df: pd.DataFrame, kw: Mapping[str, Any], message_bytes: int, ns_per_node: float) -> costs.Cost:
-    """What a chain request costs: :data:`CHAIN_SOLVES` tree implied-volatility solves per
-    American contract (the daemon's cost model, :func:`optiond.limits.estimate`)."""
+    """What a chain request costs: :data:`CHAIN_SOLVES` implied-volatility solves per American
+    contract by the chain's method (the daemon's cost model, :func:`optiond.limits.estimate`)."""
     n = len(df)
     style = chain.labels(df["style"])
     cols = {"kind": "put", "style": np.where(style == "american", "american", "european").astype(object),
             "spot": 1.0, "strike": 1.0, "expiry": 1.0, "rate": 0.0}
-    base = limits_mod.estimate("implied_vol", cols, Method(name="binomial", steps=int(kw["steps"])), max(n, 1),
-                               message_bytes, ns_per_node)
+    m = chain.american_method(kw.get("method", chain.DEFAULT_METHOD), int(kw["steps"]),
+                              kw.get("accuracy", chain.DEFAULT_ACCURACY))
+    base = limits_mod.estimate("implied_vol", cols, m, max(n, 1), message_bytes, ns_per_node)
     return dataclasses.replace(base, work=base.work * CHAIN_SOLVES, cpu_s=base.cpu_s * CHAIN_SOLVES)
 
 

@@ -755,7 +755,8 @@ class Client(JobsMixin, ObjectsMixin):
         Args:
             df: the chain (:func:`optiond.chain.read_chain`).
             market: ``rate``, ``dividend_yield``, ``steps``, ``carry``, ``spot_mode``,
-                ``quote_time``, ``settlement``, ``curve`` as :func:`optiond.chain.price_chain`.
+                ``quote_time``, ``settlement``, ``curve``, ``method``, ``accuracy`` as
+                :func:`optiond.chain.price_chain`.
             fallback: price in this process when no daemon answers.
             timeout: seconds to wait for the reply (default: :data:`CHAIN_TIMEOUT_S`).
             force, deadline_s: as :meth:`price_table`.

@@ -285,9 +285,20 @@ class PricingOps:
         return not (np.ndim(steps) > 1 or (np.ndim(steps) == 1 and np.shape(steps)[0] != req.n))
 
     def _on_gpu(self, req: _Req, gpu: bool) -> bool:
-        """Whether the engine will price ``req`` on a GPU (given that one is there)."""
-        return (gpu and req.method.name == "binomial" and req.method.device != "cpu"
-                and (req.method.device == "gpu" or req.cost.work >= self._gpu_min_nodes))
+        """Whether the engine will price ``req`` on a GPU (given that one is there): the trees
+        from the calibrated crossover ``gpu_min_nodes``; the spectral method's rows (``spectral``,
+        and ``auto``'s American rows) from its own crossover in the same work units
+        (:func:`optiond.kernels.spectral.plan.gpu_min_work`), while the method has a GPU path."""
+        m = req.method
+        if not gpu or m.device == "cpu" or m.name not in ("binomial", "spectral", "auto"):
+            return False
+        if m.name == "binomial":
+            return m.device == "gpu" or req.cost.work >= self._gpu_min_nodes
+        if not engine.front_door("spectral").GPU:
+            return False
+        from ..kernels.spectral import plan as spectral_plan
+
+        return m.device == "gpu" or req.cost.work >= spectral_plan.gpu_min_work(m.accuracy)
 
     def _goes_inline(self, req: _Req) -> bool:
         """Small CPU work is priced by the shell thread at once; GPU work and large work go to

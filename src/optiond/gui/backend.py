@@ -659,10 +659,10 @@ def fit_chain_surface(out: pd.DataFrame, pricer: Any, steps: int) -> tuple[pd.Da
 def _empty_result(df: pd.DataFrame, kind: str) -> pd.DataFrame:
     out = df.iloc[:0].copy()
     extra = ([*chain_job.OUTPUT_COLUMNS, "model_minus_mid"] if kind == "chain"
-             else ["price", *GREEK_FIELDS, "status", "error", "device"])
+             else ["price", *GREEK_FIELDS, "status", "error", "device", "method"])
     for c in extra:  # a portfolio's result columns named as merge_portfolio names them
-        out[c if kind == "chain" else result_column(c, df.columns)] = pd.Series(
-            dtype=object if c in ("status", "error", "device") else float)
+        out[c if kind == "chain" or c == "method" else result_column(c, df.columns)] = pd.Series(
+            dtype=object if c in ("status", "error", "device", "method") else float)
     return out
 
 

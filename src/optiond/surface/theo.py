@@ -5,9 +5,12 @@ For each row of the chain job's output (:func:`optiond.chain.price_chain`) at st
 time to expiry ``T`` (``expiry_years``), ``iv_fit`` is :meth:`Surface.vol` (``k = ln(K / F_T)``
 with the surface's forward, total variance interpolated between slices as
 :mod:`optiond.surface.model` says). The price at ``iv_fit`` uses the method the chain job uses
-for the model price at the mid's volatility: the CRR tree (Cox, Ross & Rubinstein 1979) for
-American rows (every row whose ``style`` is not ``european``, as in the chain job), the closed
-form (Black & Scholes 1973, Merton 1973) for European ones, on the row's own ``spot``, ``rate`` and ``dividend_yield``; one batched pricer call per method.
+for the model price at the mid's volatility (:func:`optiond.chain.american_method`): for
+American rows (every row whose ``style`` is not ``european``, as in the chain job) the spectral
+engine (Andersen, Lake & Offengenden 2016) with ``method="auto"``, the CRR tree (Cox, Ross &
+Rubinstein 1979) with ``method="binomial"``; the closed form (Black & Scholes 1973, Merton 1973)
+for European ones; on the row's own ``spot``, ``rate`` and ``dividend_yield``; one batched
+pricer call per method.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .. import pricer as _pricer
-from ..chain import DEFAULT_STEPS, labels
+from ..chain import DEFAULT_ACCURACY, DEFAULT_METHOD, DEFAULT_STEPS, american_method, labels
 from ..models import GREEK_FIELDS, Method
 from .model import Surface
 
@@ -61,7 +64,8 @@ def fitted_vol(out: pd.DataFrame, surface: Surface) -> np.ndarray:
 
 
 def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | None = None,
-                  steps: int = DEFAULT_STEPS) -> pd.DataFrame:
+                  steps: int = DEFAULT_STEPS, method: str = DEFAULT_METHOD,
+                  accuracy: str = DEFAULT_ACCURACY) -> pd.DataFrame:
     """``out`` with :data:`THEO_COLUMNS` appended (a copy; every row kept, in order).
 
     Args:
@@ -70,8 +74,11 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
             ``mid``.
         surface: the fitted surface.
         pricer: in-process engine (default) or a daemon client; one ``price_table`` call per
-            method (``binomial`` for American rows, ``black-scholes`` for European).
-        steps: CRR steps for American rows (the chain job's default).
+            method (the chain's American method for American rows, ``black-scholes`` for
+            European).
+        steps: CRR steps for American rows on the tree (the chain job's default).
+        method, accuracy: the chain's American method and spectral accuracy setting
+            (:func:`optiond.chain.american_method`; defaults the chain job's).
 
     Returns:
         the frame with ``iv_fit`` (annualised decimal, :func:`fitted_vol`), ``theo`` (the model
@@ -84,8 +91,10 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
 
     Raises:
         KeyError: a column above is missing.
+        ValueError: an unknown ``method`` or ``accuracy``.
     """
     pricer = pricer or _pricer.LocalPricer()
+    m_american = american_method(method, steps, accuracy)
     n = len(out)
     iv_fit = fitted_vol(out, surface)
     cols = {c: np.full(n, np.nan) for c in ("theo",) + THEO_GREEKS}
@@ -96,17 +105,19 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
     with np.errstate(invalid="ignore"):
         usable = (np.isfinite(iv_fit) & (iv_fit > 0) & np.isin(kind, ("call", "put")) & (num["spot"] > 0)
                   & np.isfinite(num["rate"]) & np.isfinite(num["dividend_yield"]))
-    method_name = np.where(style == "european", "black-scholes", "binomial")
-    for name in ("binomial", "black-scholes"):
+    method_name = np.where(style == "european", "black-scholes", "american")
+    for name in ("american", "black-scholes"):
         r = np.flatnonzero(usable & (method_name == name))
         if r.size == 0:
             continue
         exercise = "european" if name == "black-scholes" else "american"
+        m = Method(name=name, steps=steps) if name == "black-scholes" else Method(
+            name=m_american.name, steps=steps, accuracy=m_american.accuracy)
         res = pricer.price_table(dict(kind=kind[r], style=np.full(r.size, exercise, dtype=object),
                                       spot=num["spot"][r], strike=num["strike"][r],
                                       expiry=num["expiry_years"][r], rate=num["rate"][r],
                                       dividend_yield=num["dividend_yield"][r], volatility=iv_fit[r]),
-                                 Method(name=name, steps=steps))
+                                 m)
         ok = np.asarray(res.status) == "ok"
         device = res.device
         cols["theo"][r[ok]] = np.asarray(res.price)[ok]

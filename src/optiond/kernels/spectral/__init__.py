@@ -31,7 +31,10 @@ smooth-pasting equation, ``FP_A``) on 240 random American puts and calls (S/K 0.
 week to 5 years, sigma 0.05–1.0, r and q 0–10 %; ``tests/test_spectral.py``): see
 :data:`MEASURED_ERROR`.
 
-The method has no GPU path yet (:data:`GPU` False).
+Device: the method has no GPU path yet (:data:`GPU` False). Where it has one, the rows it
+prices go to the CPU or the GPU by the crossover of :mod:`optiond.kernels.spectral.plan` (the
+work model's spectral work, :data:`optiond.costs.COST_MODELS` ``["spectral"]``, against the
+calibrated GPU crossover, as :mod:`optiond.kernels.binomial.plan` places the trees).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import numpy as np
 
 from ...models import AMERICAN, GREEK_FIELDS, Batch, ImpliedVol, Method, Result
 from .. import black_scholes
+from ..rootfind import IV_BELOW
 from . import cpu
 from .cpu import ACCURACY, ACCURACY_NAMES, MAX_IV, MIN_IV, alo_batch, alo_implied_vol, regime  # noqa: F401
 
@@ -58,19 +62,40 @@ TREE_NOTE = ("rows outside the spectral method (cash dividends, or the double-bo
 
 
 def wants_gpu(batch: Batch, method: Method) -> bool:
-    """Never: the method has no GPU path yet."""
-    return False
+    """For ``method.device == "auto"`` with a GPU present: whether the crossover of
+    :func:`optiond.kernels.spectral.plan.choose` (the work model's spectral work against the
+    calibrated GPU crossover, as for the trees) sends the batch to the GPU; never while the
+    method has no GPU path (:data:`GPU` False)."""
+    from . import plan
+
+    return GPU and plan.choose(len(batch), method, gpu=True) != "cpu"
+
+
+#: what prices a row of :func:`route_rows`'s codes, by method name
+ROUTE_METHODS = ("spectral", "black-scholes", "binomial")
+
+
+def route_rows(kind: np.ndarray, style: np.ndarray, rate: np.ndarray, dividend_yield: np.ndarray,
+               cash: np.ndarray) -> np.ndarray:
+    """Where each row goes, int8 shape (n,), an index into :data:`ROUTE_METHODS`: 0 the ALO
+    engine (American, single-boundary regime), 1 the closed form (European rows, and American
+    rows where early exercise is never optimal), 2 the CRR tree (cash dividends, and American
+    rows of the double-boundary regime). ``kind``, ``style``: codes of :mod:`optiond.models`;
+    ``rate``, ``dividend_yield``: annualised decimals; ``cash``: bool, the row has a cash
+    dividend."""
+    reg = regime(kind, rate, dividend_yield)
+    american = np.asarray(style) == AMERICAN
+    tree = np.asarray(cash, dtype=bool) | (american & (reg == cpu.DOUBLE_BOUNDARY))
+    closed = ~tree & (~american | (reg == cpu.EUROPEAN_EQUIVALENT))
+    return np.where(tree, 2, np.where(closed, 1, 0)).astype(np.int8)
 
 
 def _route(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row indices for (the ALO kernel, the closed form, the tree)."""
-    reg = regime(batch.kind, batch.rate, batch.dividend_yield)
     t = batch.market.dividend_times
     cash = np.zeros(len(batch), dtype=bool) if t is None else (~np.isnan(t)).any(axis=1)
-    tree = cash | ((batch.style == AMERICAN) & (reg == cpu.DOUBLE_BOUNDARY))
-    closed = ~tree & ((batch.style != AMERICAN) | (reg == cpu.EUROPEAN_EQUIVALENT))
-    alo = ~tree & ~closed
-    return np.flatnonzero(alo), np.flatnonzero(closed), np.flatnonzero(tree)
+    where = route_rows(batch.kind, batch.style, batch.rate, batch.dividend_yield, cash)
+    return np.flatnonzero(where == 0), np.flatnonzero(where == 1), np.flatnonzero(where == 2)
 
 
 def _tree_method(method: Method, n: int, rows: np.ndarray) -> Method:
@@ -119,7 +144,8 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str = 
                 hi=MAX_IV) -> ImpliedVol:
     """Implied volatilities, each row on the price that :func:`price` gives it: a safeguarded
     Newton on the ALO price with its bumped vega (bisection in the bracket kept by the signs,
-    :func:`cpu.alo_implied_vol`) on single-boundary American rows; Brent on the closed form on
+    :func:`cpu.alo_implied_vol`) on single-boundary American rows, a price under the exercise
+    value there ``below-intrinsic`` (as on the tree); Brent on the closed form on
     European(-equivalent) rows; the tree's Brent on tree rows. ``lo``, ``hi``: the bracket
     (scalars or shape (n,)); ``device`` ignored (CPU).
 
@@ -137,8 +163,14 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str = 
     alo, closed, tree = _route(batch)
     if alo.size:
         b = batch.take(alo)
+        # under the exercise value no American price exists (the tree's "below-intrinsic"); the
+        # ALO price at a volatility near 0 can fall under it, so such a price is not inverted
+        exercise = np.maximum(np.where(b.kind == 1, b.spot - b.strike, b.strike - b.spot), 0.0)
+        with np.errstate(invalid="ignore"):
+            below = prices[alo] < exercise - 1e-13 * np.maximum(1.0, prices[alo])
         vol, code = alo_implied_vol(prices[alo], b.kind, b.spot, b.strike, b.expiry, b.rate, b.dividend_yield,
                                     method.accuracy, lo_a[alo], hi_a[alo], method.iv_tolerance)
+        vol[below], code[below] = np.nan, IV_BELOW
         ImpliedVol.from_codes(vol, code).scatter(iv, alo)
     if closed.size:
         b = batch.take(closed)
