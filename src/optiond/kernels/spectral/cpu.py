@@ -25,9 +25,11 @@ independent of the option; ``Plan.tables = (ft, fa, fwa, fwb, fmt, pa, pw, pmt)`
 * ``fmt`` (n, n l): ``H(u_jk) = sum_c fmt[c, j l + k] H_c`` with ``xi(u_jk) = 2 ft_j cos theta_k
   - 1``: the Chebyshev interpolant at every fixed-point abscissa is one mat-vec, since
   u_jk / T does not depend on the option;
-* premium rule on ``theta = pi/4 (1 + y)``, ``s = T sin^2 theta``: ``pa_k = sin theta_k``
-  (sqrt(s / T)), ``pw_k = pi/2 w_k sin theta_k cos theta_k`` (ds / T) and ``pmt`` (n, p):
-  H at T - s, ``xi = 2 cos theta_k - 1``.
+* premium rule on ``theta = pi/2 a^2``, ``a = (1 + y) / 2``, ``s = T sin^2 theta``: the points
+  crowd s -> 0, where the integrand has a layer of width about (ln(S / B(T)) / sigma)^2 when
+  the spot is just above the boundary and sigma is low; ``pa_k = sin theta_k`` (sqrt(s / T)),
+  ``pw_k = pi w_k a_k sin theta_k cos theta_k`` (ds / T) and ``pmt`` (n, p): H at T - s,
+  ``xi = 2 cos theta_k - 1``.
 
 Per option (:func:`put_boundary`, :func:`put_value`; flat scratch arrays, no allocation):
 
@@ -53,7 +55,11 @@ Per option (:func:`put_boundary`, :func:`put_value`; flat scratch arrays, no all
        D = e^{-q tau} (phi(d+) / v_j + Phi(d+)) + q K12_j
 
    The first sweep is a Jacobi–Newton step (ALO: the derivative of N/D's explicit terms in
-   B_j), the others plain; the new ``H_j = ln(min(B_j / X, 1))^2``. (ALO's cumulative form,
+   B_j), the others plain; the new ``H_j = ln(min(B_j / X, 1))^2``, taken whole unless a sweep
+   (the third on) moved some node more than the sweep before did: then every later step is
+   halved, ``H_j += w (H_j' - H_j)``, w = 1/2, 1/4, ... (on long low-volatility contracts with r
+   well above q the plain iteration oscillates and grows; where it converges its largest update
+   shrinks about 10x a sweep, so the rule never fires there). (ALO's cumulative form,
    QuantLib's ``FP_B``, contracts several times slower per sweep on long, volatile
    contracts; a Gauss–Seidel order and a full local Newton step did not help.)
 5. Price (Kim 1990; ALO's premium): ``V = p_E(S) + T sum_k pw_k [r K e^{-r s} Phi(-d-) - q S
@@ -72,7 +78,11 @@ nodes agree to 4e-10 on the 240-option grid of ``tests/test_spectral.py``), the 
 setting is the sum of the Chebyshev interpolation error in n (algebraic: the boundary's
 ``tau ln tau`` start and, for r just below q, a layer at small tau; n = 12: 6e-6, 24: 1e-7,
 48: 3e-9 worst on the grid), the fixed-point contraction (about 10x per sweep on the worst
-contracts: T of years with sigma near 1), and the two quadratures (geometric in l and p).
+contracts: T of years with sigma near 1; slower where sigma is low and |r - q| high), and the
+two quadratures (geometric in l and p). On 2,000 random contracts of the same ranges
+(``bench/american.py``'s grid) against our n = 96 solve the worst errors are 2.3e-5 (fast:
+a 3.5-year call at sigma 22 %, r 0.65 %, q 9.2 %, short of its sweeps; 99 % under 4.9e-6),
+9.9e-7 (accurate) and 4.5e-9 (high precision).
 
 Inputs are arrays of shape (n,): ``kind`` int8 (0 put, 1 call), spot and strike in currency
 units, expiry in years, rate, dividend yield and volatility annualised continuously compounded
@@ -129,7 +139,7 @@ class Accuracy:
 ACCURACY = {
     "fast": Accuracy("fast", n=11, l=8, m=4, p=24),
     "accurate": Accuracy("accurate", n=24, l=16, m=6, p=40),
-    "high-precision": Accuracy("high-precision", n=48, l=32, m=9, p=64),
+    "high-precision": Accuracy("high-precision", n=48, l=32, m=12, p=64),
 }
 ACCURACY_NAMES = tuple(ACCURACY)
 
@@ -205,9 +215,11 @@ def _tables(acc: Accuracy) -> tuple:
     fwb = 0.5 * np.pi * w * fc                         # ds / (sqrt(s) sqrt(tau))
     fmt = interpolation_matrix(n, (2.0 * np.outer(ft, fc) - 1.0).ravel()).T  # xi(u_jk) = 2 sqrt(u_jk / T) - 1
     yp, ym, w = rule_nodes(acc.price_rule, acc.p)
-    pa = np.sin(0.25 * np.pi * yp)                     # sqrt(s / T)
-    pc = np.sin(0.25 * np.pi * ym)                     # sqrt((T - s) / T)
-    pw = 0.5 * np.pi * w * pa * pc                     # ds / T
+    a = 0.5 * yp
+    th = 0.5 * np.pi * a * a                           # theta = pi/2 a^2: points crowd s -> 0
+    pa = np.sin(th)                                    # sqrt(s / T)
+    pc = np.sin(0.5 * np.pi * 0.25 * ym * (4.0 - ym))  # cos(theta) = sin(pi/2 (1 - a^2))
+    pw = np.pi * w * a * pa * pc                       # ds / T = 2 sin cos dtheta, dtheta = pi a da, da = dy / 2
     pmt = interpolation_matrix(n, 2.0 * pc - 1.0).T
     return tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (ft, fa, fwa, fwb, fmt, pa, pw, pmt))
 
