@@ -409,7 +409,7 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None,
     """Implied volatility of each option from its price.
 
     Binomial: a bracketed (Brent) root find on the CRR tree price with the row's exercise
-    style; spectral: a safeguarded Newton on the ALO price (:mod:`optiond.kernels.spectral`);
+    style; spectral: a safeguarded secant search on the ALO price (:mod:`optiond.kernels.spectral`);
     black-scholes: on the closed form (European rows only); auto: each row by the method
     :func:`optiond.models.auto_methods` gives it.
 
