@@ -201,3 +201,24 @@ def test_engine_routes_rows():
                                   Method(name="spectral", accuracy="high"))
     assert iv.status.tolist() == ["ok"] * 5
     np.testing.assert_allclose(iv.vol, 0.25, atol=1e-8)
+
+
+def test_drift_dominated_rows_go_to_the_tree_and_stay_above_the_exercise_value():
+    """Where |r - q| sqrt(T) exceeds the volatility (cpu.DRIFT_LIMIT), the front door prices on
+    the CRR tree: the deep in-the-money low-volatility puts of a long expiry (which the ALO
+    quadrature cannot resolve) come back at their exercise value, as QuantLib's finite
+    differences give them, and an implied volatility under the switch is found on the tree."""
+    from optiond import engine
+    from optiond.models import Method
+
+    cols = dict(kind="put", style="american", spot=[100.0, 100.0, 100.0], strike=[110.0, 120.0, 100.0],
+                expiry=[2.34, 5.0, 1.0], rate=[0.04, 0.03, 0.05], dividend_yield=[0.012, 0.0, 0.0],
+                volatility=[0.005, 0.01, 0.02])
+    res = engine.price_table(cols, Method(name="spectral", steps=2000, greeks=False))
+    assert res.diagnostics["spectral_tree_rows"] == [0, 1, 2]
+    np.testing.assert_allclose(res.price[:2], [10.0, 20.0], atol=1e-12)  # exercise at once (QuantLib FD: 10, 20)
+    assert engine.row_methods(cols, Method(name="spectral")).tolist() == ["binomial"] * 3
+    # the at-the-money put: the tree's own value and, from it, the volatility back
+    iv = engine.implied_vol_table(res.price, {k: v for k, v in cols.items() if k != "volatility"},
+                                  Method(name="spectral", steps=2000))
+    assert iv.status[2] == "ok" and abs(iv.vol[2] - 0.02) <= 1e-8

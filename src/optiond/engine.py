@@ -134,8 +134,9 @@ def row_methods(columns: Mapping[str, Any], method: Method | None = None) -> np.
     tree rows ``binomial``).
 
     Args:
-        columns: the table's columns as :func:`price_table` takes them (``volatility`` not
-            needed).
+        columns: the table's columns as :func:`price_table` takes them; with ``volatility``
+            the spectral door's drift-dominated rows say ``binomial`` (without it, for an
+            implied volatility, the rows are reported by their rates alone).
         method: the default method.
 
     Returns:
@@ -147,7 +148,8 @@ def row_methods(columns: Mapping[str, Any], method: Method | None = None) -> np.
     """
     method = method or Method()
     cols = dict(columns)
-    cols.setdefault("volatility", 0.2)  # not an input of the choice
+    has_vol = "volatility" in cols
+    cols.setdefault("volatility", 0.2)  # a placeholder: validation needs one
     arrays, errors = validate_columns(cols)
     n = arrays["spot"].shape[0]
     names, m_err = _method_column(columns, n, method)
@@ -157,7 +159,8 @@ def row_methods(columns: Mapping[str, Any], method: Method | None = None) -> np.
     if spectral.size:
         door = front_door("spectral")
         where = door.route_rows(arrays["kind"][spectral], arrays["style"][spectral], arrays["rate"][spectral],
-                                arrays["dividend_yield"][spectral], cash[spectral])
+                                arrays["dividend_yield"][spectral], cash[spectral],
+                                arrays["volatility"][spectral] if has_vol else None, arrays["expiry"][spectral])
         names[spectral] = np.asarray(door.ROUTE_METHODS, dtype=object)[where]
     for e in errors + m_err:
         names[e.row] = ""

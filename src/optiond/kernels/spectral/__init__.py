@@ -61,8 +61,8 @@ GPU = False
 MEASURED_ERROR = {"fast": 7.3e-6, "accurate": 1.0e-7, "high-precision": 2.7e-9}
 
 #: why rows went to the tree
-TREE_NOTE = ("rows outside the spectral method (cash dividends, or the double-boundary regime: put q < r < 0, "
-             "call r < q < 0) priced on the CRR tree")
+TREE_NOTE = ("rows outside the spectral method (cash dividends, the double-boundary regime: put q < r < 0, "
+             "call r < q < 0, or a drift-dominated row: |r - q| sqrt(T) > volatility) priced on the CRR tree")
 
 
 def wants_gpu(batch: Batch, method: Method) -> bool:
@@ -80,26 +80,40 @@ ROUTE_METHODS = ("spectral", "black-scholes", "binomial")
 
 
 def route_rows(kind: np.ndarray, style: np.ndarray, rate: np.ndarray, dividend_yield: np.ndarray,
-               cash: np.ndarray) -> np.ndarray:
+               cash: np.ndarray, volatility: np.ndarray | None = None,
+               expiry: np.ndarray | None = None) -> np.ndarray:
     """Where each row goes, int8 shape (n,), an index into :data:`ROUTE_METHODS`: 0 the ALO
     engine (American, single-boundary regime), 1 the closed form (European rows, and American
-    rows where early exercise is never optimal), 2 the CRR tree (cash dividends, and American
-    rows of the double-boundary regime). ``kind``, ``style``: codes of :mod:`optiond.models`;
-    ``rate``, ``dividend_yield``: annualised decimals; ``cash``: bool, the row has a cash
-    dividend."""
+    rows where early exercise is never optimal), 2 the CRR tree (cash dividends, American rows
+    of the double-boundary regime, and, where ``volatility`` and ``expiry`` are given, American
+    rows where the drift dominates: volatility under :func:`cpu.drift_volatility`). ``kind``,
+    ``style``: codes of :mod:`optiond.models`; ``rate``, ``dividend_yield``, ``volatility``:
+    annualised decimals; ``expiry``: years; ``cash``: bool, the row has a cash dividend."""
     reg = regime(kind, rate, dividend_yield)
     american = np.asarray(style) == AMERICAN
     tree = np.asarray(cash, dtype=bool) | (american & (reg == cpu.DOUBLE_BOUNDARY))
+    if volatility is not None and expiry is not None:
+        with np.errstate(invalid="ignore"):
+            drift = np.asarray(volatility) < cpu.drift_volatility(rate, dividend_yield, expiry)
+        tree |= american & (reg == cpu.SINGLE) & drift
     closed = ~tree & (~american | (reg == cpu.EUROPEAN_EQUIVALENT))
     return np.where(tree, 2, np.where(closed, 1, 0)).astype(np.int8)
 
 
-def _route(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Row indices for (the ALO kernel, the closed form, the tree)."""
+def _route(batch: Batch, by_volatility: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row indices for (the ALO kernel, the closed form, the tree); ``by_volatility``: the
+    drift-dominated rows to the tree too (not for an implied volatility, whose volatility is
+    the unknown: :func:`implied_vol` splits those rows by price)."""
     t = batch.market.dividend_times
     cash = np.zeros(len(batch), dtype=bool) if t is None else (~np.isnan(t)).any(axis=1)
-    where = route_rows(batch.kind, batch.style, batch.rate, batch.dividend_yield, cash)
+    where = route_rows(batch.kind, batch.style, batch.rate, batch.dividend_yield, cash,
+                       batch.volatility if by_volatility else None, batch.expiry)
     return np.flatnonzero(where == 0), np.flatnonzero(where == 1), np.flatnonzero(where == 2)
+
+
+#: an implied volatility under the drift-dominated volatility v* is sought on the tree in
+#: [lo, DRIFT_BRACKET v*]
+DRIFT_BRACKET = 1.25
 
 
 def _tree_method(method: Method, n: int, rows: np.ndarray) -> Method:
@@ -165,7 +179,25 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str = 
     lo_a = np.broadcast_to(np.asarray(lo, dtype=np.float64), (n,))
     hi_a = np.broadcast_to(np.asarray(hi, dtype=np.float64), (n,))
     iv = ImpliedVol.empty(n, status="ok")
-    alo, closed, tree = _route(batch)
+    alo, closed, tree = _route(batch, by_volatility=False)
+    hi_a = hi_a.copy()
+    if alo.size:  # a price under the ALO price at the drift-dominated volatility: its root is there, on the tree
+        b = batch.take(alo)
+        vstar = cpu.drift_volatility(b.rate, b.dividend_yield, b.expiry)
+        check = np.flatnonzero(vstar > lo_a[alo])
+        low = np.zeros(alo.size, dtype=bool)
+        if check.size:
+            c = b.take(check)
+            pstar = alo_batch(c.kind, c.spot, c.strike, c.expiry, c.rate, c.dividend_yield, vstar[check],
+                              method.accuracy, greeks=False)[0]
+            low[check] = (prices[alo][check] < pstar) | (vstar[check] >= hi_a[alo][check])
+            up = check[~low[check]]  # the ALO search starts at the switch
+            lo_a = lo_a.copy()
+            lo_a[alo[up]] = np.maximum(lo_a[alo[up]], vstar[up])
+        # the tree's bracket ends a little above the switch (the two methods differ there by the tree's error)
+        hi_a[alo[low]] = np.minimum(hi_a[alo[low]], DRIFT_BRACKET * vstar[low])
+        tree = np.sort(np.concatenate([tree, alo[low]]))
+        alo = alo[~low]
     if alo.size:
         b = batch.take(alo)
         # under the exercise value no American price exists (the tree's "below-intrinsic"); the

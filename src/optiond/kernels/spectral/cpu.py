@@ -261,6 +261,21 @@ def regime(kind: np.ndarray, rate: np.ndarray, dividend_yield: np.ndarray) -> np
     return out
 
 
+#: where the drift dominates: kappa = |r - q| sqrt(T) / sigma above this, the integrands of the
+#: boundary equation and of the premium concentrate in a layer s <~ (sigma / (r - q))^2 that no
+#: setting's fixed rule resolves (measured against BBSR trees of 6,000 steps at the money: worst
+#: 3e-7 at kappa 1.0 and 1.2 at high precision, 6e-5 to 3e-4 at 1.4, 5e-4 to 2e-2 at 1.6-1.8, and
+#: prices under the exercise value beyond); the front door prices those rows on the tree
+DRIFT_LIMIT = 1.0
+
+
+def drift_volatility(rate, dividend_yield, expiry):
+    """The volatility under which a row is drift-dominated (:data:`DRIFT_LIMIT`):
+    ``|r - q| sqrt(T) / DRIFT_LIMIT``, shape of the broadcast inputs (annualised decimals, years)."""
+    return np.abs(np.asarray(rate, dtype=np.float64) - np.asarray(dividend_yield, dtype=np.float64)) * \
+        np.sqrt(np.asarray(expiry, dtype=np.float64)) / DRIFT_LIMIT
+
+
 # ------------------------------------------------------------------------------- numba kernels
 
 # W. J. Cody (1969), "Rational Chebyshev approximations for the error function", Math. Comp.
