@@ -12,8 +12,13 @@ operator) for Douglas, MCS and HV, with the per-phase split; a batch of American
 (200 x 100 grid, 100 steps, MCS; strikes x expiries) in options per second, with the device
 time loop and the whole call (host grids and Greeks included) reported apart.
 
-Usage: ``python bench/adi.py [--cpu] [--gpu] [--out FILE] [--repeat R] [--n3 256] [--batch 1000] [--quick]``
-(default: ``--cpu``, plus ``--gpu`` when a device is present).
+Defaults (``--defaults``, CPU): the accurate default of ``optiond.kernels.adi.defaults`` (160 x 80
+and 80 x 40 Richardson pair, 50 steps or 80 a year) against the earlier default (one 200 x 100
+grid, 100 steps): time per option and the largest error on the hard European sets (against the
+semi-analytic engine) and on Ikonen & Toivanen's American puts (v0 = 0.0625, published values).
+
+Usage: ``python bench/adi.py [--cpu] [--gpu] [--defaults] [--out FILE] [--repeat R] [--n3 256] [--batch 1000] [--quick]``
+(default: ``--cpu`` and ``--defaults``, plus ``--gpu`` when a device is present).
 """
 
 from __future__ import annotations
@@ -88,6 +93,50 @@ def bench_cpu(repeat: int, quick: bool) -> dict:
     return out
 
 
+def bench_defaults(repeat: int) -> dict:
+    from optiond.kernels.adi import defaults
+    from optiond.kernels.heston import cpu as analytic
+
+    hard = [dict(kind=kind, spot=100.0, strike=K, expiry=T, rate=0.03, dividend_yield=0.01, v0=0.04, kappa=kappa,
+                 theta=0.04, xi=xi, rho=-0.9)
+            for T, xi, kappa, Ks in ((10.0, 1.0, 1.5, (50.0, 100.0, 200.0)), (0.5, 1.5, 2.0, (70.0, 100.0, 130.0)))
+            for K in Ks for kind in ("put", "call")]
+    it = [(dict(kind="put", spot=S, strike=10.0, expiry=0.25, rate=0.1, dividend_yield=0.0, v0=0.0625, kappa=5.0,
+                theta=0.16, xi=0.9, rho=0.1), ref)
+          for S, ref in zip((8.0, 9.0, 10.0, 11.0, 12.0), (2.000000, 1.107621, 0.520030, 0.213677, 0.082044))]
+    settings = {"earlier (200x100, 100 steps)": dict(grid=(200, 100), time_steps=100),
+                "default (Richardson 160x80 + 80x40, 50 steps or 80/year)": dict(
+                    grid=defaults.GRID, time_steps=defaults.MIN_TIME_STEPS, steps_per_year=defaults.STEPS_PER_YEAR,
+                    richardson=True)}
+
+    def one(c, style, kw):
+        c = dict(c)
+        kind = c.pop("kind")
+        return A.heston_price(kind, style, **c, **kw)["price"]
+
+    out = {}
+    for name, kw in settings.items():
+        one(it[0][0], "american", kw)  # compile
+        eu = [(one(c, "european", kw), float(analytic.heston_batch(
+            np.array([c["kind"] == "call"], np.int8), *(np.array([c[f]]) for f in ("spot", "strike", "expiry", "rate",
+                                                                                   "dividend_yield", "v0", "kappa", "theta",
+                                                                                   "xi", "rho")), greeks=False)[0][0]))
+              for c in hard]
+        am = [(one(c, "american", kw), ref) for c, ref in it]
+        _, t_case = _best(lambda: one(dict(CASE, kind="put"), "american", kw), repeat)
+        _, t_short = _best(lambda: one(it[2][0], "american", kw), repeat)
+        _, t_long = _best(lambda: one(hard[3], "european", kw), max(1, repeat // 2))
+        out[name] = {"settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in kw.items()},
+                     "max_err_european_hard": max(abs(p - r) for p, r in eu),
+                     "max_err_american_ikonen_toivanen": max(abs(p - r) for p, r in am),
+                     "seconds_american_put_T1": t_case, "seconds_american_put_T0.25": t_short,
+                     "seconds_european_T10": t_long}
+        print(f"  {name}: European hard max err {out[name]['max_err_european_hard']:.2e}, IT American max err "
+              f"{out[name]['max_err_american_ikonen_toivanen']:.2e}; {t_case*1e3:.1f} ms (T=1 put), "
+              f"{t_short*1e3:.1f} ms (T=0.25), {t_long*1e3:.1f} ms (T=10)", flush=True)
+    return out
+
+
 def bench_gpu(n3: int, batch: int, quick: bool) -> dict:
     from optiond.kernels import gpu as kernel_gpu
     from optiond.kernels.adi import _bench
@@ -126,14 +175,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--gpu", action="store_true")
+    ap.add_argument("--defaults", action="store_true", help="the default discretisation against the earlier one")
     ap.add_argument("--out", help="write the JSON here (default: print it last)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--n3", type=int, default=256)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--quick", action="store_true", help="coarser references and fewer repeats")
     a = ap.parse_args(argv)
-    if not a.cpu and not a.gpu:
-        a.cpu = True
+    if not a.cpu and not a.gpu and not a.defaults:
+        a.cpu = a.defaults = True
         try:
             from optiond.kernels import gpu as kernel_gpu
 
@@ -148,6 +198,9 @@ def main(argv=None) -> int:
         print(f"  ours      {c['ours']['price']:.6f}  err {c['ours']['error']:+.2e}  {c['ours']['seconds']*1e3:7.1f} ms")
         print(f"  QuantLib  {c['quantlib']['price']:.6f}  err {c['quantlib']['error']:+.2e}  {c['quantlib']['seconds']*1e3:7.1f} ms")
         print(f"  speed-up {c['speedup']:.1f}x; QuantLib fine {c['reference']['quantlib_fine']['price']:.6f}")
+    if a.defaults:
+        print("CPU default discretisation")
+        result["defaults"] = bench_defaults(a.repeat)
     if a.gpu:
         print("GPU")
         result["gpu"] = bench_gpu(a.n3, a.batch, a.quick)

@@ -58,6 +58,20 @@ def test_heston_price_device_gpu():
     assert abs(g["price"] - c["price"]) < TOL and g["device"].startswith("gpu")
 
 
+def test_heston_batch_default_settings_gpu_equals_cpu():
+    """The accurate default (per-expiry step counts, Richardson pair) on the GPU: each group and
+    grid a batched launch, the same numbers as the CPU to 1e-10."""
+    K = np.array([80.0, 100.0, 120.0, 100.0, 95.0, 105.0, 90.0, 110.0])
+    T = np.array([0.1, 0.5, 0.9, 1.5, 2.0, 3.0, 0.25, 10.0])
+    kw = dict(grid=(60, 30), time_steps=10, steps_per_year=20.0, richardson=True)
+    for style in ("european", "american"):
+        g = A.heston_price_batch("put", style, 100.0, K, T, 0.03, 0.01, 0.04, 1.5, 0.05, 0.8, -0.8, device="gpu", **kw)
+        c = A.heston_price_batch("put", style, 100.0, K, T, 0.03, 0.01, 0.04, 1.5, 0.05, 0.8, -0.8, device="cpu", **kw)
+        assert g["device"].startswith("gpu") and len(set(g["time_steps"].tolist())) > 3
+        for k in ("price", "delta", "gamma", "theta", "dv0"):
+            np.testing.assert_allclose(g[k], c[k], rtol=0, atol=TOL * 10)
+
+
 def _hhw_problem(shape, sigma_r, kind=0, style="european", rho_sr=0.3):
     s, v, r = hhw.hhw_grids(100.0, 100.0, 1.0, 0.04, 1.5, 0.04, 0.3, 0.03, 0.1, max(sigma_r, 1e-12), *shape)
     pde = hhw.hhw_pde(s, v, r, kind, style, 100.0, 1.0, 0.03, 0.01, 1.5, 0.04, 0.3, -0.7, 0.1, sigma_r, rho_sr, 0.2)

@@ -25,6 +25,19 @@ Feller condition ``2 kappa theta >= xi^2`` (the variance never reaches zero): al
 (:attr:`HestonFit.feller`); with ``feller=True`` it is imposed by fitting ``xi = f sqrt(2 kappa
 theta)`` with ``f`` in (0, 1].
 
+American chains (``exercise="american"``, :func:`fit_heston`): the residual is the American
+price error over the Black vega, ``(P_model - P_mid) / vega_market`` (in vol points to first
+order), every contract priced by the ADI solver (:mod:`optiond.kernels.adi`) on the expiry's
+spot, rate and carry (``q = r - ln(F/S)/T``): each evaluation of the residuals is ONE batched
+ADI solve of all the selected contracts, and each Jacobian one batched solve of all of them at
+the five bumped parameter vectors (forward differences), on the GPU when one is present, else
+on the CPU with a warning (minutes for hundreds of contracts). Two stages: the optimiser starts
+on a coarse single grid (:data:`AMERICAN_COARSE`), then refines from there on the ADI default
+(:data:`AMERICAN_FINAL`, the two-grid Richardson pair of :mod:`optiond.kernels.adi.defaults`:
+within 1e-4 of published American references), so the parameters are those of the accurate
+pricer. Reported model IVs of an American fit are first order: ``iv_market + (P_model -
+P_mid) / vega``.
+
 Inputs come from the chain job (:func:`quotes_from_chain`: per expiry, the out-of-the-money mids'
 implied volatilities, strikes, ``T``, ``F_T`` and ``D_T``) or are built directly
 (:class:`ExpiryQuotes`). Outputs: :class:`HestonFit` (parameters, SSE, the errors per expiry,
@@ -44,6 +57,7 @@ import numpy as np
 import pandas as pd
 
 from .kernels import black_scholes
+from .kernels.adi import defaults as adi_defaults
 from .kernels.heston import cpu as heston_cpu
 
 #: the parameters, in the order of every vector here
@@ -68,6 +82,18 @@ K_MIN = 0.05
 MAX_PER_EXPIRY = 40
 RESIDUALS = ("price", "vol")
 WEIGHTS = ("none", "spread")
+EXERCISES = ("european", "american")
+#: the American fit's first stage: a coarse single ADI grid (its prices err ~1e-3)
+AMERICAN_COARSE = dict(grid=(80, 40), time_steps=26, steps_per_year=40.0, richardson=False)
+#: the American fit's last stage: the ADI default (Richardson over 160 x 80 and 80 x 40)
+AMERICAN_FINAL = dict(grid=adi_defaults.GRID, time_steps=adi_defaults.MIN_TIME_STEPS,
+                      steps_per_year=adi_defaults.STEPS_PER_YEAR, richardson=adi_defaults.RICHARDSON)
+#: relative forward-difference step of the American fit's Jacobian (floor 1e-3 absolute)
+AMERICAN_FD_STEP = 1e-3
+#: least-squares stopping rules: European; the American fit's last stage and its coarse stage
+EUROPEAN_STOPS = dict(xtol=1e-10, ftol=1e-12, gtol=1e-10)
+AMERICAN_STOPS = dict(xtol=1e-8, ftol=1e-10, gtol=1e-8)
+AMERICAN_COARSE_STOPS = dict(xtol=1e-6, ftol=1e-6, gtol=1e-6)
 
 
 @dataclass
@@ -75,7 +101,9 @@ class ExpiryQuotes:
     """One expiry's quotes: strikes ``strike`` (currency units), the market implied
     volatilities ``iv`` (annualised decimals) of the out-of-the-money side, ``kind`` (1 call,
     0 put; default: the call for ``K >= F``, the put below), optional bid/ask IVs (for the
-    spread weights and the picture); ``T`` in years, ``forward`` F_T, ``discount`` D_T."""
+    spread weights and the picture); ``T`` in years, ``forward`` F_T, ``discount`` D_T. An
+    American fit also needs ``spot`` (the carry is ``r - ln(F/S)/T``) and ``price``, the
+    quotes' mid prices (currency units)."""
 
     expiry: str
     T: float
@@ -86,6 +114,8 @@ class ExpiryQuotes:
     kind: np.ndarray | None = None
     iv_bid: np.ndarray | None = None
     iv_ask: np.ndarray | None = None
+    spot: float | None = None
+    price: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.strike = np.asarray(self.strike, dtype=np.float64).reshape(-1)
@@ -93,7 +123,7 @@ class ExpiryQuotes:
         if self.kind is None:
             self.kind = (self.strike >= self.forward).astype(np.int8)
         self.kind = np.asarray(self.kind, dtype=np.int8).reshape(-1)
-        for name in ("iv_bid", "iv_ask"):
+        for name in ("iv_bid", "iv_ask", "price"):
             v = getattr(self, name)
             setattr(self, name, np.full(self.strike.shape, np.nan) if v is None
                     else np.asarray(v, dtype=np.float64).reshape(-1))
@@ -119,7 +149,8 @@ class HestonFit:
     (``value``), ``satisfied`` and ``imposed``. ``residual``, ``weights``: the fit's settings;
     ``nfev``, ``status``, ``message``: the optimiser's report; ``elapsed_s`` the fit's time.
     ``quotes``: per quote ``expiry, T, strike, k = ln(K/F), iv_market, iv_model, iv_bid,
-    iv_ask`` (the picture's data)."""
+    iv_ask`` (the picture's data). ``exercise``: the model's exercise; an American fit also
+    reports ``solves`` (batched ADI solves) and ``device``."""
 
     params: dict
     sse: float
@@ -133,6 +164,9 @@ class HestonFit:
     message: str
     elapsed_s: float
     quotes: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
+    exercise: str = "european"
+    solves: int = 0
+    device: str = "cpu"
 
     def row(self) -> list[float]:
         """``[v0, kappa, theta, xi, rho, sse]``: the fit as one worksheet row."""
@@ -201,41 +235,60 @@ def _to_params(x: np.ndarray, feller: bool) -> np.ndarray:
     return p
 
 
-def fit_heston(quotes: Sequence[ExpiryQuotes], *, start: dict | Sequence[float] | None = None,
-               residual: str = "price", weights: str = "none", feller: bool = False,
-               bounds: dict | None = None, tol: float = FIT_TOL, max_nfev: int = 200,
-               xtol: float = 1e-10, ftol: float = 1e-12, gtol: float = 1e-10) -> HestonFit:
-    """Fit (v0, kappa, theta, xi, rho) to the quotes of one underlying (module docstring).
+class _AmericanProblem:
+    """The stacked American quotes on their expiries' spot, rate and carry, priced by ADI: one
+    batched solve per call of :meth:`prices`, for any number of parameter vectors at once."""
 
-    Args:
-        quotes: one :class:`ExpiryQuotes` per expiry (at least 5 quotes in all).
-        start: the first guess (a dict of :data:`PARAMS` or a 5-sequence), default :data:`START`
-            (clipped into the bounds).
-        residual: ``"price"`` (vega-scaled price error) or ``"vol"`` (exact IV error).
-        weights: ``"none"`` or ``"spread"`` (divide by half the bid/ask IV spread).
-        feller: impose ``2 kappa theta >= xi^2``.
-        bounds: per parameter ``(lo, hi)``, default :data:`BOUNDS`.
-        tol: the price integral's tolerance during the fit (:data:`FIT_TOL`).
-        max_nfev, xtol, ftol, gtol: :func:`scipy.optimize.least_squares`'s stopping rules.
+    def __init__(self, quotes: Sequence[ExpiryQuotes], device: str) -> None:
+        self.quotes = list(quotes)
+        cols = [[], [], [], [], [], [], []]
+        for e in self.quotes:
+            if e.spot is None or not (math.isfinite(e.spot) and e.spot > 0):
+                raise ValueError(f"expiry {e.expiry}: an American fit needs the spot")
+            if not np.all(np.isfinite(e.price)):
+                raise ValueError(f"expiry {e.expiry}: an American fit needs every quote's mid price")
+            r = -math.log(e.discount) / e.T
+            q = r - math.log(e.forward / e.spot) / e.T
+            m = e.strike.size
+            for c, v in zip(cols, (e.kind, np.full(m, e.spot), e.strike, np.full(m, e.T), np.full(m, r), np.full(m, q),
+                                   e.price)):
+                c.append(np.asarray(v))
+        self.kind = np.concatenate(cols[0]).astype(np.int8)
+        self.S, self.K, self.T, self.r, self.q, self.mid = (np.concatenate(c).astype(np.float64) for c in cols[1:])
+        self.n = self.S.size
+        self.sizes = [e.strike.size for e in self.quotes]
+        self.device = device
+        self.solves = 0
 
-    Returns:
-        :class:`HestonFit` (errors recomputed at the engine's default tolerance).
+    def prices(self, P: np.ndarray, settings: dict) -> np.ndarray:
+        """American prices, shape (m, n), for the m parameter vectors ``P`` (m, 5): one batched
+        ADI solve of m x n contracts."""
+        from .kernels import adi
 
-    Raises:
-        ValueError: an unknown residual or weights, fewer than 5 quotes, or a start outside
-            the bounds' reach.
-    """
-    from scipy.optimize import least_squares
+        P = np.atleast_2d(np.asarray(P, dtype=np.float64))
+        m = P.shape[0]
+        rep = lambda a: np.tile(a, m)  # noqa: E731
+        par = [np.repeat(P[:, k], self.n) for k in range(5)]
+        out = adi.heston_price_batch(rep(self.kind), "american", rep(self.S), rep(self.K), rep(self.T), rep(self.r),
+                                     rep(self.q), *par, device=self.device, **settings)
+        self.solves += 1
+        return np.asarray(out["price"], dtype=np.float64).reshape(m, self.n)
 
-    if residual not in RESIDUALS:
-        raise ValueError(f"residual must be one of {list(RESIDUALS)}, not {residual!r}")
-    if weights not in WEIGHTS:
-        raise ValueError(f"weights must be one of {list(WEIGHTS)}, not {weights!r}")
-    quotes = [e for e in quotes if e.strike.size]
-    n = sum(e.strike.size for e in quotes)
-    if n < len(PARAMS):
-        raise ValueError(f"a Heston fit needs at least {len(PARAMS)} quotes, got {n}")
-    t0 = time.perf_counter()
+
+def _american_device(device: str) -> str:
+    """``"gpu"`` when asked or (``"auto"``) when one is present; else ``"cpu"`` with a warning."""
+    import warnings
+
+    from .kernels import gpu as kernel_gpu
+
+    if device == "gpu" or (device == "auto" and kernel_gpu.available()):
+        return "gpu"
+    warnings.warn("no GPU: the American Heston fit prices every contract by ADI on the CPU; expect minutes for "
+                  "hundreds of contracts (a GPU takes seconds)", RuntimeWarning, stacklevel=3)
+    return "cpu"
+
+
+def _start_and_bounds(start, bounds, feller: bool) -> tuple:
     b = dict(BOUNDS, **(bounds or {}))
     lo = np.array([b[p][0] for p in PARAMS])
     hi = np.array([b[p][1] for p in PARAMS])
@@ -245,10 +298,63 @@ def fit_heston(quotes: Sequence[ExpiryQuotes], *, start: dict | Sequence[float] 
     if feller:
         lo[3], hi[3] = 1e-3, 1.0
         x0[3] = x0[3] / math.sqrt(2.0 * x0[1] * x0[2])
-    x0 = np.clip(x0, lo + 1e-12 * (hi - lo), hi - 1e-12 * (hi - lo))
+    return np.clip(x0, lo + 1e-12 * (hi - lo), hi - 1e-12 * (hi - lo)), lo, hi
+
+
+def fit_heston(quotes: Sequence[ExpiryQuotes], *, start: dict | Sequence[float] | None = None,
+               residual: str = "price", weights: str = "none", feller: bool = False,
+               bounds: dict | None = None, tol: float = FIT_TOL, max_nfev: int = 200,
+               xtol: float | None = None, ftol: float | None = None, gtol: float | None = None,
+               exercise: str = "european", device: str = "auto") -> HestonFit:
+    """Fit (v0, kappa, theta, xi, rho) to the quotes of one underlying (module docstring).
+
+    Args:
+        quotes: one :class:`ExpiryQuotes` per expiry (at least 5 quotes in all).
+        start: the first guess (a dict of :data:`PARAMS` or a 5-sequence), default :data:`START`
+            (clipped into the bounds).
+        residual: ``"price"`` (vega-scaled price error) or ``"vol"`` (exact IV error; European
+            only).
+        weights: ``"none"`` or ``"spread"`` (divide by half the bid/ask IV spread).
+        feller: impose ``2 kappa theta >= xi^2``.
+        bounds: per parameter ``(lo, hi)``, default :data:`BOUNDS`.
+        tol: the price integral's tolerance during the fit (:data:`FIT_TOL`; European).
+        max_nfev, xtol, ftol, gtol: :func:`scipy.optimize.least_squares`'s stopping rules (each
+            stage of an American fit); default 1e-10, 1e-12, 1e-10 (European) or
+            :data:`AMERICAN_STOPS` (the last American stage; the coarse stage stops at
+            :data:`AMERICAN_COARSE_STOPS`).
+        exercise: ``"european"`` (the semi-analytic engine) or ``"american"`` (ADI on the
+            quotes' ``spot`` and mid ``price``; :data:`AMERICAN_COARSE`, then
+            :data:`AMERICAN_FINAL`).
+        device: American fit: ``"auto"`` (the GPU when present), ``"gpu"`` or ``"cpu"``.
+
+    Returns:
+        :class:`HestonFit` (European: errors recomputed at the engine's default tolerance;
+        American: at :data:`AMERICAN_FINAL`, ``nfev`` counting both stages).
+
+    Raises:
+        ValueError: an unknown residual, weights or exercise, fewer than 5 quotes, a start
+            outside the bounds' reach, or American quotes without spot or mid prices.
+    """
+    from scipy.optimize import least_squares
+
+    if residual not in RESIDUALS:
+        raise ValueError(f"residual must be one of {list(RESIDUALS)}, not {residual!r}")
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {list(WEIGHTS)}, not {weights!r}")
+    if exercise not in EXERCISES:
+        raise ValueError(f"exercise must be one of {list(EXERCISES)}, not {exercise!r}")
+    if exercise == "american" and residual != "price":
+        raise ValueError("the American fit takes price residuals (an American IV inversion per evaluation is not done)")
+    quotes = [e for e in quotes if e.strike.size]
+    n = sum(e.strike.size for e in quotes)
+    if n < len(PARAMS):
+        raise ValueError(f"a Heston fit needs at least {len(PARAMS)} quotes, got {n}")
+    t0 = time.perf_counter()
+    stops = dict(AMERICAN_STOPS if exercise == "american" else EUROPEAN_STOPS)
+    stops.update({k: v for k, v in (("xtol", xtol), ("ftol", ftol), ("gtol", gtol)) if v is not None})
+    x0, lo, hi = _start_and_bounds(start, bounds, feller)
     prob = _Problem(quotes, tol)
     iv_mkt = np.concatenate([e.iv for e in quotes])
-    c_mkt = black_prices(quotes)
     S, K, T, r, q = prob.S, prob.K, prob.T, prob.r, prob.q
     vega = black_scholes.bs_price_greeks(prob.kind, S, K, T, r, q, iv_mkt)["vega"]
     if weights == "spread":
@@ -257,28 +363,70 @@ def fit_heston(quotes: Sequence[ExpiryQuotes], *, start: dict | Sequence[float] 
     else:
         scale = np.ones(n)
     scale = scale * 100.0  # residuals in vol points
+    vega_floor = np.maximum(vega, 1e-12 * S)
+    if exercise == "american":
+        return _fit_american(quotes, x0, lo, hi, scale / vega_floor, iv_mkt, vega_floor, feller, weights, max_nfev,
+                             stops, _american_device(device), t0)
+    c_mkt = black_prices(quotes)
 
     def fun(x: np.ndarray) -> np.ndarray:
         c = prob.prices(_to_params(x, feller))
         if residual == "price":
-            return scale * (c - c_mkt) / np.maximum(vega, 1e-12 * S)
+            return scale * (c - c_mkt) / vega_floor
         iv = prob.model_vols(c)
         # a model price outside the Black range: the vega-scaled price error stands in
         bad = ~np.isfinite(iv)
         d = iv - iv_mkt
         if bad.any():
-            d[bad] = (c[bad] - c_mkt[bad]) / np.maximum(vega[bad], 1e-12 * S[bad])
+            d[bad] = (c[bad] - c_mkt[bad]) / vega_floor[bad]
         return scale * d
 
-    sol = least_squares(fun, x0, bounds=(lo, hi), method="trf", x_scale="jac", max_nfev=max_nfev,
-                        xtol=xtol, ftol=ftol, gtol=gtol)
+    sol = least_squares(fun, x0, bounds=(lo, hi), method="trf", x_scale="jac", max_nfev=max_nfev, **stops)
     p = _to_params(sol.x, feller)
-    c = prob.prices(p, heston_cpu.TOL)
-    iv_model = prob.model_vols(c)
+    iv_model = prob.model_vols(prob.prices(p, heston_cpu.TOL))
+    return _result(quotes, prob.sizes, p, iv_model, iv_mkt, feller, residual, weights, int(sol.nfev), sol, t0)
+
+
+def _fit_american(quotes, x0, lo, hi, w, iv_mkt, vega, feller, weights, max_nfev, stops, device, t0) -> HestonFit:
+    """The two-stage American fit (module docstring); ``w`` the residual weight per quote."""
+    from scipy.optimize import least_squares
+
+    prob = _AmericanProblem(quotes, device)
+    nfev = 0
+    sol = None
+    for settings, st in ((AMERICAN_COARSE, AMERICAN_COARSE_STOPS), (AMERICAN_FINAL, stops)):
+        last = {}
+
+        def fun(x: np.ndarray, settings=settings, last=last) -> np.ndarray:
+            res = w * (prob.prices(_to_params(x, feller)[None, :], settings)[0] - prob.mid)
+            last.update(x=np.array(x), res=res)
+            return res
+
+        def jac(x: np.ndarray, settings=settings, last=last) -> np.ndarray:
+            res0 = last["res"] if "x" in last and np.array_equal(last["x"], x) else fun(x)
+            h = AMERICAN_FD_STEP * np.maximum(np.abs(x), 1.0)
+            h = np.where(x + h > hi, -h, h)  # stay inside the bounds
+            X = x[None, :] + np.diag(h)
+            P = np.array([_to_params(xk, feller) for xk in X])
+            res = w[None, :] * (prob.prices(P, settings) - prob.mid[None, :])
+            return ((res - res0[None, :]) / h[:, None]).T
+
+        sol = least_squares(fun, x0, jac=jac, bounds=(lo, hi), method="trf", x_scale="jac", max_nfev=max_nfev, **st)
+        nfev += int(sol.nfev)
+        x0 = np.clip(sol.x, lo + 1e-12 * (hi - lo), hi - 1e-12 * (hi - lo))
+    p = _to_params(sol.x, feller)
+    model = prob.prices(p[None, :], AMERICAN_FINAL)[0]
+    iv_model = iv_mkt + (model - prob.mid) / vega  # first order (module docstring)
+    return _result(quotes, prob.sizes, p, iv_model, iv_mkt, feller, "price", weights, nfev, sol, t0,
+                   exercise="american", solves=prob.solves, device=device)
+
+
+def _result(quotes, sizes, p, iv_model, iv_mkt, feller, residual, weights, nfev, sol, t0, **extra) -> HestonFit:
+    """The :class:`HestonFit` of parameters ``p``: errors per expiry and the per-quote table."""
     err = (iv_model - iv_mkt) * 100.0
     rows, pos = [], 0
     table = []
-    for e, m in zip(quotes, prob.sizes):
+    for e, m in zip(quotes, sizes):
         d = err[pos:pos + m]
         rows.append({"expiry": e.expiry, "T": e.T, "quotes": int(m),
                      "rms_vol_pts": float(np.sqrt(np.nanmean(d ** 2))), "max_vol_pts": float(np.nanmax(np.abs(d)))})
@@ -290,9 +438,9 @@ def fit_heston(quotes: Sequence[ExpiryQuotes], *, start: dict | Sequence[float] 
     fv = 2.0 * params["kappa"] * params["theta"] - params["xi"] ** 2
     return HestonFit(params=params, sse=float(np.nansum(err ** 2)), rms_vol_pts=float(np.sqrt(np.nanmean(err ** 2))),
                      expiries=rows, feller={"value": fv, "satisfied": bool(fv >= 0.0), "imposed": bool(feller)},
-                     residual=residual, weights=weights, nfev=int(sol.nfev), status=int(sol.status),
+                     residual=residual, weights=weights, nfev=nfev, status=int(sol.status),
                      message=str(sol.message), elapsed_s=time.perf_counter() - t0,
-                     quotes=pd.concat(table, ignore_index=True))
+                     quotes=pd.concat(table, ignore_index=True), **extra)
 
 
 def quotes_from_chain(chain_out: pd.DataFrame, *, min_days: float = MIN_DAYS, k_sd: float = K_SD,
@@ -302,7 +450,8 @@ def quotes_from_chain(chain_out: pd.DataFrame, *, min_days: float = MIN_DAYS, k_
     expiry of at least ``min_days`` days, the out-of-the-money contracts (puts below ``F_T``,
     calls at or above) with a solved mid IV (status ``ok``) and ``|ln(K/F_T)| <= max(k_sd *
     atm_iv * sqrt(T), k_min)``, at most ``max_per_expiry`` of them evenly over ``k``;
-    ``D_T = exp(-rate * T)`` from the expiry's solved rate.
+    ``D_T = exp(-rate * T)`` from the expiry's solved rate; ``spot`` and the mid ``price`` too
+    where the output has them (an American fit needs them).
 
     Raises:
         ValueError: a missing column, or American contracts with ``european_only`` (their
@@ -322,6 +471,8 @@ def quotes_from_chain(chain_out: pd.DataFrame, *, min_days: float = MIN_DAYS, k_
         return pd.to_numeric(chain_out[name], errors="coerce").to_numpy(dtype=np.float64)
 
     T, F, r, K, iv, ib, ia = (col(c) for c in ("expiry_years", "forward", "rate", "strike", "iv", "iv_bid", "iv_ask"))
+    S = col("spot") if "spot" in chain_out.columns else np.full(len(chain_out), np.nan)
+    mid = col("mid") if "mid" in chain_out.columns else np.full(len(chain_out), np.nan)
     kind = labels(chain_out["type"])
     usable = (chain_out["status"].to_numpy() == "ok") & np.isfinite(iv) & (iv > 0) & otm_mask(chain_out, F, kind)
     out: list[ExpiryQuotes] = []
@@ -342,8 +493,10 @@ def quotes_from_chain(chain_out: pd.DataFrame, *, min_days: float = MIN_DAYS, k_
             keep = keep[np.unique(np.round(np.linspace(0, keep.size - 1, max_per_expiry)).astype(int))]
         if keep.size < 3:
             continue
+        Se = float(S[g[0]])
         out.append(ExpiryQuotes(str(names[e]), Te, Fe, math.exp(-re * Te), K[keep], iv[keep],
-                                (kind[keep] == "call").astype(np.int8), ib[keep], ia[keep]))
+                                (kind[keep] == "call").astype(np.int8), ib[keep], ia[keep],
+                                spot=Se if math.isfinite(Se) and Se > 0 else None, price=mid[keep]))
     out.sort(key=lambda q: q.T)
     return out
 
@@ -387,5 +540,5 @@ def plot_fit(fit: HestonFit, directory: str | Path, name: str = "heston") -> lis
     return paths
 
 
-__all__ = ["BOUNDS", "ExpiryQuotes", "HestonFit", "PARAMS", "START", "black_prices", "fit_heston", "plot_fit",
-           "quotes_from_chain", "smiles_figure"]
+__all__ = ["AMERICAN_COARSE", "AMERICAN_FINAL", "BOUNDS", "ExpiryQuotes", "HestonFit", "PARAMS", "START", "black_prices",
+           "fit_heston", "plot_fit", "quotes_from_chain", "smiles_figure"]

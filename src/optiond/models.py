@@ -573,8 +573,17 @@ class Method:
         seed: MLMC random seed (the Philox key): a fixed seed gives a reproducible estimate.
         scheme: ADI scheme, ``"do"`` (Douglas), ``"cs"`` (Craig–Sneyd), ``"mcs"`` (Modified
             Craig–Sneyd, default) or ``"hv"`` (Hundsdorfer–Verwer).
-        grid: ADI grid nodes ``(n_spot, n_variance)``.
-        time_steps: ADI time steps; rannacher: implicit (Rannacher) start-up half steps.
+        grid: ADI grid nodes ``(n_spot, n_variance)`` (default 160 x 80).
+        time_steps: ADI time steps, the least count when ``steps_per_year`` > 0 (default 50);
+            rannacher: implicit (Rannacher) start-up half steps.
+        steps_per_year: ADI time steps per year of expiry (default 80): each option gets the
+            smallest of ``time_steps * sqrt(2)^k`` steps that is at least this times its expiry;
+            0 keeps ``time_steps`` for every expiry.
+        richardson: ADI: extrapolate over ``grid`` and its half (half the steps) (default on).
+            The default ADI settings are within 6.3e-4 of the analytic European Heston price
+            on hard parameter sets (T = 10 with xi = 1, T = 0.5 with xi = 1.5, rho = -0.9,
+            deep in and out of the money) and within 8.5e-5 of Ikonen & Toivanen's published
+            American values (``optiond.kernels.adi.defaults``).
         accuracy: spectral accuracy setting, one of :data:`SPECTRAL_ACCURACIES` (``"fast"``,
             ``"accurate"`` (default), ``"high-precision"``; ``"high"`` is an alias).
     """
@@ -590,9 +599,11 @@ class Method:
     payoff: str = "vanilla"
     seed: int = 0
     scheme: str = "mcs"
-    grid: tuple = (200, 100)
-    time_steps: int = 100
+    grid: tuple = (160, 80)
+    time_steps: int = 50
     rannacher: int = 2
+    steps_per_year: float = 80.0
+    richardson: bool = True
     accuracy: str = "accurate"
 
     def __post_init__(self) -> None:
@@ -632,6 +643,14 @@ class Method:
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or v < (1 if name == "time_steps" else 0):
                 raise InvalidInputError(name, None, v, "expected a whole number >= " + ("1" if name == "time_steps" else "0"))
+        spy = self.steps_per_year
+        if isinstance(spy, (bool, np.bool_)) or not isinstance(spy, (int, float, np.integer, np.floating)) \
+                or not (math.isfinite(float(spy)) and 0.0 <= float(spy) <= 1e6):
+            raise InvalidInputError("steps_per_year", None, spy, "expected a number in [0, 1e6]")
+        object.__setattr__(self, "steps_per_year", float(spy))
+        if not isinstance(self.richardson, (bool, np.bool_)):
+            raise InvalidInputError("richardson", None, self.richardson, "expected true or false")
+        object.__setattr__(self, "richardson", bool(self.richardson))
         payoff = str(self.payoff).strip().lower()
         if payoff not in PAYOFFS:
             raise InvalidInputError("payoff", None, self.payoff, f"unknown payoff; expected one of {list(PAYOFFS)}")

@@ -105,7 +105,9 @@ def _heston_method() -> Method:
 
 @functools.lru_cache(maxsize=16)
 def _adi_method(scheme: str) -> Method:
-    return Method(name="adi", greeks=False, scheme=scheme, grid=table.HESTON_GRID, time_steps=table.HESTON_TIME_STEPS)
+    # one grid with exactly these steps, as the function table documents and budgets it
+    return Method(name="adi", greeks=False, scheme=scheme, grid=table.HESTON_GRID, time_steps=table.HESTON_TIME_STEPS,
+                  richardson=False, steps_per_year=0.0)
 
 
 def _steps_column(steps: np.ndarray) -> np.ndarray:

@@ -1,4 +1,7 @@
-"""``optiond heston-fit CHAIN.csv``: a European chain's Heston parameters (:mod:`optiond.heston_fit`).
+"""``optiond heston-fit CHAIN.csv``: a chain's Heston parameters (:mod:`optiond.heston_fit`).
+
+European chains by the semi-analytic engine; American chains with ``--american``, directly to
+the American mids by batched ADI (on the GPU when present; the CPU takes minutes).
 
 The chain job (:func:`optiond.chain.price_chain`, in this process) solves each expiry's forward
 and discount factor from put–call parity and the out-of-the-money mids' implied volatilities;
@@ -44,7 +47,8 @@ def fit_lines(fit, underlying: str) -> list[str]:
              f"  Feller 2*kappa*theta - xi^2 = {f['value']:.5f} ({'satisfied' if f['satisfied'] else 'violated'}"
              f"{', imposed' if f['imposed'] else ''}); SSE {fit.sse:.3f} vol pts^2 over "
              f"{sum(e['quotes'] for e in fit.expiries)} quotes, RMS {fit.rms_vol_pts:.3f}; "
-             f"{fit.residual} residuals, weights {fit.weights}; {fit.nfev} evaluations, {fit.elapsed_s:.2f} s",
+             f"{fit.residual} residuals, weights {fit.weights}; {fit.nfev} evaluations, {fit.elapsed_s:.2f} s"
+             + (f"; American by ADI, {fit.solves} batched solves on {fit.device}" if fit.exercise == "american" else ""),
              "  expiry        T (y)  quotes  rms (vol pts)  max"]
     for e in fit.expiries:
         lines.append(f"  {e['expiry']:<12} {e['T']:7.4f} {e['quotes']:7d} {e['rms_vol_pts']:14.3f} {e['max_vol_pts']:6.2f}")
@@ -67,14 +71,19 @@ def cmd_heston_fit(args: argparse.Namespace) -> int:
         return _fail(e)
     if not len(df):
         return _fail(f"{args.file}: no contracts")
-    if "style" in df.columns and (chain_job.labels(df["style"]) == "american").any():
-        return _fail(f"{args.file}: American contracts; the Heston fit takes European chains only (their early-exercise "
-                     "premium is not in the European model)")
+    american = "style" in df.columns and (chain_job.labels(df["style"]) == "american").any()
+    if american and not args.american:
+        return _fail(f"{args.file}: American contracts; the European Heston fit takes European chains only (their "
+                     "early-exercise premium is not in the European model): pass --american to fit the American mids by ADI")
+    if args.american and not american:
+        return _fail(f"{args.file}: --american, but the chain has no American contracts")
     out, _ = chain_job.price_chain(df, rate=args.rate, curve=curve, quote_time=args.quote_time,
                                    settlement=args.settlement)
     try:
-        quotes = heston_fit.quotes_from_chain(out, min_days=args.min_days)
-        fit = heston_fit.fit_heston(quotes, residual=args.residual, weights=args.weights, feller=args.feller)
+        quotes = heston_fit.quotes_from_chain(out, min_days=args.min_days, european_only=not args.american,
+                                              k_sd=args.k_sd, max_per_expiry=args.max_per_expiry)
+        fit = heston_fit.fit_heston(quotes, residual=args.residual, weights=args.weights, feller=args.feller,
+                                    exercise="american" if args.american else "european", device=args.device)
     except ValueError as e:
         return _fail(e)
     underlying = str(df["underlying"].iloc[0]) if "underlying" in df.columns else "chain"
@@ -103,7 +112,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Heston engine, each expiry on its own forward and discount factor from put-call "
                                    "parity. Prints the parameters, the Feller condition and the error in vol points "
                                    "per expiry.")
-    h.add_argument("file", help="chain CSV (European contracts)")
+    h.add_argument("file", help="chain CSV (European contracts, or American ones with --american)")
+    h.add_argument("--american", action="store_true",
+                   help="the chain's contracts are American: fit their mids by batched ADI (GPU when present)")
+    h.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto", help="American fit: where ADI runs")
+    h.add_argument("--k-sd", type=float, default=heston_fit.K_SD,
+                   help=f"strikes within this many ATM standard deviations (default {heston_fit.K_SD:g})")
+    h.add_argument("--max-per-expiry", type=int, default=heston_fit.MAX_PER_EXPIRY,
+                   help=f"most quotes per expiry (default {heston_fit.MAX_PER_EXPIRY})")
     h.add_argument("--json", metavar="FILE", help="write the result (parameters, errors per expiry, Feller) as JSON")
     h.add_argument("--plot", metavar="DIR", help="write the market-against-model smiles here (PNG and SVG)")
     h.add_argument("--residual", choices=heston_fit.RESIDUALS, default="price",

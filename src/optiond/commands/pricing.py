@@ -122,6 +122,7 @@ def cmd_price(args: argparse.Namespace) -> int:
         return 2
     method = Method(name=args.method, steps=args.steps, greeks=not args.no_greeks, eps=args.eps, seed=args.seed, scheme=args.scheme,
                     grid=tuple(args.grid), time_steps=args.time_steps, device=args.device,
+                    **(dict(richardson=False, steps_per_year=0.0) if args.adi_single_grid else {}),
                     extrapolate=args.extrapolate, accuracy=args.accuracy)
     pricer = make_pricer(args)
     if isinstance(pricer, DaemonPricer):  # a big file is a followed daemon job, with a progress bar
@@ -328,8 +329,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eps", type=float, default=0.01, help="MLMC target RMS error (currency units) where the file has none")
     p.add_argument("--seed", type=int, default=0, help="MLMC random seed (default 0)")
     p.add_argument("--scheme", default="mcs", help="ADI scheme: do, cs, mcs (default) or hv")
-    p.add_argument("--grid", type=int, nargs=2, default=(200, 100), metavar=("NS", "NV"), help="ADI grid (default 200 100)")
-    p.add_argument("--time-steps", type=int, default=100, help="ADI time steps (default 100)")
+    p.add_argument("--grid", type=int, nargs=2, default=(160, 80), metavar=("NS", "NV"),
+                   help="ADI grid, the fine one of the Richardson pair (default 160 80)")
+    p.add_argument("--time-steps", type=int, default=50,
+                   help="ADI time steps, the least count (default 50; 80 a year of expiry above that)")
+    p.add_argument("--adi-single-grid", action="store_true",
+                   help="ADI: one grid with exactly --time-steps steps (no Richardson pair, no steps per year)")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto", help="where to price (default auto)")
     p.add_argument("--extrapolate", action="store_true",
                    help="binomial rows: the converged tree value (Broadie-Detemple smoothing with Richardson "
