@@ -142,7 +142,6 @@ def prices_bench(shape: str, repeat: int, sample: int) -> dict:
 
 
 def spx_bench(repeat: int) -> dict:
-
     t0 = time.perf_counter()
     df = chain.read_chain(str(DATA))
     out, _ = chain.price_chain(df)
