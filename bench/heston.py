@@ -29,7 +29,9 @@
    fit made (the same iterations; a full CPU fit of ~500 contracts takes long), unless
    ``--cpu-full`` runs the whole fit on the CPU too.
 
-Usage: ``python bench/heston.py [--only prices|spx|american_fit ...] [--threads 2] [--repeat 3] [--sample 300]
+4. ``gpu``: the 10,000 prices of each shape on the GPU, host to host, against the CPU kernel's.
+
+Usage: ``python bench/heston.py [--only prices|spx|american_fit|gpu ...] [--threads 2] [--repeat 3] [--sample 300]
 [--k-sd 2] [--per-expiry 17] [--cpu-full] [--out FILE]`` (every section without ``--only``).
 """
 
@@ -239,7 +241,26 @@ def american_fit(k_sd: float, per_expiry: int, cpu_full: bool) -> dict:
     return res
 
 
-SECTIONS = ("prices", "spx", "american_fit")
+def gpu_bench(repeat: int) -> dict:
+    """10,000 European prices of each shape on the GPU (``heston_batch_gpu``, host to host,
+    best of ``repeat``, the module compiled beforehand) and their largest difference from the
+    CPU kernel's, relative to max(1, price)."""
+    from optiond.kernels.heston import gpu
+
+    out = {"device": kernel_gpu.device_label()}
+    for shape in ("random", "chain"):
+        c = contracts(shape)
+        args = (c["kind"], S0, c["strike"], c["expiry"], R, Q, c["v0"], c["kappa"], c["theta"], c["xi"], c["rho"])
+        got = gpu.heston_batch_gpu(*args, greeks=False)[0]  # compile and warm
+        ref = ours(c)
+        out[shape] = {"contracts": len(c["strike"]),
+                      "gpu_s": best(lambda: gpu.heston_batch_gpu(*args, greeks=False), repeat),
+                      "cpu_s": best(lambda: ours(c), repeat),
+                      "max_rel_diff_vs_cpu": float(np.max(np.abs(got - ref) / np.maximum(1.0, np.abs(ref))))}
+    return out
+
+
+SECTIONS = ("prices", "spx", "american_fit", "gpu")
 
 
 def main() -> None:
@@ -266,6 +287,8 @@ def main() -> None:
         doc["spx_calibration"] = spx_bench(a.repeat)
     if "american_fit" in only:
         doc["american_fit"] = american_fit(a.k_sd, a.per_expiry, a.cpu_full)
+    if "gpu" in only and kernel_gpu.available():
+        doc["gpu"] = gpu_bench(a.repeat)
     text = json.dumps(doc, indent=2, default=float)
     print(text)
     if a.out:

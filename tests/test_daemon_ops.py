@@ -95,7 +95,7 @@ def test_price_replies_send_greeks_only_when_asked(served, client, rows, greeks,
     buffers: list = []
     content = {"columns": client._encode_columns(cols, buffers), "method": client._encode_method(m, buffers)}
     reply = raw_request(served, "price_request", content, buffers, metadata={"force": True})
-    assert reply.content["values"]["__nd__"][1] == [6 if greeks else 1, rows]
+    assert reply.content["values"]["__nd__"][1] == [7 if greeks else 1, rows]  # price and six Greeks (dividend rho included)
     got = Client._decode_result(reply)
     assert_same(got, engine.price_table(cols, m))
     assert np.isnan(got.delta).all() != greeks
@@ -313,7 +313,7 @@ def test_limits_refuse_before_any_work(served, client):
 def test_cost_model_and_hooks():
     one = limits.estimate("price", table(1), Method(steps=100, greeks=False), 1)
     assert one.work == costs.tree_nodes(100) == 101 * 102 / 2 and one.model == "binomial"
-    assert limits.estimate("price", table(1), Method(steps=100), 1).work == 5 * one.work
+    assert limits.estimate("price", table(1), Method(steps=100), 1).work == 7 * one.work  # the price and three bumped pairs
     assert limits.estimate("implied_vol", table(1), Method(steps=100), 1).work == costs.IV_TREES * one.work
     per_row = limits.estimate("price", table(3, steps=np.array([10, 20, 30])), Method(greeks=False), 3)
     assert per_row.work == costs.tree_nodes([10, 20, 30]) and per_row.max_steps == 30

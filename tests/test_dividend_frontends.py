@@ -95,7 +95,7 @@ def _check_book(out: pd.DataFrame) -> None:
 
 def test_portfolio_dividends_in_process(tmp_path, capsys):
     dst = tmp_path / "out.csv"
-    rc = cli_main(["price", _portfolio(tmp_path), "--no-daemon", "--steps", str(STEPS), "--valuation", VALUATION,
+    rc = cli_main(["price", _portfolio(tmp_path), "--no-daemon", "--method", "binomial", "--steps", str(STEPS), "--valuation", VALUATION,
                    "-o", str(dst)])
     assert rc == 1  # some rows failed
     assert "priced 4/10 rows (6 errors)" in capsys.readouterr().err
@@ -104,7 +104,7 @@ def test_portfolio_dividends_in_process(tmp_path, capsys):
 
 def test_portfolio_dividends_on_the_daemon(tmp_path, capsys, daemon):
     dst = tmp_path / "out.csv"
-    rc = cli_main(["price", _portfolio(tmp_path), "--daemon-only", "--steps", str(STEPS), "--valuation", VALUATION,
+    rc = cli_main(["price", _portfolio(tmp_path), "--daemon-only", "--method", "binomial", "--steps", str(STEPS), "--valuation", VALUATION,
                    "-o", str(dst)])
     err = capsys.readouterr().err
     assert rc == 1 and "(daemon)" in err, err

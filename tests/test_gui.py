@@ -255,8 +255,9 @@ def test_batch_aapl_chain_every_row(qtbot, panel, daemon, tmp_path):
     timings = panel.timings_tab
     assert timings.jobs.rowCount() >= 1 and timings.jobs.item(0, 7).text() == "done"
     assert timings.jobs.item(0, 3).text() == f"{len(df):,} / {len(df):,}"
-    assert any(name.startswith("binomial implied vol") for name in timings.series)
-    assert any(name.startswith("binomial price") for name in timings.series)
+    # the chain's American contracts (method auto: the spectral engine; the tree for cash dividends)
+    assert any(name.startswith("spectral implied vol") for name in timings.series), list(timings.series)
+    assert any(name.startswith("spectral price") for name in timings.series), list(timings.series)
     _screenshots(qtbot, panel, tmp_path)
 
 
@@ -611,7 +612,7 @@ def _colours(image, step: int = 5) -> set[int]:
 
 def test_spy_surface_fit_smile_map_cursor_and_stats(qtbot, panel):
     """A finished SPY chain run is fitted on the worker thread: the results gain iv_fit (the
-    surface's vol at each row's K and T), theo (the tree at iv_fit, as the engine prices it
+    surface's vol at each row's K and T), theo (the chain's method at iv_fit, as the engine prices it
     in this process) and edge; the smile shows bid/ask bars and the fitted SVI smile; the
     Surface tab renders its heatmap offscreen, its cursor reads Surface.vol under the pointer
     and its table holds each slice's own statistics."""
@@ -640,8 +641,9 @@ def test_spy_surface_fit_smile_map_cursor_and_stats(qtbot, panel):
                               "expiry": sample["expiry_years"].to_numpy(), "rate": sample["rate"].to_numpy(),
                               "dividend_yield": sample["dividend_yield"].to_numpy(),
                               "volatility": sample["iv_fit"].to_numpy()},
-                             models.Method(name="binomial", steps=SURFACE_STEPS))
-    np.testing.assert_allclose(sample["theo"], ref.price, rtol=1e-9)
+                             models.Method(name=chain.DEFAULT_METHOD, steps=SURFACE_STEPS,
+                                           accuracy=chain.DEFAULT_ACCURACY))
+    np.testing.assert_allclose(sample["theo"], ref.price, rtol=1e-9)  # the chain's own method (auto)
     np.testing.assert_allclose(res["edge"], res["mid"] - res["theo"], rtol=0, atol=1e-12, equal_nan=True)
 
     # the smile: bid/ask IV bars of the out-of-the-money rows, and the fitted smile

@@ -260,25 +260,29 @@ def test_american_chain_gives_back_the_carry():
     T = np.array([clock.years_between(clock.quote_instant(qd, "11:00"), clock.settlement_instant(x, "pm")) for x in exps])
     r, q = np.full(3, 0.04), np.array([0.031, 0.018, 0.012])
     df = _synthetic_chain(250.0, qd, list(zip(exps, T)), r, q, "american", steps)
-    m = chain.solve_market(df, quote_time="11:00", rate=0.04, steps=steps, spot_mode="print")
+    # quotes from trees of 200 steps: the tree's solve gives the carry back exactly
+    m = chain.solve_market(df, quote_time="11:00", rate=0.04, steps=steps, spot_mode="print", method="binomial")
     assert m.table["method"].str.startswith("carry solve").all()
     np.testing.assert_allclose(m.table["carry"], q, atol=1e-6)
+    # the default (the spectral engine's converged prices) within the 200-step tree's own error
+    ma = chain.solve_market(df, quote_time="11:00", rate=0.04, steps=steps, spot_mode="print")
+    np.testing.assert_allclose(ma.table["carry"], q, atol=1e-4)
     # a print 0.3 % stale against the option quotes: the implied spot finds the quotes' spot
     # (the front expiry's carry given), and the carries come back as before
     stale = df.assign(underlying_price=250.0 * 1.003)
-    mi = chain.solve_market(stale, quote_time="11:00", rate=0.04, steps=steps, dividend_yield=q[0])
+    mi = chain.solve_market(stale, quote_time="11:00", rate=0.04, steps=steps, dividend_yield=q[0], method="binomial")
     np.testing.assert_allclose(mi.table["spot"], 250.0, rtol=1e-6)
     np.testing.assert_allclose(mi.table["carry"], q, atol=1e-5)
     assert "implied by the 18" in mi.table["note"].iloc[0]
     # an expiry with no put quoted: no pair, its carry interpolated, priced on the same implied spot
     no_puts = stale[~((stale.expiry == exps[1]) & (stale.type == "put"))]
-    mn = chain.solve_market(no_puts, quote_time="11:00", rate=0.04, steps=steps, dividend_yield=q[0])
+    mn = chain.solve_market(no_puts, quote_time="11:00", rate=0.04, steps=steps, dividend_yield=q[0], method="binomial")
     row = mn.table.set_index("expiry").loc[exps[1]]
     assert row["method"] == "interpolated" and row["spot"] == pytest.approx(250.0, rel=1e-6)
     assert row["carry"] == pytest.approx(np.interp(T[1], T[[0, 2]], q[[0, 2]]), abs=1e-5)
     # its note keeps both: the chain's spot, and why its own carry is interpolated
     assert row["note"].startswith("spot 250.0000 implied") and "too few pairs: carry interpolated" in row["note"]
-    out, summary = chain.price_chain(df, market=m, steps=steps)
+    out, summary = chain.price_chain(df, market=m, steps=steps, method="binomial")
     assert (out.status == "ok").all()
     np.testing.assert_allclose(out.dividend_yield, np.repeat(q, 50), atol=1e-6)
     assert summary.forwards["call_minus_put_iv_pts"].abs().max() < 1e-4

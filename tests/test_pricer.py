@@ -163,7 +163,7 @@ def test_merge_portfolio_keeps_every_input_column():
     res = pricer.LocalPricer().price_table(pricer.portfolio_request(df, pricer.PORTFOLIO_COLUMNS), Method(steps=40))
     out = pricer.merge_portfolio(df, res)
     assert list(out.columns) == list(df.columns) + ["model_price", "delta", "gamma", "model_theta", "vega", "rho",
-                                                    "status", "error", "device"]
+                                                    "dividend_rho", "status", "error", "device"]
     assert out.loc[0, "price"] == 1.0 and out.loc[0, "model_price"] == res.price[0]
     # "theta" is no request column (it names the Greek; the Heston input is long_run_variance)
     assert set(pricer.portfolio_request(df)) == {"kind", "spot", "strike", "expiry", "rate", "volatility"}

@@ -220,7 +220,7 @@ def prices(surface: Surface, strike: Any, expiry: Any, kind: Any, style: Any = "
         frame = pd.DataFrame({"type": kinds[rows], "style": styles[rows], "strike": K[rows], "expiry_years": Tr,
                               "spot": S[rows], "rate": r[rows], "dividend_yield": r[rows] - np.log(F[rows] / S[rows]) / Tr,
                               "mid": np.nan})
-        out = apply_surface(frame, surface, pricer, steps=steps)
+        out = apply_surface(frame, surface, pricer, steps=steps, method="binomial")  # American: the CRR tree, as documented
         res.device = out.attrs.get("device", res.device)
         res.price[rows] = out["theo"].to_numpy()
         for g, col in zip(GREEK_FIELDS, THEO_GREEKS):

@@ -146,7 +146,7 @@ def _system(xs, T, k, lo, hi, mid, grid, cgrid, w_prev, penalty, mid_pull, g_mar
         if want:
             _accumulate(A, gvec, row, 1.0 / (2.0 * f * T), gsum, q2)
     G = grid.size
-    scale_g = penalty / math.sqrt(G)
+    scale_g = penalty / math.sqrt(G) if G > 0 else 0.0  # no grid (the fit alone): no butterfly rows
     for i in range(G):
         viol = _g(x, grid[i]) - g_margin
         if viol < 0.0:
