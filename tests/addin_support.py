@@ -4,6 +4,8 @@ registers the imported fixtures in each importing module)."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import numpy as np
 import pytest
 
@@ -61,6 +63,26 @@ def _fresh_cache(monkeypatch):
 
 
 @pytest.fixture
+def no_daemon(monkeypatch, tmp_path):
+    """No daemon answers (a connection file that does not exist): objects are the add-in's own."""
+    monkeypatch.setenv("OPTIOND_CONNECTION_FILE", str(tmp_path / "none.json"))
+    objects.forget()
+    yield
+    objects.forget()
+
+
+@pytest.fixture
+def with_daemon(daemon, monkeypatch):
+    """The session's daemon, with no in-process fall-back (a cell that fell back would not say
+    so) and its objects read afresh at every look-up (another client's bump seen at once)."""
+    monkeypatch.setenv("OPTIOND_FALLBACK", "0")
+    monkeypatch.setattr(objects, "REFRESH_S", 0.0)
+    objects.forget()
+    yield daemon
+    objects.forget()
+
+
+@pytest.fixture
 def client(monkeypatch) -> CountingClient:
     c = CountingClient()
     monkeypatch.setattr(pricing, "_client", lambda: c)
@@ -75,3 +97,12 @@ def is_error(x) -> bool:
 def col(values) -> list[list]:
     """A column range, as xlwings passes it."""
     return [[v] for v in values]
+
+
+def as_range(df) -> list[list]:
+    """A chain as Excel hands a pasted range over: a header row, then a row per contract with
+    empty cells as None and the dates as date cells."""
+    rows = df.astype(object).where(df.notna(), None)
+    for c in ("quote_date", "expiry"):
+        rows[c] = [dt.datetime.fromisoformat(v) for v in rows[c]]
+    return [list(df.columns)] + rows.values.tolist()

@@ -418,7 +418,7 @@ def test_table_drives_the_functions():
                                                  "AMERICAN_PUT", "AMERICAN_CALL", "AMERICAN_IV", "MLMC_CALL", "MLMC_PUT", "MLMC_ASIAN_CALL", "MLMC_DIGITAL_CALL",
                                                  "MLMC_STDERR", "HESTON_CALL", "HESTON_PUT", "PARITY_FORWARD",
                                                  "SURFACE_FIT", "SURFACE_VOL", "SURFACE_PRICE", "OPTIOND_CURVE",
-                                                 "OPTIOND_DIVIDENDS", "OPTIOND_HESTON", "OPTIOND_OBJECTS"]
+                                                 "OPTIOND_DIVIDENDS", "OPTIOND_HESTON", "HESTON_FIT", "OPTIOND_OBJECTS"]
     assert set(F.WORKSHEET_FUNCTIONS) == set(F.formulas_functions()) == {f.name for f in table.FUNCTIONS}
     for spec in table.FUNCTIONS:
         f = F.WORKSHEET_FUNCTIONS[spec.name]
@@ -441,6 +441,8 @@ def test_table_drives_the_functions():
     assert table.BY_NAME["HESTON_PUT"].signature() == ("HESTON_PUT(S, K, T, r, q, v0, [kappa], [theta], [xi], [rho], "
                                                        "[american], [scheme], [valuation])")
     assert table.BY_NAME["OPTIOND_OBJECTS"].signature() == "OPTIOND_OBJECTS()"
+    assert table.BY_NAME["HESTON_FIT"].signature() == ("HESTON_FIT(name, chain_range, [quote_time], [rate], "
+                                                       "[settlement], [feller])")
 
 
 def test_decorate_rejects_a_signature_that_disagrees_with_the_table():

@@ -27,21 +27,13 @@ from optiond.daemon.objects import ObjectStore, StaleHandle
 from optiond.limits import Limits
 from optiond.models import InvalidInputError
 
-from addin_support import _fresh_cache, col, is_error  # noqa: F401
+from addin_support import _fresh_cache, col, is_error, no_daemon, with_daemon  # noqa: F401
 
 ql = pytest.importorskip("QuantLib")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
 import build  # noqa: E402  (the golden workbooks' references: QuantLib set-ups, the closed form, the SVI surface)
 
 bs = build.bs
-
-
-@pytest.fixture
-def no_daemon(monkeypatch, tmp_path):
-    monkeypatch.setenv("OPTIOND_CONNECTION_FILE", str(tmp_path / "none.json"))
-    objects.forget()
-    yield
-    objects.forget()
 
 
 DAYS = [30.0, 91.0, 182.0, 365.0, 730.0]
@@ -250,15 +242,6 @@ def test_a_surface_handle_reads_its_vol_at_each_K_and_T(no_daemon):
 
 
 # ---- with the daemon -------------------------------------------------------------------------
-
-@pytest.fixture
-def with_daemon(daemon, monkeypatch):
-    monkeypatch.setenv("OPTIOND_FALLBACK", "0")
-    monkeypatch.setattr(objects, "REFRESH_S", 0.0)  # see another client's bump at once
-    objects.forget()
-    yield daemon
-    objects.forget()
-
 
 def test_daemon_objects_are_shared_listed_and_bumped(with_daemon):
     h = F.OPTIOND_CURVE("XL-USD", [DAYS], [RATES])

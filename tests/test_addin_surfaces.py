@@ -22,18 +22,9 @@ from optiond.addin import functions as F
 from optiond.addin import pricing, table
 from optiond.surface.points import fit_chain
 
-from addin_support import _fresh_cache, col, is_error  # noqa: F401
+from addin_support import _fresh_cache, as_range, col, is_error  # noqa: F401
 from conftest import SPY_EXPIRIES
 
-
-
-def as_range(df) -> list[list]:
-    """A chain as Excel hands a pasted range over: a header row, then a row per contract with
-    empty cells as None and the dates as date cells."""
-    rows = df.astype(object).where(df.notna(), None)
-    for c in ("quote_date", "expiry"):
-        rows[c] = [dt.datetime.fromisoformat(v) for v in rows[c]]
-    return [list(df.columns)] + rows.values.tolist()
 
 
 @pytest.fixture(scope="module")

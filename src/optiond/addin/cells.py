@@ -472,6 +472,26 @@ def _chain_table(arg: table.Arg, value: Any, columns: Sequence[str], required: S
     return pd.DataFrame(rows, columns=names)
 
 
+def _chain_fit(spec: Function, values: Sequence[Any]) -> tuple[Any, Any, dict]:
+    """``(name, chain, market)`` of a function that fits a pasted chain (``SURFACE_FIT``,
+    ``HESTON_FIT``), from its first five arguments ``name, chain_range, quote_time, rate,
+    settlement``: the name cell as it is, the chain as a DataFrame of the chain CSV's columns
+    (:func:`_chain_table`), and the market fields given (``quote_time``, ``rate``,
+    ``settlement``; empty cells left out: the chain job's defaults).
+
+    Raises:
+        _Problem: a bad cell (its text names the argument)."""
+    from .. import chain
+
+    name_arg, chain_arg, time_arg, rate_arg, settlement_arg = spec.args[:5]
+    name = _single(name_arg, values[0])
+    df = _chain_table(chain_arg, values[1], chain.CHAIN_COLUMNS + chain.OPTIONAL_CHAIN_COLUMNS, chain.CHAIN_COLUMNS,
+                      ("quote_date", "expiry"))
+    market = {"quote_time": _single(time_arg, values[2]), "rate": _scalar(rate_arg, values[3]),
+              "settlement": _single(settlement_arg, values[4])}
+    return name, df, {k: v for k, v in market.items() if v is not None}
+
+
 def _schedule(spec: Function, values: Sequence[Any]) -> tuple[dict[str, np.ndarray], str | None]:
     """The call's cash-dividend schedule, from its ``schedule`` arguments (``div_times``,
     ``div_amounts``): ``(columns, error)``.

@@ -12,12 +12,13 @@ rules below on ranges, requests, the cache and the daemon are those of the prici
 functions); ``SURFACE_FIT``, ``SURFACE_VOL`` and ``SURFACE_PRICE`` on volatility surfaces the
 daemon keeps by name and version (:mod:`optiond.addin.surfaces`: ranges broadcast and a bad
 cell marks its own cell as below, but they are never cached nor computed in this process);
-``OPTIOND_CURVE``, ``OPTIOND_DIVIDENDS``, ``OPTIOND_HESTON`` and ``OPTIOND_OBJECTS``, which
-make and list market objects kept by name and version, whose handles the pricing functions
-take in place of ``r``, ``q``, ``sigma`` and the Heston parameters (:mod:`optiond.addin.objects`). Their arguments, descriptions and defaults are in
-:mod:`optiond.addin.table` (the one table), which also builds the xlwings decorators. On
-Windows with Excel, xlwings calls them from the workbook; anywhere else they are plain Python
-functions with the same behaviour.
+``OPTIOND_CURVE``, ``OPTIOND_DIVIDENDS``, ``OPTIOND_HESTON``, ``HESTON_FIT`` (a Heston set
+fitted to a pasted European chain) and ``OPTIOND_OBJECTS``, which make and list market objects
+kept by name and version, whose handles the pricing functions take in place of ``r``, ``q``,
+``sigma`` and the Heston parameters (:mod:`optiond.addin.objects`; never cached). Their
+arguments, descriptions and defaults are in :mod:`optiond.addin.table` (the one table), which
+also builds the xlwings decorators. On Windows with Excel, xlwings calls them from the
+workbook; anywhere else they are plain Python functions with the same behaviour.
 
 Behaviour, the same for every function:
 
@@ -194,7 +195,7 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
             return parity_forward(spec, values)
         if spec.method == "surface":  # never cached, never in this process: surfaces.py
             return surfaces.evaluate(spec, values)
-        if spec.method == "objects":  # making and listing market objects: objects.py
+        if spec.method == "objects":  # making, fitting and listing market objects: objects.py (never cached)
             return objects.evaluate(spec, values)
         if spec.op == "greeks":  # the Greeks in raw units, then in the call's units and with its header
             return _greeks(spec, values)
@@ -417,6 +418,11 @@ def OPTIOND_DIVIDENDS(name, ex_dates, amounts):
 @_udf
 def OPTIOND_HESTON(name, v0, kappa, theta, xi, rho):
     return evaluate("OPTIOND_HESTON", (name, v0, kappa, theta, xi, rho))
+
+
+@_udf
+def HESTON_FIT(name, chain_range, quote_time=None, rate=None, settlement=None, feller=None):
+    return evaluate("HESTON_FIT", (name, chain_range, quote_time, rate, settlement, feller))
 
 
 @_udf

@@ -1,6 +1,7 @@
 """Named market objects in the worksheet functions: making them (``OPTIOND_CURVE``,
-``OPTIOND_DIVIDENDS``, ``OPTIOND_HESTON``), listing them (``OPTIOND_OBJECTS``), and reading a
-handle where a pricing function takes a number: the one place the add-in resolves handles.
+``OPTIOND_DIVIDENDS``, ``OPTIOND_HESTON``), fitting a Heston set to a pasted chain
+(``HESTON_FIT``), listing them (``OPTIOND_OBJECTS``), and reading a handle where a pricing
+function takes a number: the one place the add-in resolves handles.
 
 **Making.** ``OPTIOND_CURVE(name, days_or_dates, rates)`` and the others check their cells
 here (a bad one: ``#optiond: rates: ...`` naming the argument), then keep the object in the
@@ -13,6 +14,17 @@ is kept in this process (an :class:`optiond.daemon.objects.ObjectStore` of its o
 daemon's class) and its handle says so: ``USD#0001@local``. Local objects live as long as
 this process (Excel): a restarted Excel rebuilds them by recalculating the cells that make
 them; they are never sent to a daemon.
+
+**Fitting.** ``HESTON_FIT(name, chain_range, [quote_time], [rate], [settlement], [feller])``
+reads the pasted chain as ``SURFACE_FIT`` does and sends it in one ``heston_fit`` request
+(:mod:`optiond.daemon.heston_op`): the chain job, the European Heston fit
+(:func:`optiond.heston_fit.fit_heston`, default residual and weights) and a ``heston`` object
+holding the parameters and the fit's quality (its RMS error in vol points and SSE, shown by
+``OPTIOND_OBJECTS``); the cell shows the handle. Without a daemon the same request runs in this
+process on the local store (``SPX-H#0001@local``). A chain with American contracts is refused
+in the cell, before any work (their early-exercise premium is not in the European model; the
+American fit takes minutes: ``optiond heston-fit --american``). The cell is never answered from
+the add-in's cache: a refit bumps the version unless it finds the same parameters.
 
 **Reading.** Where a pricing function takes (cell by cell, :data:`HANDLE_KINDS`):
 
@@ -53,13 +65,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..daemon import object_kinds
+from ..daemon import heston_op, object_kinds
 from ..daemon.client import DaemonError, DaemonUnavailable
 from ..daemon.objects import HANDLE_PATTERN, NAME_PATTERN, ObjectError, ObjectStore, check_name, parse_ref
 from ..models import DIVIDEND_FIELDS, InvalidInputError
 from . import pricing
 from .cache import _env_on
-from .cells import _EXCEL_EPOCH, ERROR_PREFIX, EXCEL_ERRORS, _grid, _Problem, _row_text, _show, _single, error_text
+from .cells import (_EXCEL_EPOCH, ERROR_PREFIX, EXCEL_ERRORS, _chain_fit, _grid, _Problem, _row_text, _show, _single,
+                    error_text)
 from .table import Function
 
 #: the marker a handle of this process's own store ends with
@@ -497,15 +510,23 @@ _DOC_ARG = {"days": 1, "rates": 2, "ex_dates": 1, "amounts": 2,
             **{k: i + 1 for i, k in enumerate(object_kinds.HESTON_PARAMETERS)}}
 
 
+def _name(spec: Function, value: Any) -> str:
+    """The checked name cell of a function that makes an object (its first argument).
+
+    Raises:
+        _Problem: not a name."""
+    name = _single(spec.args[0], value)
+    try:
+        return check_name(name)
+    except InvalidInputError as e:
+        raise _Problem(f"{spec.args[0].name} {e.reason}, got {_show(name)}") from None
+
+
 def make(spec: Function, values: Sequence[Any]) -> str:
     """OPTIOND_CURVE, OPTIOND_DIVIDENDS, OPTIOND_HESTON: the handle of the object kept, in
     the daemon or (no daemon) here, or the reason it was not."""
     kind = spec.fixed["object_kind"]
-    name = _single(spec.args[0], values[0])
-    try:
-        name = check_name(name)
-    except InvalidInputError as e:
-        raise _Problem(f"{spec.args[0].name} {e.reason}, got {_show(name)}") from None
+    name = _name(spec, values[0])
     doc = _DOCUMENTS[kind](spec, values)
     try:
         payload = object_kinds.build(kind, doc)  # checked here: no round trip for a bad cell
@@ -533,6 +554,40 @@ def make(spec: Function, values: Sequence[Any]) -> str:
     return str(content["handle"])
 
 
+def _fit_problem(spec: Function, e: Exception) -> _Problem:
+    """A refused fit as the cell's reason: a bad input under its Excel argument's name."""
+    if isinstance(e, InvalidInputError):
+        arg = next((a.name for a in spec.args if a.field == e.field), e.field)
+        return _Problem(f"{arg} {e.reason}")
+    return _Problem(str(e))
+
+
+def fit(spec: Function, values: Sequence[Any]) -> str:
+    """HESTON_FIT: the handle of the Heston set fitted to the pasted chain and kept, in the
+    daemon or (no daemon) here, or the reason it was not (see the module docstring)."""
+    _, df, market = _chain_fit(spec, values)
+    name = _name(spec, values[0])
+    feller = bool(_single(spec.args[5], values[5]))
+    american = heston_op.american_reason(df)
+    if american is not None:
+        raise _Problem(f"{spec.args[1].name} {american}")
+    try:
+        content = pricing._client().fit_heston(name, df, feller=feller, **market)
+    except DaemonUnavailable:
+        if not _env_on("OPTIOND_FALLBACK"):
+            return pricing._daemon_down_text()
+        try:
+            content = heston_op.fit_here(_local, name, df, market, feller)
+        except (ObjectError, ValueError) as e:  # InvalidInputError and LimitExceeded among them
+            raise _fit_problem(spec, e) from None
+        return content["handle"] + LOCAL_MARK
+    except (DaemonError, InvalidInputError) as e:
+        raise _fit_problem(spec, e) from None
+    doc = content.pop("document")
+    _remember(content, object_kinds.build(heston_op.KIND, doc))
+    return str(content["handle"])
+
+
 def listing() -> list[list]:
     """OPTIOND_OBJECTS: a header row (:data:`LISTING_COLUMNS`) and a row per live object, the
     daemon's then this process's (handles ending in ``@local``)."""
@@ -557,8 +612,10 @@ def evaluate(spec: Function, values: Sequence[Any]) -> Any:
     """The body of an object function (``spec.method == "objects"``)."""
     if spec.op == "list":
         return listing()
+    if spec.op == "fit":
+        return fit(spec, values)
     return make(spec, values)
 
 
 __all__ = ["DATE_SERIAL_MIN", "HANDLE_KINDS", "LISTING_COLUMNS", "LOCAL_MARK", "REFRESH_S", "Bound", "Resolved",
-           "bind", "evaluate", "forget", "listing", "local_store", "lookup", "make"]
+           "bind", "evaluate", "fit", "forget", "listing", "local_store", "lookup", "make"]

@@ -29,9 +29,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import chain
 from . import pricing
-from .cells import _chain_table, _read_ranges, _row_text, _scalar, _single
+from .cells import _chain_fit, _read_ranges, _row_text, _single
 from .table import SURFACE_PRICE_STEPS, Function
 
 
@@ -71,14 +70,9 @@ def _send(ref: str, spec: Function, cols: dict[str, np.ndarray], n: int) -> tupl
 
 def _fit(spec: Function, values: Sequence[Any]) -> str:
     """SURFACE_FIT: the handle of the surface the daemon fitted, or the reason it did not."""
-    name_arg, chain_arg, time_arg, rate_arg, settlement_arg = spec.args
-    name = _single(name_arg, values[0])
-    df = _chain_table(chain_arg, values[1], chain.CHAIN_COLUMNS + chain.OPTIONAL_CHAIN_COLUMNS, chain.CHAIN_COLUMNS,
-                      ("quote_date", "expiry"))
-    market = {"quote_time": _single(time_arg, values[2]), "rate": _scalar(rate_arg, values[3]),
-              "settlement": _single(settlement_arg, values[4])}
+    name, df, market = _chain_fit(spec, values)
     try:
-        reply = pricing._client().fit_surface(name, df, **{k: v for k, v in market.items() if v is not None})
+        reply = pricing._client().fit_surface(name, df, **market)
     except Exception as e:  # the reason, as the cell's text
         return pricing._failure_text(e, spec)
     return str(reply["handle"])

@@ -118,7 +118,8 @@ class Arg:
             ``seed`` (MLMC) or ``scheme`` (ADI), the last two settings of the request's
             :class:`optiond.models.Method`; ``call_price``, ``put_price`` (a strip's mids,
             PARITY_FORWARD); ``object`` (the name or handle of a surface kept in the daemon),
-            ``chain``, ``quote_time``, ``settlement`` (a chain to fit, SURFACE_FIT);
+            ``chain``, ``quote_time``, ``settlement`` (a chain to fit, SURFACE_FIT and HESTON_FIT),
+            ``feller`` (impose the Feller condition, HESTON_FIT);
             ``dividend_times``, ``dividend_amounts`` (a cash-dividend schedule, BOPM_*);
             ``tenors``, ``zero_rates``, ``ex_dates``, ``amounts`` (a curve's or a dividend
             schedule's cells, OPTIOND_CURVE and OPTIOND_DIVIDENDS);
@@ -166,14 +167,16 @@ class Function:
             option), ``iv`` (an implied volatility per option), ``stderr`` (the standard
             error of an MLMC price per option), ``forward`` (one row of
             :data:`FORWARD_RESULT` for a whole strip of strikes, computed in this process),
-            ``fit`` (a surface fitted in the daemon: its handle), ``vol`` (a surface's
+            ``fit`` (a surface or, with method ``objects``, a Heston set fitted to a pasted chain:
+            its handle), ``vol`` (a surface's
             volatility per point), ``make`` (a market object kept by name: its handle) or
             ``list`` (the live objects, a table).
         method: the :class:`optiond.models.Method` name: ``binomial``, ``black-scholes``,
             ``mlmc``, ``adi`` or ``spectral``; ``parity`` for the put-call parity fit of ``op="forward"``;
             ``surface`` for the functions on a surface the daemon keeps by name (``fit``,
             ``vol``, ``price``: :mod:`optiond.addin.surfaces`); ``objects`` for the functions
-            that make and list market objects (``make``, ``list``: :mod:`optiond.addin.objects`).
+            that make, fit and list market objects (``make``, ``fit``, ``list``:
+            :mod:`optiond.addin.objects`).
         fixed: batch columns the function fixes rather than reads (``kind``, ``style``,
             ``payoff``); ``object_kind`` of an ``objects`` function (``curve``, ``dividends``,
             ``heston``).
@@ -356,6 +359,9 @@ EX_DATES = Arg("ex_dates", "Ex-dividend dates (date cells) or years from now (0.
                "or column of up to 64. An option gets those from now to its T (at most 8).", "ex_dates", parse="values")
 AMOUNTS = Arg("amounts", "Cash dividend at each ex-date, in the currency of the underlying (>= 0): a row or column of "
               "the same length.", "amounts", parse="values")
+FELLER = Arg("feller", "Optional. TRUE to impose the Feller condition 2 x kappa x theta >= xi^2 (the variance stays off "
+             "zero); FALSE (the default) fits freely. The summary in OPTIOND_OBJECTS says whether it holds.", "feller",
+             parse="flag", default=False)
 
 # ---- the functions -------------------------------------------------------------------------
 
@@ -530,6 +536,13 @@ FUNCTIONS: tuple[Function, ...] = (
         (OBJECT_NAME, V0, KAPPA, THETA, XI, RHO), op="make", method="objects", fixed={"object_kind": "heston"},
         returns="the set's handle, NAME#0003 (text)"),
     Function(
+        "HESTON_FIT",
+        "Fits the European Heston model to a pasted European option chain (the chain job, then least squares on the "
+        "out-of-the-money mids) and keeps the parameters under name (in the optiond daemon, or this Excel). Returns "
+        "the handle: v0 of HESTON_CALL/PUT.",
+        (OBJECT_NAME, CHAIN_RANGE, QUOTE_TIME, RATE_CHAIN, SETTLEMENT, FELLER), op="fit", method="objects",
+        fixed={"object_kind": "heston"}, returns="the fitted set's handle, NAME#0003 (text)"),
+    Function(
         "OPTIOND_OBJECTS",
         "Lists the live market objects: a header row, then one row per object: handle, kind, summary, created (UTC). "
         "The daemon's first, then this Excel's own (handles ending @local). Recalculate (F9) to refresh.",
@@ -547,7 +560,7 @@ _FIELDS = {"spot", "strike", "expiry", "rate", "dividend_yield", "volatility", "
            "eps", "seed", "payoff", "scheme", "v0", "kappa", "long_run_variance", "xi", "correlation",
            "call_price", "put_price", "object", "chain", "quote_time", "settlement", "dividend_times",
            "dividend_amounts", "accuracy", "extrapolate", "valuation", "units", "header", "tenors", "zero_rates",
-           "ex_dates", "amounts"}
+           "ex_dates", "amounts", "feller"}
 #: the parse rules whose cells are numbers (a float64 column): T (years or a date serial) and a
 #: valuation (a date serial, NaN for now) among them
 NUMERIC_PARSES = ("number", "expiry", "date")
@@ -580,8 +593,10 @@ def check(functions: tuple[Function, ...] = FUNCTIONS) -> None:
         if f.op not in _OPS or f.method not in _METHODS or (f.op == "stderr" and f.method != "mlmc") or \
                 ((f.op == "forward") != (f.method == "parity")) or \
                 (f.method == "surface" and f.op not in ("fit", "vol", "price")) or \
-                (f.op in ("fit", "vol") and f.method != "surface") or \
-                ((f.method == "objects") != (f.op in ("make", "list"))):
+                (f.op == "vol" and f.method != "surface") or \
+                (f.op == "fit" and f.method not in ("surface", "objects")) or \
+                (f.method == "objects" and f.op not in ("make", "list", "fit")) or \
+                (f.op in ("make", "list") and f.method != "objects"):
             raise ValueError(f"{f.name}: unknown op {f.op!r} or method {f.method!r}")
         optional = False
         for a in f.args:

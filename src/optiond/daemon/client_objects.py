@@ -1,5 +1,6 @@
 """The daemon client's calls on named market objects: zero curves, cash-dividend schedules,
-Heston parameter sets and fitted surfaces kept in the daemon by name, each with a version
+Heston parameter sets (given, or fitted to a chain) and fitted surfaces kept in the daemon by
+name, each with a version
 (:mod:`optiond.daemon.objects`, the kinds :mod:`optiond.daemon.object_kinds`).
 
 Part of the client of :mod:`optiond.daemon.client`, whose :class:`~optiond.daemon.client.Client`
@@ -20,6 +21,8 @@ Example::
     h = c.fit_surface("SPY", df, quote_time="10:50")["handle"]      # "SPY#0001"
     c.surface_vol(h, [600.0, 680.0], 0.25).vol                      # annualised decimals
     c.surface_price("SPY", 680.0, 0.25, "put", american=True).price  # the latest version
+    spx = chain.read_chain("examples/data/spx_chain_2025-10-01.csv")
+    c.fit_heston("SPX-H", spx)["handle"]                            # "SPX-H#0001": a heston object
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import json
 from typing import Any
 
 from ..models import ImpliedVol, Result
-from . import surface_op
+from . import heston_op, surface_op
 from .client_replies import decode_iv, decode_result
 
 #: seconds a surface fit or price waits for its reply by default (a fit runs the chain job)
@@ -69,6 +72,39 @@ class ObjectsMixin:
         content = surface_op.encode_fit(name, df, market, buffers)
         meta = None if deadline_s is None else {"deadline_s": float(deadline_s)}
         msg = self._request("surface_fit", content, buffers, timeout=FIT_TIMEOUT_S if timeout is None else timeout,
+                            retries=0, metadata=meta)
+        return dict(msg.content)
+
+    def fit_heston(self, name: str, df: Any, *, feller: bool = False, timeout: float | None = None,
+                   deadline_s: float | None = None, **market: Any) -> dict:
+        """Fit the European Heston model to an option chain in the daemon and keep the parameters
+        as the next version of the ``heston`` object ``name`` (:mod:`optiond.daemon.heston_op`:
+        the chain job, then :func:`optiond.heston_fit.fit_heston` with its default residual and
+        weights, in one request); a refit to the same quotes keeps the version.
+
+        Args:
+            name, df, market, timeout, deadline_s: as :meth:`fit_surface` (``df`` a European
+                chain).
+            feller: impose the Feller condition 2 kappa theta >= xi^2.
+
+        Returns:
+            the reply: ``handle`` (``"SPX-H#0002"``), ``name``, ``version``, ``summary`` (the
+            five parameters, the fit's RMS error in vol points and SSE), ``document``, ``fit``
+            (:meth:`optiond.heston_fit.HestonFit.to_dict`), ``chain``, ``elapsed_s``.
+
+        Raises:
+            ValueError: an unknown market field (before anything is sent).
+            InvalidInputError: a bad name, chain column or market field; American contracts in
+                the chain (the American fit: ``optiond heston-fit --american``); too few quotes
+                to fit.
+            DaemonUnavailable: no daemon answered.
+            DaemonError: refused (over :data:`optiond.daemon.heston_op.MAX_FIT_QUOTES` quotes,
+                the object bounds, another kind under the name) or failed.
+        """
+        buffers: list = []
+        content = heston_op.encode_fit(name, df, market, feller, buffers)
+        meta = None if deadline_s is None else {"deadline_s": float(deadline_s)}
+        msg = self._request("heston_fit", content, buffers, timeout=FIT_TIMEOUT_S if timeout is None else timeout,
                             retries=0, metadata=meta)
         return dict(msg.content)
 

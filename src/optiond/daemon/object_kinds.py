@@ -12,7 +12,10 @@ kind           document                                                object
                years from now (numbers) or ``YYYY-MM-DD`` dates (not
                mixed), ascending; cash amounts >= 0 (currency units);
                1 to :data:`MAX_SCHEDULE` dividends
-``heston``     ``{"v0", "kappa", "theta", "xi", "rho"}``                :class:`HestonParameters`
+``heston``     ``{"v0", "kappa", "theta", "xi", "rho"}``; a set that   :class:`HestonParameters`
+               came from a calibration adds ``"fit"``:
+               ``{"rms_vol_pts", "sse", "quotes", "expiries"}``
+               (:class:`HestonFitQuality`)
 ``surface``    an ``optiond.surface`` document                          :class:`optiond.surface.Surface`
                (:meth:`~optiond.surface.Surface.to_dict`)
 =============  ======================================================  ==========================================
@@ -100,15 +103,30 @@ class CashDividends:
 
 
 @dataclasses.dataclass(frozen=True)
+class HestonFitQuality:
+    """How well a calibrated Heston set fits the quotes it was fitted to
+    (:class:`optiond.heston_fit.HestonFit`): ``rms_vol_pts``, the RMS implied-volatility error
+    in vol points (100 x decimal, model minus market), ``sse`` the sum of the squared errors
+    (vol points^2), over ``quotes`` quotes of ``expiries`` expiries."""
+
+    rms_vol_pts: float
+    sse: float
+    quotes: int
+    expiries: int
+
+
+@dataclasses.dataclass(frozen=True)
 class HestonParameters:
     """The Heston model's v0 (initial variance), kappa (mean reversion, per year), theta
-    (long-run variance), xi (volatility of variance) and rho (spot-variance correlation)."""
+    (long-run variance), xi (volatility of variance) and rho (spot-variance correlation);
+    ``fit``, the calibration's quality when the set came from one (``HESTON_FIT``), else None."""
 
     v0: float
     kappa: float
     theta: float
     xi: float
     rho: float
+    fit: HestonFitQuality | None = None
 
     @property
     def feller(self) -> bool:
@@ -189,7 +207,26 @@ def _heston(doc: Mapping[str, Any]) -> HestonParameters:
             raise InvalidInputError(k, None, v[k], f"must be {'>' if strict else '>='} 0")
     if not -1.0 <= v["rho"] <= 1.0:
         raise InvalidInputError("rho", None, v["rho"], "must be between -1 and 1")
-    return HestonParameters(**v)
+    return HestonParameters(**v, fit=_fit_quality(doc.get("fit")))
+
+
+def _fit_quality(doc: Any) -> HestonFitQuality | None:
+    """A Heston document's ``fit`` map (None when absent): errors >= 0, counts whole >= 1."""
+    if doc is None:
+        return None
+    if not isinstance(doc, Mapping):
+        raise InvalidInputError("fit", None, type(doc).__name__, "must be a map of rms_vol_pts, sse, quotes, expiries")
+    errors = {k: _finite(doc.get(k), f"fit.{k}") for k in ("rms_vol_pts", "sse")}
+    counts = {}
+    for k in ("quotes", "expiries"):
+        x = _finite(doc.get(k), f"fit.{k}")
+        if x < 1 or x != int(x):
+            raise InvalidInputError(f"fit.{k}", None, x, "must be a whole number >= 1")
+        counts[k] = int(x)
+    for k, x in errors.items():
+        if x < 0:
+            raise InvalidInputError(f"fit.{k}", None, x, "must be >= 0")
+    return HestonFitQuality(**errors, **counts)
 
 
 def _surface(doc: Mapping[str, Any]) -> Any:
@@ -236,8 +273,11 @@ def document(kind: str, obj: Any) -> dict:
                 "rates": [float(x) for x in obj.rates]}
     if kind == "dividends":
         return {"ex_dates": list(obj.ex_dates), "amounts": [float(x) for x in obj.amounts]}
-    if kind == "heston":
-        return dataclasses.asdict(obj)
+    if kind == "heston":  # the five numbers, and the fit's quality only when there is one
+        doc = {k: getattr(obj, k) for k in HESTON_PARAMETERS}
+        if obj.fit is not None:
+            doc["fit"] = dataclasses.asdict(obj.fit)
+        return doc
     from ..surface.model import json_ready
 
     return json_ready(obj.to_dict())
@@ -282,9 +322,13 @@ def summary(kind: str, obj: Any) -> dict:
         out["text"] = f"{n} dividend{'s' if n > 1 else ''}, {span}, {out['total']:g} in all"
         return out
     if kind == "heston":
-        out = dataclasses.asdict(obj) | {"feller": obj.feller}
+        out = {k: getattr(obj, k) for k in HESTON_PARAMETERS} | {"feller": obj.feller}
         out["text"] = ", ".join(f"{k} {getattr(obj, k):g}" for k in HESTON_PARAMETERS) + \
             ("" if obj.feller else " (Feller condition fails)")
+        if obj.fit is not None:
+            out |= dataclasses.asdict(obj.fit)
+            out["text"] += (f"; fit RMS {obj.fit.rms_vol_pts:.3g} vol pts, SSE {obj.fit.sse:.3g} over "
+                            f"{obj.fit.quotes} quotes, {obj.fit.expiries} expiries")
         return out
     from .surface_op import describe
 
@@ -320,5 +364,5 @@ def entry_content(entry: Any, with_document: bool = True) -> dict:
     return out
 
 
-__all__ = ["HESTON_PARAMETERS", "KINDS", "MAX_CURVE_POINTS", "MAX_SCHEDULE", "CashDividends", "HestonParameters",
-           "build", "canonical", "check_kind", "digest", "document", "entry_content", "put_document", "summary"]
+__all__ = ["HESTON_PARAMETERS", "KINDS", "MAX_CURVE_POINTS", "MAX_SCHEDULE", "CashDividends", "HestonFitQuality",
+           "HestonParameters", "build", "canonical", "check_kind", "digest", "document", "entry_content", "put_document", "summary"]

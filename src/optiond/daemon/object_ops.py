@@ -1,7 +1,7 @@
 """The daemon's named market objects: :class:`ObjectOps`, the part of
 :class:`optiond.daemon.server.Server` that answers ``surface_fit``, ``surface_put``,
-``surface_vol``, ``surface_price``, ``objects``, ``object_put``, ``object_get`` and
-``object_drop``.
+``surface_vol``, ``surface_price``, ``heston_fit``, ``objects``, ``object_put``, ``object_get``
+and ``object_drop``.
 
 ``object_put {"name", "kind", "document"}`` keeps an object of any kind of
 :mod:`optiond.daemon.object_kinds` (a curve, a dividend schedule, a Heston set, a surface) as
@@ -11,8 +11,9 @@ object the name or handle names, with its document unless ``known`` names that v
 Both reply with :func:`optiond.daemon.object_kinds.entry_content`.
 
 The objects are kept by :class:`optiond.daemon.objects.ObjectStore` (``self.objects``); the
-requests' content, checks, work and replies are :mod:`optiond.daemon.surface_op`'s. What runs
-where: a fit (the chain job, then the fit) and a price (trees) are checked and costed here, on
+requests' content, checks, work and replies are :mod:`optiond.daemon.surface_op`'s
+(``heston_fit``'s: :mod:`optiond.daemon.heston_op`). What runs where: a fit (the chain job,
+then the surface or Heston fit) and a price (trees) are checked and costed here, on
 the request loop, and run on rank 0's pricing thread by a runner thread that sends the reply,
 as a ``chain`` request does (:meth:`PricingOps._aside`); a put, a listing, a drop and a
 volatility request of at most :data:`INLINE_VOL_POINTS` points are answered at once (a
@@ -26,7 +27,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from . import object_kinds, surface_op
+from . import heston_op, object_kinds, surface_op
 from .objects import Entry, ObjectStore
 from .protocol import Message
 from .server_parts import _nbytes
@@ -51,6 +52,13 @@ class ObjectOps:
         df, market, deadline = self._chain_request(msg)
         self._aside(msg, "surface_fit", "surface", functools.partial(surface_op.fit, self.objects, name, df, market),
                     len(df), t0, deadline, once=True)
+
+    def _op_heston_fit(self, msg: Message, t0: float) -> None:
+        name, feller = heston_op.fit_request(msg.content)
+        df, market, deadline = self._chain_request(msg)
+        heston_op.check_european(df)  # refused at once: the European fit cannot use the chain
+        self._aside(msg, "heston_fit", "heston", functools.partial(heston_op.fit, self.objects, name, df, market,
+                                                                   feller), len(df), t0, deadline, once=True)
 
     def _op_surface_put(self, msg: Message, t0: float) -> tuple[dict, list]:
         return surface_op.put(self.objects, msg.content)

@@ -24,8 +24,8 @@ Operations (``msg_type`` ``<op>_request``, answered by ``<op>_reply``): ``ping``
 ``resume``, ``shutdown``, ``chain`` (a whole option chain: market and pricing on rank 0's
 pricing thread in one round trip, :mod:`optiond.daemon.chain_op`), and the named, versioned
 market objects the daemon keeps (:mod:`optiond.daemon.objects`): ``surface_fit``,
-``surface_put``, ``surface_vol``, ``surface_price``, ``objects``, ``object_put``, ``object_get``, ``object_drop``
-(:mod:`optiond.daemon.surface_op`). Every reply has ``status`` ``"ok"`` or ``"error"`` (with a
+``surface_put``, ``surface_vol``, ``surface_price``, ``heston_fit``, ``objects``, ``object_put``, ``object_get``,
+``object_drop`` (:mod:`optiond.daemon.surface_op`, :mod:`optiond.daemon.heston_op`). Every reply has ``status`` ``"ok"`` or ``"error"`` (with a
 short ``error`` text and ``ename``). Messages whose signature is missing or wrong are dropped without
 a reply, counted (``auth_failures``) and logged, rate-limited, as "authentication failure";
 every other bad message gets an error reply. Only a signed ``shutdown`` (or SIGTERM/SIGINT)
@@ -106,8 +106,8 @@ INLINE_MAX_S = 0.002
 BATCH_READ = 128
 #: operations that change the daemon's state: each (session, msg_id) acts once; a copy
 #: (a retry, or a replay within the replay window) gets the first reply again
-ONCE_OPS = frozenset({"shutdown", "drain", "resume", "cancel", "surface_fit", "surface_put", "object_put",
-                      "object_drop"})
+ONCE_OPS = frozenset({"shutdown", "drain", "resume", "cancel", "surface_fit", "surface_put", "heston_fit",
+                      "object_put", "object_drop"})
 #: the daemon process's interpreter switch interval (seconds; Python's default is 0.005)
 SWITCH_INTERVAL_S = 0.0005
 #: seconds between two checks that the connection file, its lock and pid file are still this daemon's
@@ -233,8 +233,8 @@ class Server(PricingOps, ObjectOps, ControlOps):
             "cancel": self._op_cancel, "shutdown": self._op_shutdown, "chain": self._op_chain,
             "surface_fit": self._op_surface_fit, "surface_put": self._op_surface_put,
             "surface_vol": self._op_surface_vol, "surface_price": self._op_surface_price,
-            "objects": self._op_objects, "object_drop": self._op_object_drop, "object_put": self._op_object_put,
-            "object_get": self._op_object_get}
+            "heston_fit": self._op_heston_fit, "objects": self._op_objects, "object_drop": self._op_object_drop,
+            "object_put": self._op_object_put, "object_get": self._op_object_get}
         # chain and surface requests wait here for rank 0's pricing thread (their replies leave from here)
         self._chain_runner = cf.ThreadPoolExecutor(CHAIN_RUNNERS, thread_name_prefix="optiond-chain")
         self._chain_pending = 0

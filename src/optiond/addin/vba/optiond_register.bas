@@ -320,6 +320,16 @@ Public Sub OptiondRegisterFunctions()
             "Heston long-run variance (>= 0), annualised (0.04 = 20% volatility). The variance stays off zero when 2 x kappa x theta >= xi^2 (Feller condition).", _
             "Heston volatility of the variance (vol of vol, > 0), e.g. 0.3.", _
             "Heston correlation of the underlying with its variance, from -1 to 1; negative (e.g. -0.7) gives the equity skew.")
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!HESTON_FIT", _
+        Description:="Fits the European Heston model to a pasted European option chain (the chain job, then least squares on the out-of-the-money mids) and keeps the parameters under name (in the optiond daemon, or this Excel). Returns the handle: v0 of HESTON_CALL/PUT.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "Name to keep the object under, e.g. ""USD"" (1 to 64 of A-Z a-z 0-9 _ . : / -, case-sensitive). Making it again with other values bumps the version; with the same values the handle stays.", _
+            "The option chain pasted with its header row, the columns of a chain CSV: underlying, quote_date, expiry, type, strike, bid, ask, last, implied_vol, underlying_price, style (quote_time, settlement optional). Empty rows are skipped.", _
+            "Optional. When the chain was quoted: ""HH:MM"" New York time on its quote date (e.g. ""10:50""), a time cell, or an ISO 8601 timestamp. Omitted: the 16:00 close.", _
+            "Optional. Risk-free rate, annual and continuously compounded (0.04 = 4%). Omitted: the default of optiond chain. The forward and carry of each expiry come from the chain itself.", _
+            "Optional. ""pm"" (16:00) or ""am"" (09:30, AM-settled index series) for rows of the chain without a settlement column. Omitted: ""pm"".", _
+            "Optional. TRUE to impose the Feller condition 2 x kappa x theta >= xi^2 (the variance stays off zero); FALSE (the default) fits freely. The summary in OPTIOND_OBJECTS says whether it holds.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!OPTIOND_OBJECTS", _
         Description:="Lists the live market objects: a header row, then one row per object: handle, kind, summary, created (UTC). The daemon's first, then this Excel's own (handles ending @local). Recalculate (F9) to refresh.", _
         Category:="optiond", _

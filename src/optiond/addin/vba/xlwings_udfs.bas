@@ -157,6 +157,19 @@ failed:
     HESTON_CALL = Err.Description
 End Function
 
+Function HESTON_FIT(name, chain_range, Optional quote_time, Optional rate, Optional settlement, Optional feller)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        HESTON_FIT = XLPy.CallUDF("optiond.addin.functions", "HESTON_FIT", Array(name, chain_range, quote_time, rate, settlement, feller), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        HESTON_FIT = XLPy.CallUDF("optiond.addin.functions", "HESTON_FIT", Array(name, chain_range, quote_time, rate, settlement, feller))
+        Exit Function
+    #End If
+failed:
+    HESTON_FIT = Err.Description
+End Function
+
 Function HESTON_PUT(S, K, T, r, q, v0, Optional kappa, Optional theta, Optional xi, Optional rho, Optional american, Optional scheme, Optional valuation)
     #If App = "Microsoft Excel" Then
         If TypeOf Application.Caller Is Range Then On Error GoTo failed
