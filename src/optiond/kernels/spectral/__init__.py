@@ -65,7 +65,7 @@ GPU_MIN_ROWS = 2000
 
 #: worst absolute price error of each setting against the converged QuantLib reference on the
 #: 240-option grid of ``tests/test_spectral.py`` (currency units, strike 100)
-MEASURED_ERROR = {"fast": 7.4e-6, "accurate": 1.0e-7, "high-precision": 2.6e-9}
+MEASURED_ERROR = {"fast": 7.3e-6, "accurate": 1.0e-7, "high-precision": 2.7e-9}
 
 #: why rows went to the tree
 TREE_NOTE = ("rows outside the spectral method (cash dividends, or the double-boundary regime: put q < r < 0, "

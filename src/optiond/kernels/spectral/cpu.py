@@ -25,9 +25,11 @@ independent of the option; ``Plan.tables = (ft, fa, fwa, fwb, fmt, pa, pw, pmt)`
 * ``fmt`` (n, n l): ``H(u_jk) = sum_c fmt[c, j l + k] H_c`` with ``xi(u_jk) = 2 ft_j cos theta_k
   - 1``: the Chebyshev interpolant at every fixed-point abscissa is one mat-vec, since
   u_jk / T does not depend on the option;
-* premium rule on ``theta = pi/4 (1 + y)``, ``s = T sin^2 theta``: ``pa_k = sin theta_k``
-  (sqrt(s / T)), ``pw_k = pi/2 w_k sin theta_k cos theta_k`` (ds / T) and ``pmt`` (n, p):
-  H at T - s, ``xi = 2 cos theta_k - 1``.
+* premium rule on ``theta = pi/2 a^2``, ``a = (1 + y) / 2``, ``s = T sin^2 theta``: the points
+  crowd s -> 0, where the integrand has a layer of width about (ln(S / B(T)) / sigma)^2 when
+  the spot is just above the boundary and sigma is low; ``pa_k = sin theta_k`` (sqrt(s / T)),
+  ``pw_k = pi w_k a_k sin theta_k cos theta_k`` (ds / T) and ``pmt`` (n, p): H at T - s,
+  ``xi = 2 cos theta_k - 1``.
 
 Per option (:func:`put_boundary`, :func:`put_value`; flat scratch arrays, no allocation):
 
@@ -53,7 +55,11 @@ Per option (:func:`put_boundary`, :func:`put_value`; flat scratch arrays, no all
        D = e^{-q tau} (phi(d+) / v_j + Phi(d+)) + q K12_j
 
    The first sweep is a Jacobi–Newton step (ALO: the derivative of N/D's explicit terms in
-   B_j), the others plain; the new ``H_j = ln(min(B_j / X, 1))^2``. (ALO's cumulative form,
+   B_j), the others plain; the new ``H_j = ln(min(B_j / X, 1))^2``, taken whole unless a sweep
+   (the third on) moved some node more than the sweep before did: then every later step is
+   halved, ``H_j += w (H_j' - H_j)``, w = 1/2, 1/4, ... (on long low-volatility contracts with r
+   well above q the plain iteration oscillates and grows; where it converges its largest update
+   shrinks about 10x a sweep, so the rule never fires there). (ALO's cumulative form,
    QuantLib's ``FP_B``, contracts several times slower per sweep on long, volatile
    contracts; a Gauss–Seidel order and a full local Newton step did not help.)
 5. Price (Kim 1990; ALO's premium): ``V = p_E(S) + T sum_k pw_k [r K e^{-r s} Phi(-d-) - q S
@@ -72,7 +78,12 @@ nodes agree to 4e-10 on the 240-option grid of ``tests/test_spectral.py``), the 
 setting is the sum of the Chebyshev interpolation error in n (algebraic: the boundary's
 ``tau ln tau`` start and, for r just below q, a layer at small tau; n = 12: 6e-6, 24: 1e-7,
 48: 3e-9 worst on the grid), the fixed-point contraction (about 10x per sweep on the worst
-contracts: T of years with sigma near 1), and the two quadratures (geometric in l and p).
+contracts: T of years with sigma near 1; slower where sigma is low and |r - q| high), and the
+two quadratures (geometric in l and p). On 2,000 of ``bench/american.py``'s 100,000 random
+contracts (same ranges) against our n = 96 solve the worst errors are 8.7e-5 (fast), 3.5e-5
+(accurate) and 7.2e-7 (high precision), all on long low-volatility contracts with |r - q| of
+5-8 %, where the fixed point contracts slowly (a call, T 3.4, sigma 8.8 %, r 0.4 %, q 5.7 %);
+99 % of them are under 5.1e-6, 9.2e-8 and 1.5e-9.
 
 Inputs are arrays of shape (n,): ``kind`` int8 (0 put, 1 call), spot and strike in currency
 units, expiry in years, rate, dividend yield and volatility annualised continuously compounded
@@ -129,7 +140,7 @@ class Accuracy:
 ACCURACY = {
     "fast": Accuracy("fast", n=11, l=8, m=4, p=24),
     "accurate": Accuracy("accurate", n=24, l=16, m=6, p=40),
-    "high-precision": Accuracy("high-precision", n=48, l=32, m=9, p=64),
+    "high-precision": Accuracy("high-precision", n=48, l=32, m=12, p=64),
 }
 ACCURACY_NAMES = tuple(ACCURACY)
 
@@ -205,9 +216,11 @@ def _tables(acc: Accuracy) -> tuple:
     fwb = 0.5 * np.pi * w * fc                         # ds / (sqrt(s) sqrt(tau))
     fmt = interpolation_matrix(n, (2.0 * np.outer(ft, fc) - 1.0).ravel()).T  # xi(u_jk) = 2 sqrt(u_jk / T) - 1
     yp, ym, w = rule_nodes(acc.price_rule, acc.p)
-    pa = np.sin(0.25 * np.pi * yp)                     # sqrt(s / T)
-    pc = np.sin(0.25 * np.pi * ym)                     # sqrt((T - s) / T)
-    pw = 0.5 * np.pi * w * pa * pc                     # ds / T
+    a = 0.5 * yp
+    th = 0.5 * np.pi * a * a                           # theta = pi/2 a^2: points crowd s -> 0
+    pa = np.sin(th)                                    # sqrt(s / T)
+    pc = np.sin(0.5 * np.pi * 0.25 * ym * (4.0 - ym))  # cos(theta) = sin(pi/2 (1 - a^2))
+    pw = np.pi * w * a * pa * pc                       # ds / T = 2 sin cos dtheta, dtheta = pi a da, da = dy / 2
     pmt = interpolation_matrix(n, 2.0 * pc - 1.0).T
     return tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (ft, fa, fwa, fwb, fmt, pa, pw, pmt))
 
@@ -458,7 +471,7 @@ def put_boundary(K, T, r, q, sig, m, ft, fa, fwa, fwb, fmt, H, sn, Hu, ivs, cc, 
     ``H_j = ln(B(tau_j) / X)^2`` at the n collocation nodes with tau > 0 to ``H`` (shape (n,))
     and returns X = B(0+). Plan tables ``ft, fa, fwa, fwb, fmt``; scratch ``sn`` (n,),
     ``Hu, ivs, cc, ea, eb`` (n l,), ``va, vb, kb`` (>= 2 n l), ``vc, vd`` (>= n l), ``nw``
-    (6 n,); steps 1-5
+    (6 n,); steps 1-4
     of the module docstring."""
     n = ft.shape[0]
     l = fa.shape[0]
@@ -506,6 +519,8 @@ def put_boundary(K, T, r, q, sig, m, ft, fa, fwa, fwb, fmt, H, sn, Hu, ivs, cc, 
         nw[5 * n + j] = sig * sT * ft[j]                    # sigma sqrt(tau_j)
         va[j] = -q * T * ft[j] * ft[j]
     vexp(va, nw[4 * n:5 * n], kb, n)                        # e^{-q tau_j}
+    step = 1.0
+    last = np.inf
     for it in range(m):
         # 3. the boundary at every abscissa u_jk = tau_j - s_jk: one mat-vec with the plan's table
         interpolate(fmt, H, Hu)
@@ -562,8 +577,17 @@ def put_boundary(K, T, r, q, sig, m, ft, fa, fwa, fwb, fmt, H, sn, Hu, ivs, cc, 
             ok = D > 0.0 and N >= 0.0 and fv < 1e300          # else the densities underflow: keep the node
             va[j] = min(max(bn / X, 1e-300), 1.0) if ok else bx
         vlog(va, vc, kb, n)
+        # a sweep whose largest update outgrows the previous sweep's halves the step from then on:
+        # the plain iteration oscillates and grows on long, low-volatility, high-drift contracts
+        # (where it converges, the largest update shrinks about 10x a sweep)
+        big = 0.0
         for j in range(n):
-            H[j] = vc[j] * vc[j]
+            big = max(big, abs(vc[j] * vc[j] - H[j]))
+        if it > 1 and big > last:
+            step *= 0.5
+        last = big
+        for j in range(n):
+            H[j] += step * (vc[j] * vc[j] - H[j])
     return X
 
 
