@@ -96,13 +96,29 @@ def _device_tables(pl: cpu.Plan) -> tuple:
     return got
 
 
-def _plan_args(pl: cpu.Plan, dev: tuple) -> tuple:
-    ft, fa, pa = pl.tables[0], pl.tables[1], pl.tables[5]
-    return (*dev, np.int32(ft.shape[0]), np.int32(fa.shape[0]), np.int32(pl.accuracy.m), np.int32(pa.shape[0]))
-
-
-def _grid(warps: int) -> tuple:
-    return ((warps + WARPS - 1) // WARPS,)
+def _launch(pl: cpu.Plan, which: int, warps: int, make_args, timing: dict | None, min_blocks: int | None) -> list:
+    """One launch of kernel ``which`` (0 batch, 1 implied vol) of the plan's instance over
+    ``warps`` warps: ``make_args(cupy, plan_args) -> (kernel arguments, device outputs)``;
+    returns the outputs on the host. Any failure is raised as :class:`~optiond.kernels.gpu.GPUError`."""
+    try:
+        fn = _kernels(instance(pl.tables), min_blocks)[which]
+        cp = _gpu.cupy()
+        ft, fa, pa = pl.tables[0], pl.tables[1], pl.tables[5]
+        dev = (*_device_tables(pl), np.int32(ft.shape[0]), np.int32(fa.shape[0]), np.int32(pl.accuracy.m),
+               np.int32(pa.shape[0]))
+        args, outs = make_args(cp, dev)
+        stream = cp.cuda.get_current_stream()
+        timer = DeviceTimer(timing, stream)
+        timer.start()
+        fn(((warps + WARPS - 1) // WARPS,), (32 * WARPS,), args, stream=stream)
+        timer.stop()
+        got = [o.get() for o in outs]
+        timer.finish()
+        return got
+    except _gpu.GPUError:
+        raise
+    except Exception as e:  # noqa: BLE001 (CUDA error, out of memory: the caller prices on the CPU)
+        raise _gpu.GPUError(f"{type(e).__name__}: {e}") from e
 
 
 def alo_batch_gpu(kind, spot, strike, expiry, rate, dividend_yield, volatility, accuracy="accurate", greeks=True,
@@ -136,25 +152,12 @@ def alo_batch_gpu(kind, spot, strike, expiry, rate, dividend_yield, volatility, 
     if n == 0:
         return out
     ns = 1 if not greeks else (SOLVES_DIVIDEND_RHO if dividend_rho else SOLVES)
-    try:
-        fn = _kernels(instance(pl.tables), min_blocks)[0]
-        cp = _gpu.cupy()
-        dev = _device_tables(pl)
-        d = [cp.asarray(kd)] + [cp.asarray(c) for c in cols]
+    def args(cp, dev):
         res = cp.empty((ns + 3, n), dtype=cp.float64)
-        args = (*d, np.int64(n), np.int32(ns), np.int32(bool(greeks)), np.float64(cpu.VEGA_BUMP),
-                np.float64(cpu.RHO_BUMP), *_plan_args(pl, dev), res)
-        stream = cp.cuda.get_current_stream()
-        timer = DeviceTimer(timing, stream)
-        timer.start()
-        fn(_grid(n * ns), (32 * WARPS,), args, stream=stream)
-        timer.stop()
-        v = res.get()
-        timer.finish()
-    except _gpu.GPUError:
-        raise
-    except Exception as e:  # noqa: BLE001 (CUDA error, out of memory: the caller prices on the CPU)
-        raise _gpu.GPUError(f"{type(e).__name__}: {e}") from e
+        return (cp.asarray(kd), *(cp.asarray(c) for c in cols), np.int64(n), np.int32(ns), np.int32(bool(greeks)),
+                np.float64(cpu.VEGA_BUMP), np.float64(cpu.RHO_BUMP), *dev, res), (res,)
+
+    (v,) = _launch(pl, 0, n * ns, args, timing, min_blocks)
     out[0] = v[0]
     if not greeks:
         return out
@@ -188,23 +191,10 @@ def alo_implied_vol_gpu(price, kind, spot, strike, expiry, rate, dividend_yield,
     n = kd.shape[0]
     if n == 0:
         return np.empty(0), np.empty(0, dtype=np.int8)
-    try:
-        fn = _kernels(instance(pl.tables), min_blocks)[1]
-        cp = _gpu.cupy()
-        dev = _device_tables(pl)
+    def args(cp, dev):
         d = [cp.asarray(c) for c in f]
-        vol = cp.empty(n, dtype=cp.float64)
-        status = cp.empty(n, dtype=cp.int8)
-        args = (d[0], cp.asarray(kd), *d[1:], np.float64(xtol), np.int64(n), *_plan_args(pl, dev), vol, status)
-        stream = cp.cuda.get_current_stream()
-        timer = DeviceTimer(timing, stream)
-        timer.start()
-        fn(_grid(n), (32 * WARPS,), args, stream=stream)
-        timer.stop()
-        v, s = vol.get(), status.get()
-        timer.finish()
-    except _gpu.GPUError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise _gpu.GPUError(f"{type(e).__name__}: {e}") from e
+        vol, status = cp.empty(n, dtype=cp.float64), cp.empty(n, dtype=cp.int8)
+        return (d[0], cp.asarray(kd), *d[1:], np.float64(xtol), np.int64(n), *dev, vol, status), (vol, status)
+
+    v, s = _launch(pl, 1, n, args, timing, min_blocks)
     return v, s

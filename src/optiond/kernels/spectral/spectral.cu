@@ -1,7 +1,7 @@
 // The spectral American engine (Andersen, Lake & Offengenden 2016) on an NVIDIA GPU, FP64.
 //
 // The recurrences are those of the CPU reference (cpu.py beside this file, its module
-// docstring: steps 1-5), written for an American put; a call is the put with spot and
+// docstring: steps 1-5, the damped step of step 4 included), written for an American put; a call is the put with spot and
 // strike, rate and dividend yield swapped. One warp per solve:
 //
 //   * QD+ start: lane 0 runs the CPU's Newton root finds node after node (shortest tau
@@ -161,8 +161,9 @@ __device__ double put_boundary(const Plan& P, WarpMem& W, double K, double T, do
     const double s2 = sig * sig;
     __syncwarp();
     constexpr int UNR = STORE ? RMAX : 1;
+    double step = 1.0, last = INFINITY;  // the damping of cpu.put_boundary
     for (int it = 0; it < P.m; ++it) {
-        // 3-4. the interpolant and the integrands at every abscissa, the node sums
+        // 3. the interpolant and the integrands at every abscissa, the node sums
 #pragma unroll UNR
         for (int rr = 0; rr < RMAX; ++rr) {
             const int j = rr * G + jj;
@@ -195,7 +196,7 @@ __device__ double put_boundary(const Plan& P, WarpMem& W, double K, double T, do
             if (!STORE && rr + 1 >= rows) break;
         }
         __syncwarp();
-        // 5. the fixed-point map at each node (Jacobi), the first sweep a Jacobi-Newton step
+        // 4. the fixed-point map at each node (Jacobi), the first sweep a Jacobi-Newton step
         double hn[2];
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
@@ -220,13 +221,24 @@ __device__ double put_boundary(const Plan& P, WarpMem& W, double K, double T, do
             const double lg = log(y);
             hn[t] = lg * lg;
         }
+        // a sweep whose largest update outgrows the previous sweep's halves the step from then
+        // on (max is exact: the warp's order does not matter)
+        double big = 0.0;
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+            if (lane + 32 * t < n) big = pymax(big, fabs(hn[t] - W.H[lane + 32 * t]));
+        }
+        for (int o = 16; o > 0; o >>= 1) big = pymax(big, __shfl_xor_sync(FULL_MASK, big, o));
+        if (it > 1 && big > last) step *= 0.5;
+        last = big;
         __syncwarp();
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
             const int j = lane + 32 * t;
             if (j < n) {
-                W.H[j] = hn[t];
-                W.SN[j] = sqrt(pymax(hn[t], 0.0));
+                const double h = W.H[j] + step * (hn[t] - W.H[j]);
+                W.H[j] = h;
+                W.SN[j] = sqrt(pymax(h, 0.0));
             }
         }
         __syncwarp();
