@@ -163,7 +163,7 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str = 
     lo_a = np.broadcast_to(np.asarray(lo, dtype=np.float64), (n,))
     hi_a = np.broadcast_to(np.asarray(hi, dtype=np.float64), (n,))
     iv = ImpliedVol.empty(n, status="ok")
-    iv.device = "cpu"
+    where = "cpu"
     alo, closed, tree = _route(batch)
     if alo.size:
         b = batch.take(alo)
@@ -172,7 +172,7 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str = 
             from . import gpu
 
             run = gpu.alo_implied_vol_gpu
-            iv.device = gpus.device_label()
+            where = gpus.device_label()
         vol, code = run(prices[alo], b.kind, b.spot, b.strike, b.expiry, b.rate, b.dividend_yield, method.accuracy,
                         lo_a[alo], hi_a[alo], method.iv_tolerance)
         ImpliedVol.from_codes(vol, code).scatter(iv, alo)
@@ -185,4 +185,6 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str = 
         binomial.implied_vol(prices[tree], batch.take(tree), _tree_method(method, n, tree), "cpu",
                              lo_a[tree], hi_a[tree]).scatter(iv, tree)
         iv.diagnostics.update(spectral_tree_rows=tree.tolist(), spectral_tree_note=TREE_NOTE)
+        where = "cpu"
+    iv.device = where  # (each part's scatter wrote its own)
     return iv

@@ -161,7 +161,7 @@ __device__ double put_boundary(const Plan& P, WarpMem& W, double K, double T, do
     const double s2 = sig * sig;
     __syncwarp();
     constexpr int UNR = STORE ? RMAX : 1;
-    double step = 1.0, last = INFINITY;  // the damping of cpu.put_boundary
+    double step = 1.0, last = __longlong_as_double(0x7ff0000000000000LL);  // +inf: the damping of cpu.put_boundary
     for (int it = 0; it < P.m; ++it) {
         // 3. the interpolant and the integrands at every abscissa, the node sums
 #pragma unroll UNR
