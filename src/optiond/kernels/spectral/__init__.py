@@ -58,10 +58,10 @@ from .cpu import ACCURACY, ACCURACY_NAMES, MAX_IV, MIN_IV, alo_batch, alo_implie
 #: the method has a GPU path (:mod:`optiond.kernels.spectral.gpu`)
 GPU = True
 
-#: ALO rows from which ``device="auto"`` prices on the GPU (bench/american.py, section ``gpu``:
-#: from about this many options the GPU's host-to-host time, launch and transfers included, is
-#: under the CPU's at the fast setting)
-GPU_MIN_ROWS = 2000
+#: ALO rows from which ``device="auto"`` prices on the GPU (bench/american.py, section ``gpu``,
+#: fast prices host to host against the CPU engine on 16 threads: the GPU ahead from 1,000
+#: options, behind at 300; a host with fewer cores crosses lower)
+GPU_MIN_ROWS = 1000
 
 #: worst absolute price error of each setting against the converged QuantLib reference on the
 #: 240-option grid of ``tests/test_spectral.py`` (currency units, strike 100)
