@@ -17,11 +17,19 @@
    (``alo_implied_vol``, a setting, every numba thread) against QuantLib QdFp fast + Brent
    (``scipy.optimize.brentq`` on ``NPV()`` with the volatility quote moved) on as many
    processes as cores; worst IV error of each against our high-precision IV.
+4. ``gpu`` (needs CuPy and a GPU; QuantLib not needed): the GPU kernel (``kernels/spectral/gpu.py``)
+   on section 2's 100,000 options at each setting, prices only and at the fast setting with
+   Greeks: device time (CUDA events behind a stream gate, median of 5) and host to host
+   (median of 5), the largest relative difference from the CPU reference (prices over 1e-15);
+   implied volatilities of the 100,000 fast prices (device and host-to-host time, the worst
+   round-trip error where the price has a vega to invert); the fast batch at other register
+   budgets (``min_blocks``); and host-to-host GPU against CPU times on batches of 100 to 10,000
+   (the front door's ``GPU_MIN_ROWS``).
 
 Times are wall-clock (``perf_counter``) and, for the one-core rows, also the thread's CPU time
 (``thread_time``), which a shared machine disturbs less. Prints one JSON object. Run:
 ``python bench/american.py [--n 100000] [--chain FILE] [--chain-setting fast] [--dump rows.npz]
-[--skip one_put batch chain]``.
+[--skip one_put batch chain gpu] [--only gpu]``.
 """
 
 from __future__ import annotations
@@ -34,15 +42,19 @@ import time
 
 import numba
 import numpy as np
-import QuantLib as ql
 from scipy.optimize import brentq
 
 from optiond.kernels.spectral import cpu
 
-TODAY = ql.Date(1, 6, 2022)
-SCHEMES = {"fast": ql.QdFpAmericanEngine.fastScheme, "accurate": ql.QdFpAmericanEngine.accurateScheme,
-           "high-precision": ql.QdFpAmericanEngine.highPrecisionScheme,
-           "converged": lambda: ql.QdFpTanhSinhIterationScheme(12, 64, 1e-12)}
+try:
+    import QuantLib as ql
+except ImportError:  # the gpu section runs without it
+    ql = None
+if ql is not None:
+    TODAY = ql.Date(1, 6, 2022)
+    SCHEMES = {"fast": ql.QdFpAmericanEngine.fastScheme, "accurate": ql.QdFpAmericanEngine.accurateScheme,
+               "high-precision": ql.QdFpAmericanEngine.highPrecisionScheme,
+               "converged": lambda: ql.QdFpTanhSinhIterationScheme(12, 64, 1e-12)}
 PUT = (100.0, 100.0, 365, 0.075, 0.05, 0.25)  # S, K, days, r, q, sigma
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -194,14 +206,79 @@ def chain_ivs(path: str, setting: str, dump: str | None = None) -> dict:
                                 "quantlib_fast": float(np.median(np.abs(theirs - ref)[both]))}}
 
 
+def _median_times(fn, reps: int = 5) -> dict:
+    """Median device (gated CUDA events) and host-to-host seconds of ``fn(timing=...)``."""
+    dev, host = [], []
+    for _ in range(reps):
+        timing = {"gate": True}
+        t = time.perf_counter()
+        fn(timing=timing)
+        host.append(time.perf_counter() - t)
+        dev.append(timing["device_s"])
+    return {"device_ms": float(np.median(dev)) * 1e3, "host_to_host_ms": float(np.median(host)) * 1e3}
+
+
+def gpu_section(n: int) -> dict:
+    from optiond.kernels import gpu as gpus
+
+    if not gpus.available():
+        return {"skipped": "no GPU"}
+    from optiond.kernels.spectral import gpu
+
+    kind, S, days, r, q, sig = random_grid(n)
+    T = days / 365.0
+    out: dict = {"device": gpus.device_label(), "n": n, "warps_per_block": gpu.WARPS, "min_blocks": gpu.MIN_BLOCKS}
+    for name in cpu.ACCURACY_NAMES:
+        run = lambda timing=None, a=name, g=False, mb=None: gpu.alo_batch_gpu(  # noqa: E731
+            kind, S, 100.0, T, r, q, sig, a, greeks=g, timing=timing, min_blocks=mb)
+        got = run()[0]
+        ref = cpu.alo_batch(kind, S, 100.0, T, r, q, sig, name, greeks=False)[0]
+        big = ref > 1e-15
+        row = {"prices": _median_times(run), "instance": list(gpu.instance(cpu.plan(name).tables)),
+               "max_rel_diff_vs_cpu": float((np.abs(got - ref)[big] / ref[big]).max()),
+               "max_abs_diff_vs_cpu": float(np.abs(got - ref).max())}
+        if name == "fast":
+            row["with_greeks"] = _median_times(lambda timing=None: run(timing, g=True))
+            row["min_blocks"] = {}
+            for mb in (2, 8):
+                run(mb=mb)
+                row["min_blocks"][mb] = _median_times(lambda timing=None, b=mb: run(timing, mb=b))
+        out[name] = row
+    price = gpu.alo_batch_gpu(kind, S, 100.0, T, r, q, sig, "fast", greeks=False)[0]
+    ivrun = lambda timing=None: gpu.alo_implied_vol_gpu(price, kind, S, 100.0, T, r, q, "fast", timing=timing)  # noqa: E731
+    vol, code = ivrun()
+    ok = price > np.maximum(np.where(kind == 1, S - 100.0, 100.0 - S), 0.0) + 1e-6
+    out["implied_vol_fast"] = {**_median_times(ivrun), "ok": int((code == 0).sum()),
+                               "worst_round_trip_where_vega": float(np.abs(vol - sig)[ok & (code == 0)].max()),
+                               "not_ok_where_vega": int((code[ok] != 0).sum())}
+    cross = {}
+    for m in (100, 300, 1000, 3000, 10_000):
+        args = (kind[:m], S[:m], 100.0, T[:m], r[:m], q[:m], sig[:m], "fast")
+        g = _median_times(lambda timing=None: gpu.alo_batch_gpu(*args, greeks=False, timing=timing))
+        t = [0.0] * 5
+        for i in range(5):
+            t0 = time.perf_counter()
+            cpu.alo_batch(*args, greeks=False)
+            t[i] = time.perf_counter() - t0
+        cross[m] = {"gpu_host_to_host_ms": g["host_to_host_ms"], "cpu_ms": float(np.median(t)) * 1e3}
+    out["crossover_fast_prices"] = {"cpu_threads": numba.get_num_threads(), "by_n": cross}
+    return out
+
+
+SECTIONS = ("one_put", "batch", "chain", "gpu")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--chain", default=os.path.join(ROOT, "examples", "data", "spy_chain_2026-02-13.csv"))
     ap.add_argument("--chain-setting", default="fast", choices=cpu.ACCURACY_NAMES)
     ap.add_argument("--dump", help="write the chain rows and reference IVs to this .npz")
-    ap.add_argument("--skip", nargs="*", default=(), choices=("one_put", "batch", "chain"))
+    ap.add_argument("--skip", nargs="*", default=(), choices=SECTIONS)
+    ap.add_argument("--only", nargs="*", choices=SECTIONS, help="run only these sections")
     args = ap.parse_args()
+    if args.only:
+        args.skip = [s for s in SECTIONS if s not in args.only]
     out: dict = {"cores": os.cpu_count(), "numba_threads": numba.get_num_threads(),
                  "settings": {k: vars(v) for k, v in cpu.ACCURACY.items()}}
     if "one_put" not in args.skip:
@@ -210,6 +287,8 @@ def main() -> None:
         out["batch"] = batch(args.n)
     if "chain" not in args.skip:
         out["chain_ivs"] = chain_ivs(args.chain, args.chain_setting, args.dump)
+    if "gpu" not in args.skip:
+        out["gpu"] = gpu_section(args.n)
     print(json.dumps(out, indent=1))
 
 

@@ -9,7 +9,9 @@ Where the method begins and ends (this folder):
 * ``__init__.py``: the front door (which rows the method prices, which go elsewhere);
 * ``cpu.py``: the gold reference, the ALO fixed-point iteration, Chebyshev collocation in
   sqrt(tau) and the premium integral on the CPU (numba, ``prange`` over contracts); the
-  accuracy settings (:data:`~optiond.kernels.spectral.cpu.ACCURACY`).
+  accuracy settings (:data:`~optiond.kernels.spectral.cpu.ACCURACY`);
+* ``gpu.py`` / ``spectral.cu``: the same recurrences on a CUDA GPU in FP64, one warp per solve,
+  a whole batch (prices and Greeks, or implied volatilities) in one launch.
 
 Rows and where they go (``method="spectral"``):
 
@@ -35,26 +37,35 @@ QuantLib's stock high-precision scheme (30 nodes) is itself off by up to 2.9e-8 
 (a put with r = 8.2 %, q = 9.1 %, sigma = 57 %, T = 2.3: the Chebyshev interpolation error
 of a boundary with a layer at small tau when r is just below q), so it is not the reference.
 
-Device: the method has no GPU path yet (:data:`GPU` False). Where it has one, the rows it
-prices go to the CPU or the GPU by the crossover of :mod:`optiond.kernels.spectral.plan` (the
-work model's spectral work, :data:`optiond.costs.COST_MODELS` ``["spectral"]``, against the
-calibrated GPU crossover, as :mod:`optiond.kernels.binomial.plan` places the trees).
+Device: with ``device="gpu"``, or ``"auto"`` and a GPU present where :func:`wants_gpu` says so
+(at least :data:`GPU_MIN_ROWS` rows for the ALO engine, or the work model's crossover of
+:mod:`optiond.kernels.spectral.plan`), the ALO rows are priced (or inverted) on the GPU
+(``spectral.cu``, one warp per solve, FP64); the closed-form and tree rows stay on the CPU. A
+GPU failure is raised as :class:`~optiond.kernels.gpu.GPUError` for the engine to price the
+batch on the CPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
 from ...models import AMERICAN, GREEK_FIELDS, Batch, ImpliedVol, Method, Result
 from .. import black_scholes
 from ..rootfind import IV_BELOW
+from .. import gpu as gpus
 from . import cpu
 from .cpu import ACCURACY, ACCURACY_NAMES, MAX_IV, MIN_IV, alo_batch, alo_implied_vol, regime  # noqa: F401
 
-#: the method has no GPU path (yet)
-GPU = False
+#: the method has a GPU path (:mod:`optiond.kernels.spectral.gpu`)
+GPU = True
+
+#: ALO rows from which ``device="auto"`` prices on the GPU (bench/american.py, section ``gpu``,
+#: fast prices host to host against the CPU engine on 16 threads: the GPU ahead from 1,000
+#: options, behind at 300; a host with fewer cores crosses lower)
+GPU_MIN_ROWS = 1000
 
 #: worst absolute price error of each setting against the converged QuantLib reference on the
 #: 240-option grid of ``tests/test_spectral.py`` (currency units, strike 100)
@@ -66,13 +77,13 @@ TREE_NOTE = ("rows outside the spectral method (cash dividends, the double-bound
 
 
 def wants_gpu(batch: Batch, method: Method) -> bool:
-    """For ``method.device == "auto"`` with a GPU present: whether the crossover of
-    :func:`optiond.kernels.spectral.plan.choose` (the work model's spectral work against the
-    calibrated GPU crossover, as for the trees) sends the batch to the GPU; never while the
-    method has no GPU path (:data:`GPU` False)."""
+    """For ``method.device == "auto"`` with a GPU present: whether the batch has at least
+    :data:`GPU_MIN_ROWS` rows for the ALO engine (American rows of the single-boundary regime),
+    or the crossover of :func:`optiond.kernels.spectral.plan.choose` (the work model's spectral
+    work against the GPU's measured cost, as for the trees) sends it to the GPU."""
     from . import plan
 
-    return GPU and plan.choose(len(batch), method, gpu=True) != "cpu"
+    return GPU and (_route(batch)[0].size >= GPU_MIN_ROWS or plan.choose(len(batch), method, gpu=True) != "cpu")
 
 
 #: what prices a row of :func:`route_rows`'s codes, by method name
@@ -124,7 +135,8 @@ def _tree_method(method: Method, n: int, rows: np.ndarray) -> Method:
 def price(batch: Batch, method: Method, device: str = "cpu") -> Result:
     """Price a validated batch: the ALO engine on American single-boundary rows, the closed
     form on European(-equivalent) rows, the CRR tree on the rest (see the module docstring).
-    ``device`` is ignored (CPU).
+    ``device``: ``"gpu"`` prices the ALO rows on the GPU (:func:`gpu.alo_batch_gpu`), the
+    others stay on the CPU.
 
     Returns:
         :class:`~optiond.models.Result`: price, delta, gamma, theta (the method's own), vega
@@ -132,6 +144,7 @@ def price(batch: Batch, method: Method, device: str = "cpu") -> Result:
         ``spectral_tree_rows`` / ``spectral_tree_note`` where rows went to the tree.
 
     Raises:
+        GPUError: ``device="gpu"`` and the GPU failed (the engine prices on the CPU instead).
         InvalidInputError: tree rows with an invalid ``method.steps``.
     """
     from .. import binomial
@@ -142,8 +155,14 @@ def price(batch: Batch, method: Method, device: str = "cpu") -> Result:
     alo, closed, tree = _route(batch)
     if alo.size:
         b = batch.take(alo)
-        out = alo_batch(b.kind, b.spot, b.strike, b.expiry, b.rate, b.dividend_yield, b.volatility,
-                        method.accuracy, greeks=method.greeks)
+        run = alo_batch
+        if device != "cpu":
+            from . import gpu
+
+            run = functools.partial(gpu.alo_batch_gpu, dividend_rho=True)  # seven rows, as the CPU's
+            res.device = gpus.device_label()
+        out = run(b.kind, b.spot, b.strike, b.expiry, b.rate, b.dividend_yield, b.volatility, method.accuracy,
+                  greeks=method.greeks)
         for k, name in enumerate(("price",) + GREEK_FIELDS):
             getattr(res, name)[alo] = out[k]
     if closed.size:
@@ -166,11 +185,15 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str = 
     single-boundary American rows, a price under the exercise value there ``below-intrinsic``
     (as on the tree); Brent on the closed form on
     European(-equivalent) rows; the tree's Brent on tree rows. ``lo``, ``hi``: the bracket
-    (scalars or shape (n,)); ``device`` ignored (CPU).
+    (scalars or shape (n,)); ``device="gpu"``: the ALO rows on the GPU
+    (:func:`gpu.alo_implied_vol_gpu`, the same search).
 
     Returns:
         :class:`~optiond.models.ImpliedVol` (statuses ``ok``, ``below-intrinsic``,
         ``no-solution``, ``not-converged``, ``invalid``).
+
+    Raises:
+        GPUError: ``device="gpu"`` and the GPU failed (the engine solves on the CPU instead).
     """
     from .. import binomial
 
@@ -179,6 +202,7 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str = 
     lo_a = np.broadcast_to(np.asarray(lo, dtype=np.float64), (n,))
     hi_a = np.broadcast_to(np.asarray(hi, dtype=np.float64), (n,))
     iv = ImpliedVol.empty(n, status="ok")
+    where = "cpu"
     alo, closed, tree = _route(batch, by_volatility=False)
     hi_a = hi_a.copy()
     if alo.size:  # a price under the ALO price at the drift-dominated volatility: its root is there, on the tree
@@ -205,8 +229,14 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str = 
         exercise = np.maximum(np.where(b.kind == 1, b.spot - b.strike, b.strike - b.spot), 0.0)
         with np.errstate(invalid="ignore"):
             below = prices[alo] < exercise - 1e-13 * np.maximum(1.0, prices[alo])
-        vol, code = alo_implied_vol(prices[alo], b.kind, b.spot, b.strike, b.expiry, b.rate, b.dividend_yield,
-                                    method.accuracy, lo_a[alo], hi_a[alo], method.iv_tolerance)
+        run = alo_implied_vol
+        if device != "cpu":
+            from . import gpu
+
+            run = gpu.alo_implied_vol_gpu
+            where = gpus.device_label()
+        vol, code = run(prices[alo], b.kind, b.spot, b.strike, b.expiry, b.rate, b.dividend_yield, method.accuracy,
+                        lo_a[alo], hi_a[alo], method.iv_tolerance)
         vol[below], code[below] = np.nan, IV_BELOW
         ImpliedVol.from_codes(vol, code).scatter(iv, alo)
     if closed.size:
@@ -218,5 +248,6 @@ def implied_vol(prices: np.ndarray, batch: Batch, method: Method, device: str = 
         binomial.implied_vol(prices[tree], batch.take(tree), _tree_method(method, n, tree), "cpu",
                              lo_a[tree], hi_a[tree]).scatter(iv, tree)
         iv.diagnostics.update(spectral_tree_rows=tree.tolist(), spectral_tree_note=TREE_NOTE)
-    iv.device = "cpu"
+        where = "cpu"
+    iv.device = where  # (each part's scatter wrote its own)
     return iv
