@@ -196,11 +196,19 @@ def test_spectral_gpu_crossover():
     from optiond.kernels.spectral import plan
 
     m = Method(name="spectral", accuracy="fast", greeks=False)
-    # not measured yet (NaN figures): no crossover, the CPU unless the GPU is asked for
-    assert plan.gpu_min_work("fast", {}) == math.inf
-    assert plan.choose(10**6, m, calibration={}, gpu=True) == "cpu"
+    # unmeasured (NaN) figures: no crossover, the CPU unless the GPU is asked for
+    saved = plan.GPU_FIXED_S
+    try:
+        plan.GPU_FIXED_S = math.nan
+        assert plan.gpu_min_work("fast", {}) == math.inf
+        assert plan.choose(10**6, m, calibration={}, gpu=True) == "cpu"
+    finally:
+        plan.GPU_FIXED_S = saved
     assert plan.choose(1, m, calibration={}, gpu=True, force_gpu=True) == "gpu"
     assert plan.choose(10**6, m, calibration={}, gpu=False, force_gpu=True) == "cpu"
+    # the measured figures: one option stays on the CPU, a million go to the GPU
+    assert plan.choose(1, m, calibration={}, gpu=True) == "cpu"
+    assert plan.choose(10**6, m, calibration={}, gpu=True) == "gpu"
     # a measured crossover in the calibration decides, in the work model's units
     cal = {plan.CALIBRATION_KEY: {"fast": 1e7}}
     per = costs.SPECTRAL_WORK["fast"]
