@@ -57,6 +57,7 @@ def test_gpu_equals_cpu_with_dividends_prices_and_greeks():
     cpu = bc.crr_batch(kind, style, S, K, T, r, q, vol, N, dividend_times=t, dividend_amounts=a)
     dev = bg.crr_batch_gpu(kind, style, S, K, T, r, q, vol, N, dividend_times=t, dividend_amounts=a)
     np.testing.assert_allclose(dev[0], cpu[0], rtol=1e-12, atol=1e-12 * 100.0)
+    cpu = cpu[:dev.shape[0]]  # the kernel's rows: the dividend rho (row 6) is the front door's
     fin = np.isfinite(cpu[1:])
     assert (np.isfinite(dev[1:]) == fin).all()
     # Greeks: vega and rho divide the trees' ~1e-14 relative differences by the bump (1e-4)

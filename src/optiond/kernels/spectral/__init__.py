@@ -38,8 +38,8 @@ QuantLib's stock high-precision scheme (30 nodes) is itself off by up to 2.9e-8 
 of a boundary with a layer at small tau when r is just below q), so it is not the reference.
 
 Device: with ``device="gpu"``, or ``"auto"`` and a GPU present where :func:`wants_gpu` says so
-(at least :data:`GPU_MIN_ROWS` rows for the ALO engine, or the work model's crossover of
-:mod:`optiond.kernels.spectral.plan`), the ALO rows are priced (or inverted) on the GPU
+(at least :data:`GPU_MIN_ROWS` rows for the ALO engine; the daemon places requests by the work
+model's crossover of :mod:`optiond.kernels.spectral.plan`), the ALO rows are priced (or inverted) on the GPU
 (``spectral.cu``, one warp per solve, FP64); the closed-form and tree rows stay on the CPU. A
 GPU failure is raised as :class:`~optiond.kernels.gpu.GPUError` for the engine to price the
 batch on the CPU.
@@ -78,12 +78,10 @@ TREE_NOTE = ("rows outside the spectral method (cash dividends, the double-bound
 
 def wants_gpu(batch: Batch, method: Method) -> bool:
     """For ``method.device == "auto"`` with a GPU present: whether the batch has at least
-    :data:`GPU_MIN_ROWS` rows for the ALO engine (American rows of the single-boundary regime),
-    or the crossover of :func:`optiond.kernels.spectral.plan.choose` (the work model's spectral
-    work against the GPU's measured cost, as for the trees) sends it to the GPU."""
-    from . import plan
-
-    return GPU and (_route(batch)[0].size >= GPU_MIN_ROWS or plan.choose(len(batch), method, gpu=True) != "cpu")
+    :data:`GPU_MIN_ROWS` rows for the ALO engine (American rows of the single-boundary regime;
+    the crossover measured in process, against the CPU's threads). The daemon places whole
+    requests by the work model's crossover (:func:`optiond.kernels.spectral.plan.choose`)."""
+    return GPU and _route(batch)[0].size >= GPU_MIN_ROWS
 
 
 #: what prices a row of :func:`route_rows`'s codes, by method name
