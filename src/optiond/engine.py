@@ -275,8 +275,8 @@ def price_one_values(row: tuple, method: Method) -> tuple | None:
         return binomial_cpu.crr_one(kind == 1, style == AMERICAN, S, K, T, r, q, sigma, N, method.greeks)
     if method.name != "black-scholes" or style == AMERICAN:
         return None
-    g = black_scholes.bs_price_greeks(kind, S, K, T, r, q, sigma)
-    return tuple(float(g[f][0]) if (method.greeks or f == "price") else np.nan for f in ("price",) + GREEK_FIELDS)
+    g = black_scholes.bs_one(kind == 1, S, K, T, r, q, sigma)
+    return g if method.greeks else (g[0],) + (np.nan,) * len(GREEK_FIELDS)
 
 
 def _price_scalar(row: tuple, method: Method, t0: float) -> Result | None:

@@ -90,16 +90,25 @@ def cache_info() -> dict[str, Any]:
     return _cache.info() | {"enabled": _env_on("OPTIOND_CACHE")}
 
 
+#: the plain scalar types a one-cell request carries: keyed by type and value, without an array
+_SCALARS = (float, int, str, bool)
+
+
 def _array_key(v: Any) -> tuple:
+    if type(v) in _SCALARS:
+        return ("s", type(v), v)
     a = np.ascontiguousarray(v)
     if a.dtype == object:
         return ("O", a.shape, tuple(a.ravel().tolist()))
     return (a.dtype.str, a.shape, a.tobytes())
 
 
+#: the method's field names, in order (read once)
+_METHOD_FIELDS = tuple(f.name for f in dataclasses.fields(Method))
+
+
 def _method_key(method: Method) -> tuple:
-    return tuple(_array_key(v) if isinstance(v, np.ndarray) else v
-                 for v in (getattr(method, f.name) for f in dataclasses.fields(method)))
+    return tuple(_array_key(v) if isinstance(v, np.ndarray) else v for v in (getattr(method, f) for f in _METHOD_FIELDS))
 
 
 def _request_key(op: str, method: Method, columns: Mapping[str, Any], prices: Any) -> tuple:

@@ -103,6 +103,15 @@ def _bs_batch(kind, S, K, T, r, q, sigma):
     return out
 
 
+@nb.njit(cache=True, nogil=True)
+def bs_one(is_call, S, K, T, r, q, sigma):
+    """Price and Greeks of ONE European option, the scalars of :func:`bs_price_greeks` (the same
+    kernel, the same bits): ``(price, delta, gamma, theta, vega, rho, dividend_rho)``."""
+    out = np.empty((7, 1))
+    _bs_all(is_call, S, K, T, r, q, sigma, out, 0)
+    return out[0, 0], out[1, 0], out[2, 0], out[3, 0], out[4, 0], out[5, 0], out[6, 0]
+
+
 def bs_price_greeks(kind, spot, strike, expiry, rate, dividend_yield, volatility):
     """Black–Scholes–Merton price and Greeks for arrays of European options.
 
