@@ -65,3 +65,18 @@ def test_every_method_has_a_work_model_and_the_spectral_one_scales_with_accuracy
     greeks = costs.estimate("price", cols, Method(name="spectral", accuracy="fast"), 8).work
     iv = costs.estimate("implied_vol", cols, Method(name="spectral", accuracy="fast"), 8).work
     assert greeks == 7 * work["fast"] and iv == 8 * work["fast"]  # price + vega, rho, dividend rho pairs
+
+
+def test_adi_work_counts_the_step_ladder_and_the_richardson_pair():
+    """The default ADI (160 x 80, 50 steps, 80 a year, Richardson) costs per row the fine grid's
+    cells times the row's ladder steps (50 at half a year, 800 at ten years), times 9/8 for
+    the half grid with half the steps; a single fixed grid costs grid x time_steps a row."""
+    from optiond import costs
+    from optiond.models import Method
+
+    m = Method(name="adi")
+    cols = {"expiry": np.array([0.5, 10.0])}
+    work, _ = costs.COST_MODELS["adi"][1](m, cols, 2, "price", None)
+    assert work == 160 * 80 * (50 + 800) * 1.125
+    single = Method(name="adi", grid=(200, 100), time_steps=100, steps_per_year=0.0, richardson=False)
+    assert costs.COST_MODELS["adi"][1](single, cols, 2, "price", None)[0] == 2 * 200 * 100 * 100

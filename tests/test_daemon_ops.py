@@ -323,8 +323,9 @@ def test_cost_model_and_hooks():
     assert mlmc.model == "mlmc" and mlmc.work == pytest.approx(4 * costs.MLMC_STEPS_EPS2 / 0.01**2)
     per_eps = limits.estimate("price", table(2, eps=np.array([0.01, 0.1])), Method(name="mlmc"), 2)
     assert per_eps.work == pytest.approx(costs.MLMC_STEPS_EPS2 * (1e4 + 1e2))
-    adi = limits.estimate("price", table(2), Method(name="adi", grid=(100, 50), time_steps=20), 2)
-    assert adi.model == "adi" and adi.work == 2 * 100 * 50 * 20
+    adi = limits.estimate("price", table(2), Method(name="adi", grid=(100, 50), time_steps=20, steps_per_year=0.0,
+                                                    richardson=False), 2)
+    assert adi.model == "adi" and adi.work == 2 * 100 * 50 * 20  # one fixed grid: grid x steps a row
     lim = limits.Limits(max_mlmc_cost=1e6, max_adi_cells=1e5)
     for cost, name in ((mlmc, "max_mlmc_cost"), (adi, "max_adi_cells")):
         with pytest.raises(limits.LimitExceeded) as e:

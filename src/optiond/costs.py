@@ -264,16 +264,37 @@ def _mlmc(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: Cap
     return float(steps.sum()), 0
 
 
+#: the work of the Richardson pair over the fine grid's: the half grid with half the steps adds 1/8
+ADI_RICHARDSON_FACTOR = 1.125
+
+
+def adi_row_steps(method: Method, columns: Mapping[str, Any], n: int) -> np.ndarray:
+    """Each row's fine-grid time steps: ``method.time_steps``, or with ``method.steps_per_year``
+    the ladder of :func:`optiond.kernels.adi.defaults.steps_for` at the row's expiry (an
+    unreadable expiry takes ``time_steps``), float shape (n,)."""
+    from .kernels.adi.defaults import steps_for
+
+    base = int(getattr(method, "time_steps", 1))
+    per_year = float(getattr(method, "steps_per_year", 0.0) or 0.0)
+    try:
+        T = np.broadcast_to(np.asarray(columns.get("expiry", np.nan), dtype=np.float64), (n,))
+    except (TypeError, ValueError):
+        T = np.full(n, np.nan)
+    return steps_for(T, base, per_year).astype(np.float64)
+
+
 def _adi(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: Caps | None) -> tuple[float, int]:
-    """ADI grid-cell updates: ``n * n_spot * n_variance * time_steps`` (``method.grid``,
-    ``method.time_steps``)."""
+    """ADI grid-cell updates: per row ``n_spot * n_variance`` times its time steps
+    (:func:`adi_row_steps`: ``method.time_steps``, more for long expiries with
+    ``method.steps_per_year``), times :data:`ADI_RICHARDSON_FACTOR` with ``method.richardson``."""
     try:
         nodes, cells = adi_work(method)
     except (TypeError, ValueError):
         return 0.0, 0
     if op == "price" and caps is not None and (nodes > caps.max_adi_nodes or cells > caps.max_adi_cells):
         return 0.0, 0  # row errors: they cost nothing
-    return n * cells, 0
+    factor = ADI_RICHARDSON_FACTOR if getattr(method, "richardson", False) else 1.0
+    return float(nodes * adi_row_steps(method, columns, n).sum() * factor), 0
 
 
 def _closed_form(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: Caps | None) -> tuple[float, int]:
