@@ -132,6 +132,23 @@ def test_implied_vol_outside_the_bracket():
     assert code.tolist() == [IV_BELOW, IV_BELOW, IV_ABOVE, IV_ABOVE] and np.isnan(vol).all()
 
 
+def test_implied_vol_of_a_far_out_of_the_money_call_from_a_raised_bracket():
+    """A 7-day call 15 % out of the money quoted at 0.015 (the bundled SPY chain's row, its
+    market), searched from the drift split's low end as the engine does: the secant steps from
+    that end all fall on one side of the root of the convex price and crawled (100 steps, no
+    root) until a step over half the one before last became a bisection. The volatility now
+    reprices the quote to 1e-12 and equals the search from the default bracket."""
+    call = np.array([1], dtype=np.int8)
+    args = (np.array([681.1154189501401]), 780.0, 7 / 365.0, 0.04, 0.00577421441834874)
+    vstar = cpu.drift_volatility(0.04, 0.00577421441834874, 7 / 365.0)
+    vol, code = cpu.alo_implied_vol(0.015, call, *args, "fast", lo=vstar, xtol=1e-10)
+    ref, rcode = cpu.alo_implied_vol(0.015, call, *args, "fast", xtol=1e-10)
+    assert code[0] == IV_OK and rcode[0] == IV_OK
+    assert abs(cpu.alo_batch(call, args[0], args[1], args[2], args[3], args[4], vol, "fast", greeks=False)[0, 0]
+               - 0.015) < 1e-12
+    assert abs(vol[0] - ref[0]) < 1e-10
+
+
 def test_vectorised_exp_log_and_normal_distribution():
     """:func:`cpu.vexp`, :func:`cpu.vlog` and :func:`cpu.vncdf` against NumPy's exp and log and
     SciPy's ndtr: a few ulps relative (Phi's lower tail to 2e-13 relative down to x = -30,

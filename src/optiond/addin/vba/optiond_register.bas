@@ -131,7 +131,7 @@ Public Sub OptiondRegisterFunctions()
             "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
-            "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 7.3e-06, ""accurate"" 1e-07, ""high-precision"" 2.7e-09; default ""accurate"". Faster settings are coarser.", _
+            "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 6.9e-06, ""accurate"" 1e-07, ""high-precision"" 2.7e-09; default ""accurate"". Faster settings are coarser.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!AMERICAN_CALL", _
         Description:="American call price by the spectral method of Andersen, Lake & Offengenden (2016): the exercise boundary by fixed-point iteration on Chebyshev nodes. Continuous dividend yield. Ranges in any argument return a range of prices.", _
@@ -143,7 +143,7 @@ Public Sub OptiondRegisterFunctions()
             "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
-            "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 7.3e-06, ""accurate"" 1e-07, ""high-precision"" 2.7e-09; default ""accurate"". Faster settings are coarser.", _
+            "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 6.9e-06, ""accurate"" 1e-07, ""high-precision"" 2.7e-09; default ""accurate"". Faster settings are coarser.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!AMERICAN_IV", _
         Description:="Implied volatility of an American option from its price, on the spectral price of Andersen, Lake & Offengenden (2016) (Newton with bisection). Returns an annualised decimal (0.2 = 20%).", _
@@ -156,7 +156,7 @@ Public Sub OptiondRegisterFunctions()
             "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. ""call"" (the default) or ""put"".", _
-            "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 7.3e-06, ""accurate"" 1e-07, ""high-precision"" 2.7e-09; default ""accurate"". Faster settings are coarser.", _
+            "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 6.9e-06, ""accurate"" 1e-07, ""high-precision"" 2.7e-09; default ""accurate"". Faster settings are coarser.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_CALL", _
         Description:="European call by adaptive multilevel Monte Carlo (Giles; Milstein scheme, Black-Scholes dynamics) to a target RMS error eps. The same seed gives the same price. Its standard error: MLMC_STDERR.", _

@@ -33,10 +33,14 @@ independent of the option; ``Plan.tables = (ft, fa, fwa, fwb, fmt, pa, pw, pmt)`
 
 Per option (:func:`put_boundary`, :func:`put_value`; flat scratch arrays, no allocation):
 
-1. QD+ (Li 2005) at each node, shortest tau first, each Newton root find started from the
-   previous node's ln(B/X)^2 scaled by tau_j / tau_prev. ``H_j = ln(B_j / X)^2``.
+1. QD+ (Li 2005) at each node, each Newton root find started from the Barone-Adesi & Whaley
+   seed (:func:`qdplus_seed`), so the nodes are independent: on the CPU the root finds run side
+   by side in vector passes (:func:`qdplus_nodes`), on the GPU a lane each. The start is kept
+   tight (steps to ``QDPLUS_TOL`` X = 1e-6 X, about 1e-12 relative): a start 1e-3 off at
+   one short node left the damped iteration of step 4 stalled 1e-6 from the fixed point on a
+   short call at the high-precision setting. ``H_j = ln(B_j / X)^2``.
 2. Option constants at every abscissa i = j l + k: ``sqrt(s) = sqrt(T) ft_j fa_k``,
-   ``ivs_i = 1 / (sigma sqrt(s))``, ``cc_i = ((r - q)/sigma + sigma/2) sqrt(s)``,
+   ``ivs_i = 1 / (sigma sqrt(s)) = (1 / (sigma sqrt(tau_j))) (1 / fa_k)``, ``cc_i = ((r - q)/sigma + sigma/2) sqrt(s)``,
    ``ea_i = e^{-q s} fwa_k tau_j``, ``eb_i = e^{-q s} fwb_k sqrt(tau_j) / (sigma sqrt(2 pi))``;
    per node ``e^{-q tau_j}`` and ``v_j = sigma sqrt(tau_j)``.
 3. Each of m sweeps (Jacobi: all nodes from the same interpolant): ``Hu = fmt^T H``;
@@ -69,9 +73,10 @@ Per option (:func:`put_boundary`, :func:`put_value`; flat scratch arrays, no all
    continuation region (``theta = rV - (r - q) S delta - sigma^2 S^2 gamma / 2``); vega and rho
    central differences of the whole solve (:data:`VEGA_BUMP`, :data:`RHO_BUMP`).
 
-On the CPU the exp / log / Phi of steps 2-5 run in passes over arrays with branch-free
-polynomial forms (:func:`vexp`, :func:`vlog`, :func:`vncdf`) that the compiler vectorises; a
-GPU port takes the same recurrences with the device's exp, log and erfc.
+On the CPU the exp / log / Phi of steps 1-5 run in passes over arrays with branch-free
+polynomial forms (:func:`vexp`, :func:`vlog`, :func:`vncdf`) that the compiler vectorises; the
+GPU kernels (``spectral.cu``) take the same recurrences with the device's exp and log and the
+same rational Phi.
 
 Errors: against a converged reference (our n = 96 and QuantLib's tanh-sinh scheme with 64
 nodes agree to 4e-10 on the 240-option grid of ``tests/test_spectral.py``), the error of a
@@ -107,7 +112,9 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 #: central-difference bumps of the whole solve: volatility (absolute, annualised decimal) and rate
 VEGA_BUMP = 1e-4
 RHO_BUMP = 1e-4
-#: QD+ root-find tolerance (relative to X): far under the QD+ approximation's own error
+#: QD+ root-find tolerance (relative to X): far under the QD+ approximation's own error; the
+#: Newton steps converge quadratically, so the start is about 1e-12 relative (step 1 of the
+#: module docstring says why it is kept that tight)
 QDPLUS_TOL = 1e-6
 #: implied-volatility bracket (annualised decimals), as the tree's
 MIN_IV, MAX_IV = 1e-4, 10.0
@@ -138,7 +145,7 @@ class Accuracy:
 #: of ``tests/test_spectral.py`` against a converged reference: the front door's
 #: ``MEASURED_ERROR``; times in ``bench/american.py``).
 ACCURACY = {
-    "fast": Accuracy("fast", n=11, l=8, m=4, p=24),
+    "fast": Accuracy("fast", n=11, l=8, m=4, p=20),
     "accurate": Accuracy("accurate", n=24, l=16, m=6, p=40),
     "high-precision": Accuracy("high-precision", n=48, l=32, m=12, p=64),
 }
@@ -354,12 +361,25 @@ _EXP_TAYLOR = tuple(1.0 / math.factorial(k) for k in range(12, -1, -1))
 _ATANH_SERIES = tuple(1.0 / k for k in range(23, 2, -2))
 
 
+#: the vector passes' lengths are rounded up to this (twice AVX-512's eight doubles)
+PAD = 16
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def padded(n, a, b, c):
+    """n rounded up to :data:`PAD`, at most the shortest of the three arrays (and at least n)."""
+    return max(n, min((n + PAD - 1) // PAD * PAD, a.shape[0], b.shape[0], c.shape[0]))
+
+
 @nb.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
 def vexp(x, out, kb, n):
     """``out[:n] = exp(x[:n])`` in a loop the compiler vectorises (no libm call): x = k ln 2 +
     r with |r| <= ln 2 / 2 (Cody-Waite reduction), e^r by its Taylor polynomial of degree 13
     (truncation below 5e-18), 2^k built in the exponent bits (``kb``, int64 scratch). Relative
-    error a few 1e-16; x < -708 gives 0 (no subnormals)."""
+    error a few 1e-16; x < -708 gives 0 (no subnormals). The pass runs over ``n`` rounded up to
+    :data:`PAD` where the arrays have room (short loops otherwise run in their scalar remainder):
+    the entries past n are scratch."""
+    n = padded(n, x, out, kb)
     for i in range(n):
         xi = max(x[i], -708.0)
         kf = math.floor(xi * _LOG2E + 0.5)
@@ -379,7 +399,9 @@ def vexp(x, out, kb, n):
 def vlog(x, out, kb, n):
     """``out[:n] = ln(x[:n])`` (x positive and normal) in loops the compiler vectorises: x =
     2^e m with m in [sqrt(1/2), sqrt(2)) from the bits (``kb``, int64 scratch), ln m =
-    2 atanh((m - 1) / (m + 1)) by its series to s^25 (truncation below 1e-19). About one ulp."""
+    2 atanh((m - 1) / (m + 1)) by its series to s^25 (truncation below 1e-19). About one ulp.
+    Padded as :func:`vexp`."""
+    n = padded(n, x, out, kb)
     xb = x.view(np.int64)
     for i in range(n):
         bits = xb[i]
@@ -401,7 +423,9 @@ def vlog(x, out, kb, n):
 @nb.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
 def vncdf(x, ex, out, n):
     """``out[:n] = Phi(x[:n])`` given ``ex[:n] = exp(-x^2 / 2)``: :func:`ncdf_e` without
-    branches (all three of Cody's rationals, then a select), so the loop vectorises."""
+    branches (all three of Cody's rationals, then a select), so the loop vectorises. Padded as
+    :func:`vexp`."""
+    n = padded(n, x, ex, out)
     for i in range(n):
         xi = x[i]
         y = abs(xi) * (1.0 / _SQRT2)
@@ -437,47 +461,129 @@ def interpolate(tab, H, out):
             out[i] += tab[c, i] * h
 
 
+@nb.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def one_minus_exp(x, ex):
+    """``1 - e^{-x}`` for x >= 0 given ``ex = e^{-x}``: the difference from x = 1e-3 up
+    (relative error under 1e-13), the Taylor series to x^4 below (truncation under 1e-17
+    relative); branch-free, so loops over it vectorise (the GPU takes the same form)."""
+    series = x * (1.0 - x * (0.5 - x * (1.0 / 6.0 - x * (1.0 / 24.0))))
+    return series if x < 1e-3 else 1.0 - ex
+
+
 @nb.njit(cache=True, nogil=True, error_model="numpy")
-def qdplus_boundary(K, r, q, sig, tau, X, x0, tol):
-    """The QD+ critical price of a put at time to expiry ``tau`` > 0 (Li 2005): the root of
-    ``F(S) = (1 - e^{-q tau} Phi(-d+)) S - beta (K - S - p_E(S)) + A theta_E(S)`` (the QD+
-    smooth-pasting condition with Li's c0 written out; A = 2 / (sigma^2 (2 lambda + omega - 1))),
-    by Newton from ``x0`` kept in [1e-8 X, X], stopped when a step is under ``tol X``. NaN if
-    it does not converge."""
+def qdplus_seed(K, r, q, sig, T):
+    """``(su, c)``: the Barone-Adesi & Whaley (1987) seed of a put's critical price at time to
+    expiry tau is ``su + (K - su) exp(((r - q) tau - 2 sigma sqrt(tau)) c)``, su the perpetual
+    boundary ``K / (1 - 1 / q_inf)``, ``q_inf = (-(w - 1) - sqrt((w - 1)^2 + 8 r / sigma^2)) / 2``,
+    w = 2 (r - q) / sigma^2, and ``c = K / (K - su)`` (Haug 2007, "The Complete Guide to Option
+    Pricing Formulas", 2nd ed., section 3.3.2). su = 0 where q_inf is not negative (r = 0)."""
     s2 = sig * sig
-    v = sig * math.sqrt(tau)
-    dr = math.exp(-r * tau)
-    dq = math.exp(-q * tau)
-    ddr = 1.0 / tau if r == 0.0 else r / (-math.expm1(-r * tau))  # r / (1 - e^{-r tau})
     om = 2.0 * (r - q) / s2
-    disc = (om - 1.0) ** 2 + 8.0 * ddr / s2
-    sq = math.sqrt(disc)
-    lam = 0.5 * (-(om - 1.0) - sq)
-    A = -2.0 / (s2 * sq)                       # 2 / (sigma^2 (2 lambda + omega - 1)), 2 lambda + omega - 1 = -sqrt(disc)
-    beta = A * dr * ddr - A * dr * 2.0 * ddr * ddr / (s2 * disc) - lam
+    qinf = 0.5 * (-(om - 1.0) - math.sqrt((om - 1.0) ** 2 + 8.0 * r / s2))
+    su = K / (1.0 - 1.0 / qinf) if qinf < 0.0 else 0.0
+    return su, K / (K - su)
+
+
+@nb.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
+def qdplus_nodes(K, T, r, q, sig, X, ft, H, qw, va, vb, vc, vd, kb, tol):
+    """The QD+ critical prices of a put (Li 2005) at the plan's nodes ``tau_j = T ft_j^2``:
+    writes ``H_j = ln(B_j / X)^2`` to ``H`` (shape (n,)). At each node, the root of
+    ``F(S) = (1 - e^{-q tau} Phi(-d+)) S - beta (K - S - p_E(S)) + A theta_E(S)`` (the QD+
+    smooth-pasting condition with Li's c0 written out; A = 2 / (sigma^2 (2 lambda + omega - 1)))
+    by Newton from the Barone-Adesi & Whaley seed (:func:`qdplus_seed`), kept in [1e-8 X, X]
+    and stopped when a step is under ``tol X``. The nodes are independent (each from its own
+    seed), so the root finds run side by side: every Newton step is one pass over the nodes
+    still moving (the vectorised exp, log and Phi); the GPU gives each node a lane. A node whose
+    step fails (non-finite or zero derivative) or that has not converged in 100 steps keeps its
+    seed. Scratch ``qw`` (>= 11 w, w = n rounded up to :data:`PAD`), ``va, vb, vc, vd, kb`` (>= 3 n)."""
+    n = ft.shape[0]
+    s2 = sig * sig
+    sT = math.sqrt(T)
+    om = 2.0 * (r - q) / s2
+    su, ksu = qdplus_seed(K, r, q, sig, T)
     lo = 1e-8 * X
-    x = min(max(x0, lo), X)
-    c0 = (r - q) * tau / v + 0.5 * v - math.log(K) / v
+    lnk = math.log(K)
+    # qw rows of w: v | dr | dq | beta | A | c0 | x | seed | moving (1.0 / 0.0) | 1 / v | 1 / (2 tau)
+    w = (n + PAD - 1) // PAD * PAD
+    for j in range(n):
+        tau = T * ft[j] * ft[j]
+        v = sig * sT * ft[j]
+        qw[j] = v
+        va[j] = -r * tau
+        va[n + j] = -q * tau
+        va[2 * n + j] = ((r - q) * tau - 2.0 * v) * ksu
+    vexp(va, vb, kb, 3 * n)                                  # e^{-r tau}, e^{-q tau}, the seed's exponential
+    is2 = 1.0 / s2
+    for j in range(n):                                       # branch-free, so the pass vectorises
+        tau = T * ft[j] * ft[j]
+        v = qw[j]
+        dr = vb[j]
+        ddr = r / one_minus_exp(r * tau, dr) if r != 0.0 else 1.0 / tau  # r / (1 - e^{-r tau})
+        disc = (om - 1.0) ** 2 + 8.0 * ddr * is2
+        sq = math.sqrt(disc)
+        isq = 1.0 / sq
+        lam = 0.5 * (-(om - 1.0) - sq)
+        A = -2.0 * is2 * isq                       # 2 / (sigma^2 (2 lambda + omega - 1)), 2 lambda + omega - 1 = -sqrt(disc)
+        iv = 1.0 / v
+        qw[w + j] = dr
+        qw[2 * w + j] = vb[n + j]
+        qw[3 * w + j] = A * dr * ddr * (1.0 - 2.0 * ddr * is2 * isq * isq) - lam
+        qw[4 * w + j] = A
+        qw[5 * w + j] = ((r - q) * tau - lnk) * iv + 0.5 * v
+        seed = su + (K - su) * vb[2 * n + j]
+        x0 = seed if (seed > lo and seed < X) else (lo if seed <= lo else X)
+        qw[6 * w + j] = x0
+        qw[7 * w + j] = x0
+        qw[8 * w + j] = 1.0
+        qw[9 * w + j] = iv
+        qw[10 * w + j] = 0.5 / tau
+    xs = qw[6 * w:7 * w]
     for _ in range(100):
-        dp = math.log(x) / v + c0
-        dm = dp - v
-        ep = math.exp(-0.5 * dp * dp)
-        ph = _INV_SQRT_2PI * ep
-        Pp = ncdf_e(-dp, ep)
-        em = ep * x * dq / (K * dr) if dp > -30.0 else math.exp(-0.5 * dm * dm)  # K e^{-r tau} phi(d-) = x e^{-q tau} phi(d+)
-        Pm = ncdf_e(-dm, em)
-        npv = dr * K * Pm - x * dq * Pp
-        theta = r * K * dr * Pm - q * x * dq * Pp - 0.5 * s2 * x / v * dq * ph
-        charm = dq * ph * ((q - r) / v + dm / (2.0 * tau)) - q * dq * Pp
-        F = (1.0 - dq * Pp) * x - beta * (K - x - npv) + A * theta
-        dF = (1.0 - dq * Pp) * (1.0 + beta) + dq * ph / v + A * charm
-        if not (dF != 0.0 and math.isfinite(F) and math.isfinite(dF)):
-            return np.nan
-        xn = min(max(x - F / dF, lo), X)
-        if abs(xn - x) < tol * X:
-            return xn
-        x = xn
-    return np.nan
+        moving = 0.0
+        for j in range(n):
+            moving += qw[8 * w + j]
+        if moving == 0.0:
+            break
+        vlog(xs, vc, kb, n)
+        for j in range(n):
+            v = qw[j]
+            dp = vc[j] * qw[9 * w + j] + qw[5 * w + j]
+            dm = dp - v
+            vc[j] = -dp
+            vc[n + j] = -dm
+            va[j] = -0.5 * dp * dp
+            va[n + j] = -0.5 * dm * dm
+        vexp(va, vb, kb, 2 * n)                              # e^{-d+^2/2}, e^{-d-^2/2}
+        vncdf(vc, vb, vd, 2 * n)                             # Phi(-d+), Phi(-d-)
+        for j in range(n):                                   # branch-free, so the pass vectorises
+            v = qw[j]
+            dr = qw[w + j]
+            dq = qw[2 * w + j]
+            x = xs[j]
+            iv = qw[9 * w + j]
+            dp = -vc[j]
+            dm = dp - v
+            ph = _INV_SQRT_2PI * vb[j]
+            Pp = vd[j]
+            Pm = vd[n + j]
+            npv = dr * K * Pm - x * dq * Pp
+            theta = r * K * dr * Pm - q * x * dq * Pp - 0.5 * s2 * x * iv * dq * ph
+            charm = dq * ph * ((q - r) * iv + dm * qw[10 * w + j]) - q * dq * Pp
+            F = (1.0 - dq * Pp) * x - qw[3 * w + j] * (K - x - npv) + qw[4 * w + j] * theta
+            dF = (1.0 - dq * Pp) * (1.0 + qw[3 * w + j]) + dq * ph * iv + qw[4 * w + j] * charm
+            ok = dF != 0.0 and F - F == 0.0 and dF - dF == 0.0  # finite F and dF
+            xn = min(max(x - F / dF, lo), X)
+            moving = qw[8 * w + j] != 0.0
+            # a failed step: the seed; a step under tol X: converged
+            xs[j] = (xn if ok else qw[7 * w + j]) if moving else x
+            qw[8 * w + j] = 1.0 if (moving and ok and abs(xn - x) >= tol * X) else 0.0
+    for j in range(n):
+        if qw[8 * w + j] != 0.0:                             # not converged in 100 steps: the seed
+            xs[j] = qw[7 * w + j]
+        va[j] = xs[j] / X
+    vlog(va, vc, kb, n)
+    for j in range(n):
+        H[j] = vc[j] * vc[j]
 
 
 @nb.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
@@ -493,30 +599,19 @@ def put_boundary(K, T, r, q, sig, m, ft, fa, fwa, fwb, fmt, H, sn, Hu, ivs, cc, 
     nl = n * l
     X = x_max(K, r, q)
     sT = math.sqrt(T)
-    # 1. QD+ at each node, from the shortest time to expiry up (the boundary falls with tau:
-    #    each root starts from the previous one)
-    prev = X
-    hprev = 0.0
-    tprev = 1.0
-    for j in range(n - 1, -1, -1):
-        tau = T * ft[j] * ft[j]
-        # start: ln(B / X)^2 grows about like tau from the previous node
-        x0 = X * math.exp(-math.sqrt(hprev * tau / tprev)) if hprev > 0.0 else prev
-        bq = qdplus_boundary(K, r, q, sig, tau, X, x0, QDPLUS_TOL)
-        if not (bq > 0.0 and bq <= X):
-            bq = prev
-        prev = bq
-        H[j] = math.log(bq / X) ** 2
-        hprev = H[j]
-        tprev = tau
+    # 1. QD+ at every node, each from its own seed
+    qdplus_nodes(K, T, r, q, sig, X, ft, H, nw, va, vb, vc, vd, kb, QDPLUS_TOL)
     # 2. the option's constant tables at the fixed-point abscissae (i = j l + k)
     mu = (r - q) / sig + 0.5 * sig
+    for k in range(l):
+        vd[k] = 1.0 / fa[k]
     for j in range(n):
         st = sT * ft[j]
+        ist = 1.0 / (sig * st)
         for k in range(l):
             i = j * l + k
             zs = st * fa[k]                                  # sqrt(s_jk)
-            ivs[i] = 1.0 / (sig * zs)
+            ivs[i] = ist * vd[k]                             # 1 / (sigma sqrt(s_jk))
             cc[i] = mu * zs
             va[i] = -q * zs * zs
     vexp(va, vb, kb, nl)                                     # e^{-q s_jk}
@@ -529,9 +624,13 @@ def put_boundary(K, T, r, q, sig, m, ft, fa, fwa, fwb, fmt, H, sn, Hu, ivs, cc, 
             ea[i] = vb[i] * fwa[k] * tau
             eb[i] = vb[i] * fwb[k] * c1
     lxk = math.log(X / K)
-    s2 = sig * sig
+    ik = 1.0 / K
+    ix = 1.0 / X
     for j in range(n):
-        nw[5 * n + j] = sig * sT * ft[j]                    # sigma sqrt(tau_j)
+        v = sig * sT * ft[j]                                # sigma sqrt(tau_j)
+        nw[5 * n + j] = v
+        nw[6 * n + j] = 1.0 / v
+        nw[7 * n + j] = lxk + (r - q) * T * ft[j] * ft[j]   # ln(X / K) + (r - q) tau_j
         va[j] = -q * T * ft[j] * ft[j]
     vexp(va, nw[4 * n:5 * n], kb, n)                        # e^{-q tau_j}
     step = 1.0
@@ -555,7 +654,8 @@ def put_boundary(K, T, r, q, sig, m, ft, fa, fwa, fwb, fmt, H, sn, Hu, ivs, cc, 
         vexp(va, vb, kb, 2 * nl)                            # phi(d+) sqrt(2 pi); e^{-r s} phi(d-) sqrt(2 pi) / e^{-q s}
         vncdf(vc, vb, vd, nl)                               # Phi(d+)
         # 5. the fixed-point map at each node (Jacobi: every node from the same interpolant),
-        #    again in passes over the nodes: nw = [K12 | K3 | d+ | Phi(d+) | e^{-q tau} | sigma sqrt(tau)]
+        #    again in passes over the nodes: nw = [K12 | K3 | - | - | e^{-q tau} | sigma sqrt(tau)
+        #    | 1 / (sigma sqrt(tau)) | ln(X / K) + (r - q) tau], d+ in vc, Phi(d+) in vd
         for j in range(n):
             k12 = 0.0
             k3 = 0.0
@@ -566,31 +666,33 @@ def put_boundary(K, T, r, q, sig, m, ft, fa, fwa, fwb, fmt, H, sn, Hu, ivs, cc, 
             nw[j] = k12
             nw[n + j] = k3
         for j in range(n):
-            v = nw[5 * n + j]
-            dp = (lxk - sn[j] + (r - q) * v * v / s2) / v + 0.5 * v
-            nw[2 * n + j] = dp
+            dp = (nw[7 * n + j] - sn[j]) * nw[6 * n + j] + 0.5 * nw[5 * n + j]
+            vc[j] = dp
             va[j] = -sn[j]
             va[n + j] = -0.5 * dp * dp
         vexp(va, vb, kb, 2 * n)                             # B(tau_j) / X, sqrt(2 pi) phi(d+)
-        vncdf(nw[2 * n:3 * n], vb[n:2 * n], nw[3 * n:4 * n], n)
+        vncdf(vc, vb[n:], vd, n)                            # Phi(d+)
         for j in range(n):
             v = nw[5 * n + j]
+            iv = nw[6 * n + j]
             eq = nw[4 * n + j]
-            dp = nw[2 * n + j]
             bx = vb[j]
             b = X * bx
             php = _INV_SQRT_2PI * vb[n + j]
-            N = eq * php * (b / K) / v + r * nw[n + j]      # e^{-r tau} phi(d-) = e^{-q tau} phi(d+) b / K
-            D = eq * (php / v + nw[3 * n + j]) + q * nw[j]
+            N = eq * php * b * ik * iv + r * nw[n + j]     # e^{-r tau} phi(d-) = e^{-q tau} phi(d+) b / K
+            D = eq * (php * iv + vd[j]) + q * nw[j]
             fv = K * N / D
-            # Jacobi-Newton on the first sweep (ALO 2016: the derivative of the explicit terms)
-            Nd = -eq * php * (dp - v) / (K * v * v)
-            Dd = eq * php * (1.0 / (b * v) - dp / (b * v * v))
-            fd = K * (Nd / D - Dd * N / (D * D))
-            bn = b + (fv - b) / (1.0 - fd) if it == 0 else fv
-            bn = bn if (bn > 0.0 and bn < 1e300) else fv
+            bn = fv
+            if it == 0:
+                # Jacobi-Newton on the first sweep (ALO 2016: the derivative of the explicit terms)
+                dp = vc[j]
+                Nd = -eq * php * (dp - v) * ik * iv * iv
+                Dd = eq * php * iv * (1.0 - dp * iv) / b
+                fd = K * (Nd - Dd * N / D) / D
+                bn = b + (fv - b) / (1.0 - fd)
+                bn = bn if (bn > 0.0 and bn < 1e300) else fv
             ok = D > 0.0 and N >= 0.0 and fv < 1e300          # else the densities underflow: keep the node
-            va[j] = min(max(bn / X, 1e-300), 1.0) if ok else bx
+            va[j] = min(max(bn * ix, 1e-300), 1.0) if ok else bx
         vlog(va, vc, kb, n)
         # a sweep whose largest update outgrows the previous sweep's halves the step from then on:
         # the plain iteration oscillates and grows on long, low-volatility, high-drift contracts
@@ -704,7 +806,7 @@ def scratch(tabs):
     mid = max(nl, 2 * p)
     return (np.empty(n), np.empty(n), np.empty(nl), np.empty(nl), np.empty(nl), np.empty(nl), np.empty(nl),
             np.empty(p), np.empty(big), np.empty(big), np.empty(mid), np.empty(mid), np.empty(big, dtype=np.int64),
-            np.empty(6 * n))
+            np.empty(11 * ((n + PAD - 1) // PAD * PAD)))
 
 
 #: options a thread takes at a time (its scratch is allocated once per chunk)
@@ -803,7 +905,9 @@ def alo_iv_kernel(target, kind, S, K, T, r, q, lo, hi, xtol, m, tabs):
     """Implied volatilities on the engine's price: one solve per step. The first step from the
     at-the-money guess is Newton with the European vega (the American one's leading part), the
     others secant steps through the last two iterates; every step is kept inside the bracket
-    that the signs of price - target give (a step that leaves it is a bisection). The bracket
+    that the signs of price - target give (a step that leaves it is a bisection, and so is a step
+    over half the one before last once both ends are priced: Brent 1973's safeguard, without which
+    secant steps crawl along a convex price from one side). The bracket
     ends ``lo``, ``hi`` are priced only if the search reaches them (no solution there:
     ``IV_BELOW`` / ``IV_ABOVE``). Returns (vol, status codes of :mod:`optiond.kernels.rootfind`)."""
     n = S.shape[0]
@@ -830,6 +934,8 @@ def alo_iv_kernel(target, kind, S, K, T, r, q, lo, hi, xtol, m, tabs):
             status[i] = IV_NOT_CONVERGED
             xp = np.nan
             fp = np.nan
+            e1 = np.inf  # the last two steps (Brent's safeguard)
+            e2 = np.inf
             lsk = math.log(S[i] / K[i])
             mu_t = (r[i] - q[i]) * T[i]
             for _ in range(100):
@@ -859,6 +965,11 @@ def alo_iv_kernel(target, kind, S, K, T, r, q, lo, hi, xtol, m, tabs):
                     else:
                         xn = 0.5 * (a + b)
                         fp = np.nan  # the next step is Newton again
+                elif a_known and b_known and abs(xn - x) > 0.5 * e2:
+                    # a step not under half the one before last: secant steps that crawl along a
+                    # convex price (all on one side of the root) give way to bisection
+                    xn = 0.5 * (a + b)
+                    fp = np.nan
                 if (xn == a and not a_known) or (xn == b and not b_known):
                     fe = _alo_price(c, S[i], K[i], T[i], r[i], q[i], xn, m, tabs, work) - p
                     if xn == a:
@@ -878,6 +989,8 @@ def alo_iv_kernel(target, kind, S, K, T, r, q, lo, hi, xtol, m, tabs):
                     xn = 0.5 * (a + b)
                     fp = np.nan
                 step = abs(xn - x)
+                e2 = e1
+                e1 = step
                 x = xn
                 if step <= xtol or (a_known and b_known and b - a <= xtol):
                     status[i] = IV_OK
