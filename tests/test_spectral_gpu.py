@@ -46,14 +46,16 @@ def _grid(n=240, seed=7, damped=False):
     return kind, S, days / 365.0, r, q, sig
 
 
+@pytest.mark.parametrize("layout", ["thread", "warp"])
 @pytest.mark.parametrize("accuracy", cpu.ACCURACY_NAMES)
-def test_prices_and_greeks_equal_cpu(accuracy):
-    """Prices to 1e-12 relative; delta, gamma, theta (sums of the same integrands) to 1e-12 of
-    their largest size on the grid; vega and rho, differences of two solves over the bump h,
-    to the price agreement over h: 2 (1e-12 price + floor) / h."""
+def test_prices_and_greeks_equal_cpu(accuracy, layout):
+    """Both kernel layouts (a solve a thread, a solve a warp): prices to 1e-12 relative; delta,
+    gamma, theta (sums of the same integrands) to 1e-12 of their largest size on the grid; vega
+    and rho, differences of two solves over the bump h, to the price agreement over h:
+    2 (1e-12 price + floor) / h."""
     kind, S, T, r, q, sig = _grid(damped=True)
     c = cpu.alo_batch(kind, S, 100.0, T, r, q, sig, accuracy)
-    g = G.alo_batch_gpu(kind, S, 100.0, T, r, q, sig, accuracy)
+    g = G.alo_batch_gpu(kind, S, 100.0, T, r, q, sig, accuracy, layout=layout)
     assert g.shape == (6, 241) and np.isfinite(g).all()
     np.testing.assert_allclose(g[0], c[0], rtol=RTOL, atol=FLOOR)
     for k in (1, 2, 3):
@@ -64,7 +66,7 @@ def test_prices_and_greeks_equal_cpu(accuracy):
     assert (np.abs(g[4] - c[4]) <= bound / (2.0 * hv)).all()
     assert (np.abs(g[5] - c[5]) <= bound / h2).all()
     # prices only: the same prices, no Greeks
-    p = G.alo_batch_gpu(kind, S, 100.0, T, r, q, sig, accuracy, greeks=False)
+    p = G.alo_batch_gpu(kind, S, 100.0, T, r, q, sig, accuracy, greeks=False, layout=layout)
     np.testing.assert_array_equal(p[0], g[0])
     assert np.isnan(p[1:]).all()
 
@@ -88,14 +90,15 @@ def test_dividend_rho_is_the_central_difference_in_q():
     assert (np.abs(g7[6] - cref) <= 2.0 * (RTOL * g6[0] + FLOOR) / h).all()
 
 
+@pytest.mark.parametrize("layout", ["thread", "warp"])
 @pytest.mark.parametrize("accuracy", ["fast", "accurate"])
-def test_implied_vol_round_trip_and_cpu(accuracy):
-    """Implied volatilities of the engine's own prices: the volatility back to 1e-10 where the
-    price has a vega to invert, the same statuses as the CPU's search and its volatilities to
-    1e-10."""
+def test_implied_vol_round_trip_and_cpu(accuracy, layout):
+    """Implied volatilities of the engine's own prices (both layouts): the volatility back to
+    1e-10 where the price has a vega to invert, the same statuses as the CPU's search and its
+    volatilities to 1e-10."""
     kind, S, T, r, q, sig = _grid(40, seed=3)
     price = cpu.alo_batch(kind, S, 100.0, T, r, q, sig, accuracy, greeks=False)[0]
-    vol, code = G.alo_implied_vol_gpu(price, kind, S, 100.0, T, r, q, accuracy)
+    vol, code = G.alo_implied_vol_gpu(price, kind, S, 100.0, T, r, q, accuracy, layout=layout)
     cvol, ccode = cpu.alo_implied_vol(price, kind, S, 100.0, T, r, q, accuracy)
     ok = price > np.maximum(np.where(kind == 1, S - 100.0, 100.0 - S), 0.0) + 1e-6
     assert (code[ok] == IV_OK).all() and (code == ccode).all()
@@ -110,9 +113,10 @@ def test_implied_vol_bracket_statuses_equal_cpu():
     r, q = np.array([0.05, 0.03, 0.05, 0.03, 0.05, 0.05]), np.array([0.02, 0.04, 0.02, 0.04, 0.02, 0.02])
     at = lambda v: cpu.alo_batch(kind, S, 100.0, T, r, q, np.full(6, v), "fast", greeks=False)[0]  # noqa: E731
     price = np.r_[at(0.1)[:2] - 1e-3, at(0.8)[2:4] + 1e-3, -1.0, np.nan]
-    g = G.alo_implied_vol_gpu(price, kind, S, 100.0, T, r, q, "fast", lo=0.1, hi=0.8)
     c = cpu.alo_implied_vol(price, kind, S, 100.0, T, r, q, "fast", lo=0.1, hi=0.8)
-    assert g[1].tolist() == c[1].tolist() and np.isnan(g[0]).all()
+    for layout in ("thread", "warp"):
+        g = G.alo_implied_vol_gpu(price, kind, S, 100.0, T, r, q, "fast", lo=0.1, hi=0.8, layout=layout)
+        assert g[1].tolist() == c[1].tolist() and np.isnan(g[0]).all()
 
 
 def test_engine_places_a_large_batch_on_the_gpu():

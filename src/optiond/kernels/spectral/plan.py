@@ -11,10 +11,9 @@ machine; without one, it follows from the GPU cost figures below and the CPU's
 (:data:`CPU_NS_PER_WORK`): the GPU wins where ``work x CPU_NS_PER_WORK`` exceeds
 ``GPU_FIXED_S + solves x GPU_S_PER_SOLVE[accuracy]``.
 
-The GPU cost figures are placeholders until the GPU path (``kernels/spectral/gpu.py``) is
-measured: NaN (not measured) gives no crossover, so every request stays on the CPU unless the
-GPU is asked for (``device="gpu"``). Fill them from the GPU benchmark (host to host, one
-launch, FP64) when the kernel lands.
+The GPU cost figures are measured (``bench/american.py --only gpu``, host to host, one launch,
+FP64, on an NVIDIA H200); a figure set to NaN gives no crossover (every request then stays on
+the CPU unless the GPU is asked for, ``device="gpu"``).
 """
 
 from __future__ import annotations
@@ -26,14 +25,14 @@ from ... import costs
 from ...models import Method
 
 #: the GPU path's fixed time of one request, seconds host to host (launch, transfers, the
-#: result's copy back): measured on an NVIDIA H200 (fast setting: 0.70 ms for 300 options,
-#: 0.95 ms for 1,000, 3.8 ms for 10,000; ``bench/american.py --only gpu``)
-GPU_FIXED_S = 6.2e-4
+#: result's copy back): measured on an NVIDIA H200 (fast setting, the warp layout: 0.32 ms for
+#: 100 and for 300 options, 0.39 ms for 1,000; ``bench/american.py --only gpu``)
+GPU_FIXED_S = 3.2e-4
 #: the GPU path's seconds per option and solve, by accuracy setting (one boundary solve and its
 #: premium integral; :data:`optiond.costs.SPECTRAL_SOLVES` solves an option): measured on an
-#: NVIDIA H200, 100,000 options host to host (fast 38.3 ms, accurate 130.8 ms, high precision
-#: 182.5 ms)
-GPU_S_PER_SOLVE = {"fast": 3.8e-7, "accurate": 1.3e-6, "high-precision": 1.8e-6}
+#: NVIDIA H200, 100,000 options host to host less the fixed time (fast 6.8 ms, accurate 21.6 ms,
+#: high precision 109.7 ms; the thread layout for the first two, the warp layout for the third)
+GPU_S_PER_SOLVE = {"fast": 6.5e-8, "accurate": 2.1e-7, "high-precision": 1.1e-6}
 #: the CPU's nanoseconds per work unit of the spectral engine (the tree-node units of
 #: :data:`optiond.costs.SPECTRAL_WORK` were measured at 0.46 ns a node)
 CPU_NS_PER_WORK = 0.46
