@@ -5,7 +5,10 @@
    nodes), for each of our settings and each of QuantLib's (fast / accurate / high precision).
    Ours is timed on a batch of identical puts on one numba thread (per option), QuantLib per
    ``recalculate(); NPV()`` call on a built option. For each QuantLib setting: the cheapest of
-   ours whose error is <= QuantLib's, and the speed ratio.
+   ours whose error is <= QuantLib's, and the speed ratio. Then the same at equal accuracy over
+   the 240-option grid of ``tests/test_spectral.py``: each engine's worst error there, and for
+   each QuantLib setting the cheapest of ours (the settings and lighter ``cpu.Accuracy``
+   configurations, ``LIGHTER``) whose worst grid error is at most QuantLib's.
 2. 100,000 American options (random S/K 0.7–1.3, T 1 week–5 years, sigma 0.05–1, r, q
    0–10 %): ours (fast, every numba thread) against QuantLib QdFp fast on one core (its
    per-option NPV time on a 2,000-option sample, options built beforehand), divided by the
@@ -22,14 +25,19 @@
    Greeks: device time (CUDA events behind a stream gate, median of 5) and host to host
    (median of 5), the largest relative difference from the CPU reference (prices over 1e-15);
    implied volatilities of the 100,000 fast prices (device and host-to-host time, the worst
-   round-trip error where the price has a vega to invert); the fast batch at other register
-   budgets (``min_blocks``); and host-to-host GPU against CPU times on batches of 100 to 10,000
-   (the front door's ``GPU_MIN_ROWS``).
+   round-trip error where the price has a vega to invert); both kernel layouts (a solve a thread,
+   a solve a warp) on 1,000 to 100,000 options at each setting (``gpu.THREAD_MIN_SOLVES``); and
+   host-to-host GPU against CPU times on batches of 100 to 10,000 (the front door's
+   ``GPU_MIN_ROWS``).
+5. ``gpu_chain`` (needs CuPy and a GPU): section 3's rows and reference IVs solved by the GPU's IV
+   kernel (device and host-to-host time, worst IV error), and, where a daemon runs
+   (``optiond serve``), as one ``implied_vol`` request with the spectral method on the GPU
+   (median round trip).
 
 Times are wall-clock (``perf_counter``) and, for the one-core rows, also the thread's CPU time
 (``thread_time``), which a shared machine disturbs less. Prints one JSON object. Run:
 ``python bench/american.py [--n 100000] [--chain FILE] [--chain-setting fast] [--dump rows.npz]
-[--skip one_put batch chain gpu] [--only gpu]``.
+[--skip one_put batch chain gpu gpu_chain] [--only gpu gpu_chain]``.
 """
 
 from __future__ import annotations
@@ -112,8 +120,54 @@ def one_put() -> dict:
             best = min(ok, key=lambda o: ours[o]["cpu_us"])
             match[name] = {"ours": best, "speedup_cpu": t["cpu_us"] / ours[best]["cpu_us"],
                            "speedup_wall": t["us"] / ours[best]["us"]}
+    grid = _grid_frontier(ours, theirs)
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-    return {"reference": ref, "ours": ours, "quantlib": theirs, "at_equal_or_smaller_error": match}
+    return {"reference": ref, "ours": ours, "quantlib": theirs, "at_equal_or_smaller_error": match, "grid": grid}
+
+
+#: lighter configurations of our engine (n, l, m, p) for the equal-grid-error comparison (not
+#: named settings: ``cpu.Accuracy`` objects)
+LIGHTER = ((7, 6, 2, 16), (8, 6, 3, 16), (9, 7, 3, 20))
+
+
+def _grid_frontier(ours: dict, theirs: dict) -> dict:
+    """Worst absolute error over the 240-option grid of ``tests/test_spectral.py`` against the
+    converged QuantLib scheme, of QuantLib's three settings, ours, and :data:`LIGHTER`
+    configurations of ours (timed on the one put like the settings); for each QuantLib setting,
+    the cheapest of ours (settings and lighter configurations) whose worst grid error is at most
+    QuantLib's, and the CPU-time ratio on the one put."""
+    rng = np.random.default_rng(7)
+    n = 240
+    kind = np.tile([0, 1], n // 2).astype(np.int8)
+    S = 100.0 * rng.uniform(0.7, 1.3, n)
+    days = np.round(np.exp(rng.uniform(np.log(7), np.log(5 * 365), n))).astype(int)
+    sig, r, q = rng.uniform(0.05, 1.0, n), rng.uniform(0.0, 0.1, n), rng.uniform(0.0, 0.1, n)
+    rows = list(zip(kind, S, days, r, q, sig))
+    fp = ql.QdFpAmericanEngine.FP_A
+    ref = np.array([ql_option(k, s_, 100.0, d, r_, q_, v, "converged", fp)[0].NPV() for k, s_, d, r_, q_, v in rows])
+    out = {"quantlib": {}, "ours": {}}
+    for name in theirs:
+        got = np.array([ql_option(k, s_, 100.0, d, r_, q_, v, name)[0].NPV() for k, s_, d, r_, q_, v in rows])
+        out["quantlib"][name] = {"worst_error": float(np.abs(got - ref).max()), "cpu_us": theirs[name]["cpu_us"]}
+    configs = {name: cpu.ACCURACY[name] for name in ours}
+    configs.update({"n{}_l{}_m{}_p{}".format(*c): cpu.Accuracy("lighter", *c) for c in LIGHTER})
+    for label, acc in configs.items():
+        got = cpu.alo_batch(kind, S, 100.0, days / 365.0, r, q, sig, acc, greeks=False)[0]
+        if label in ours:
+            us = ours[label]["cpu_us"]
+        else:
+            pS, pK, pdays, pr, pq, psig = PUT
+            a = (np.zeros(2000, dtype=np.int8), np.full(2000, pS), pK, pdays / 365.0, pr, pq, psig, acc)
+            us = timed(lambda a=a: cpu.alo_batch(*a, greeks=False), 3)[1] / len(a[0]) * 1e6
+        out["ours"][label] = {"worst_error": float(np.abs(got - ref).max()), "cpu_us": us}
+    out["at_equal_or_smaller_worst_grid_error"] = {}
+    for name, t in out["quantlib"].items():
+        ok = [o for o, v in out["ours"].items() if v["worst_error"] <= t["worst_error"]]
+        if ok:
+            best = min(ok, key=lambda o: out["ours"][o]["cpu_us"])
+            out["at_equal_or_smaller_worst_grid_error"][name] = {
+                "ours": best, "speedup_cpu": t["cpu_us"] / out["ours"][best]["cpu_us"]}
+    return out
 
 
 def random_grid(n: int, seed: int = 1):
@@ -164,7 +218,10 @@ def _ql_ivs(rows) -> list:
     return out
 
 
-def chain_ivs(path: str, setting: str, dump: str | None = None) -> dict:
+def chain_rows(path: str) -> tuple:
+    """The chain's two-sided single-boundary rows with their market (section 3) and our
+    high-precision IVs of the mid quotes, less the drift-dominated rows (the engine's tree rows):
+    ``(kind, S, K, T, r, q, mid, days, reference)``."""
     from optiond import chain
 
     df = chain.read_chain(path)
@@ -176,8 +233,13 @@ def chain_ivs(path: str, setting: str, dump: str | None = None) -> dict:
     rows = np.flatnonzero((status == "ok") & (cpu.regime(kind, r, q) == cpu.SINGLE) & (market.T > 0))
     kind, S, K, T, r, q, mid, days = kind[rows], S[rows], K[rows], days[rows] / 365.0, r[rows], q[rows], mid[rows], days[rows]
     ref, code = cpu.alo_implied_vol(mid, kind, S, K, T, r, q, "high-precision")
-    keep = code == 0
-    kind, S, K, T, r, q, mid, days, ref = (a[keep] for a in (kind, S, K, T, r, q, mid, days, ref))
+    # the engine prices drift-dominated rows (|r - q| sqrt(T) > volatility) on the tree: left out
+    keep = (code == 0) & (ref >= cpu.drift_volatility(r, q, T))
+    return tuple(a[keep] for a in (kind, S, K, T, r, q, mid, days, ref))
+
+
+def chain_ivs(path: str, setting: str, dump: str | None = None) -> dict:
+    kind, S, K, T, r, q, mid, days, ref = chain_rows(path)
     n = len(mid)
     if dump:  # the rows and the reference, for another engine's run on the same inputs
         np.savez(dump, kind=kind, S=S, K=K, T=T, r=r, q=q, mid=mid, reference=ref)
@@ -227,22 +289,27 @@ def gpu_section(n: int) -> dict:
 
     kind, S, days, r, q, sig = random_grid(n)
     T = days / 365.0
-    out: dict = {"device": gpus.device_label(), "n": n, "warps_per_block": gpu.WARPS, "min_blocks": gpu.MIN_BLOCKS}
+    out: dict = {"device": gpus.device_label(), "n": n, "threads_per_block": gpu.TPB, "min_blocks": gpu.MIN_BLOCKS}
     for name in cpu.ACCURACY_NAMES:
         run = lambda timing=None, a=name, g=False, mb=None: gpu.alo_batch_gpu(  # noqa: E731
             kind, S, 100.0, T, r, q, sig, a, greeks=g, timing=timing, min_blocks=mb)
         got = run()[0]
         ref = cpu.alo_batch(kind, S, 100.0, T, r, q, sig, name, greeks=False)[0]
         big = ref > 1e-15
-        row = {"prices": _median_times(run), "instance": list(gpu.instance(cpu.plan(name).tables)),
+        row = {"prices": _median_times(run), "shared_bytes_per_block": gpu.shared_bytes(cpu.plan(name).tables),
                "max_rel_diff_vs_cpu": float((np.abs(got - ref)[big] / ref[big]).max()),
                "max_abs_diff_vs_cpu": float(np.abs(got - ref).max())}
         if name == "fast":
             row["with_greeks"] = _median_times(lambda timing=None: run(timing, g=True))
-            row["min_blocks"] = {}
-            for mb in (2, 8):
-                run(mb=mb)
-                row["min_blocks"][mb] = _median_times(lambda timing=None, b=mb: run(timing, mb=b))
+        # the two kernel layouts (a solve a thread, a solve a warp) by batch size: device ms
+        row["layouts_device_ms"] = {}
+        for m in (1000, 10_000, 30_000, n):
+            row["layouts_device_ms"][m] = {}
+            for lay in ("thread", "warp"):
+                one = lambda timing=None, a=name, k=m, y=lay: gpu.alo_batch_gpu(  # noqa: E731
+                    kind[:k], S[:k], 100.0, T[:k], r[:k], q[:k], sig[:k], a, greeks=False, timing=timing, layout=y)
+                one()
+                row["layouts_device_ms"][m][lay] = _median_times(one)["device_ms"]
         out[name] = row
     price = gpu.alo_batch_gpu(kind, S, 100.0, T, r, q, sig, "fast", greeks=False)[0]
     ivrun = lambda timing=None: gpu.alo_implied_vol_gpu(price, kind, S, 100.0, T, r, q, "fast", timing=timing)  # noqa: E731
@@ -265,7 +332,61 @@ def gpu_section(n: int) -> dict:
     return out
 
 
-SECTIONS = ("one_put", "batch", "chain", "gpu")
+def gpu_chain(path: str, setting: str) -> dict:
+    """Section 5 (``gpu_chain``): section 3's rows and reference on the GPU: the IV kernel's
+    device and host-to-host time (median of 5) and worst IV error; the engine's front door in
+    this process (``engine.implied_vol_table``, the spectral method on the GPU: routing, the
+    drift split, the kernel; median of 5); and, where a daemon runs (``optiond serve``), the same
+    rows as one ``implied_vol`` request (``force=True``, ``as_job=False``, median round trip of
+    5; the reply's device and statuses)."""
+    from optiond.kernels import gpu as gpus
+
+    if not gpus.available():
+        return {"skipped": "no GPU"}
+    from optiond.kernels.spectral import gpu
+    from optiond.models import Method
+
+    kind, S, K, T, r, q, mid, days, ref = chain_rows(path)
+    run = lambda timing=None: gpu.alo_implied_vol_gpu(mid, kind, S, K, T, r, q, setting, xtol=1e-10,  # noqa: E731
+                                                      timing=timing)
+    vol, code = run()
+    ok = code == 0
+    out = {"chain": os.path.relpath(path, ROOT), "rows": len(mid), "setting": setting, "device": gpus.device_label(),
+           "kernel": _median_times(run), "failures": int((~ok).sum()),
+           "worst_iv_error_vs_cpu_high_precision": float(np.abs(vol - ref)[ok].max())}
+    from optiond import engine
+
+    cols = {"kind": np.where(kind == 1, "call", "put").astype(object), "style": "american", "spot": S,
+            "strike": K, "expiry": T, "rate": r, "dividend_yield": q}
+    method = Method(name="spectral", accuracy=setting, device="gpu", iv_tolerance=1e-10)
+    walls = []
+    for _ in range(6):  # the engine's front door in this process (routing, the drift split, the kernel)
+        t = time.perf_counter()
+        got = engine.implied_vol_table(mid, cols, method)
+        walls.append(time.perf_counter() - t)
+    out["engine_in_process"] = {"ms": float(np.median(walls[1:])) * 1e3, "device": got.device,
+                                "statuses": {k: int(v) for k, v in zip(*np.unique(got.status, return_counts=True))}}
+    try:
+        from optiond.daemon.client import get_client
+
+        client = get_client()
+        client.ping()
+    except Exception as e:  # noqa: BLE001 (no daemon: the section reports why)
+        out["daemon"] = {"skipped": f"{type(e).__name__}: {e}"}
+        return out
+    walls = []
+    for _ in range(6):  # one request, answered directly (not as a job with progress polling)
+        t = time.perf_counter()
+        got = client.implied_vol(mid, cols, method, fallback=False, force=True, as_job=False)
+        walls.append(time.perf_counter() - t)
+    good = np.asarray(got.status) == "ok"
+    out["daemon"] = {"round_trip_ms": float(np.median(walls[1:])) * 1e3, "device": got.device, "via": got.via,
+                     "worst_iv_error_vs_cpu_high_precision": float(np.abs(got.vol - ref)[good].max()),
+                     "statuses": {k: int(v) for k, v in zip(*np.unique(got.status, return_counts=True))}}
+    return out
+
+
+SECTIONS = ("one_put", "batch", "chain", "gpu", "gpu_chain")
 
 
 def main() -> None:
@@ -289,6 +410,8 @@ def main() -> None:
         out["chain_ivs"] = chain_ivs(args.chain, args.chain_setting, args.dump)
     if "gpu" not in args.skip:
         out["gpu"] = gpu_section(args.n)
+    if "gpu_chain" not in args.skip:
+        out["gpu_chain"] = gpu_chain(args.chain, args.chain_setting)
     print(json.dumps(out, indent=1))
 
 
