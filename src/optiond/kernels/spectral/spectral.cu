@@ -109,7 +109,7 @@ __device__ __forceinline__ double one_minus_exp(double x, double ex) {
     return x < 1e-3 ? series : 1.0 - ex;
 }
 
-// The QD+ critical price of a put at one node (Li 2005): cpu.qdplus_nodes, one node's Newton
+// The QD+ critical price of a put at one node (Li 2005): cpu.qdplus_nodes, one node's Halley
 // root find from its seed; the seed where a step fails or 100 do not converge.
 __device__ double qdplus(double K, double r, double q, double sig, double tau, double v, double X, double su,
                          double ksu, double tol) {
@@ -140,11 +140,15 @@ __device__ double qdplus(double K, double r, double q, double sig, double tau, d
         const double Pm = ncdf_e(-dm, exp(-0.5 * dm * dm));
         const double npv = dr * K * Pm - x * dq * Pp;
         const double theta = r * K * dr * Pm - q * x * dq * Pp - 0.5 * s2 * x * iv * dq * ph;
-        const double charm = dq * ph * ((q - r) * iv + dm * i2t) - q * dq * Pp;
+        const double g = (q - r) * iv + dm * i2t;
+        const double charm = dq * ph * g - q * dq * Pp;
         const double F = (1.0 - dq * Pp) * x - beta * (K - x - npv) + A * theta;
         const double dF = (1.0 - dq * Pp) * (1.0 + beta) + dq * ph * iv + A * charm;
+        const double d2F = dq * ph * iv / x * ((1.0 + beta) - dp * iv + A * (i2t + q - dp * g));
         if (!(dF != 0.0 && isfinite(F) && isfinite(dF))) return x0;
-        const double xn = pymin(pymax(x - F / dF, lo), X);
+        const double newton = F / dF;
+        const double t = 0.5 * newton * d2F / dF;  // Halley's step: the Newton step / (1 - t)
+        const double xn = pymin(pymax(x - (fabs(t) < 0.5 ? newton / (1.0 - t) : newton), lo), X);
         if (fabs(xn - x) < tol * X) return xn;
         x = xn;
     }
