@@ -12,7 +12,7 @@
 2. 100,000 American options (random S/K 0.7–1.3, T 1 week–5 years, sigma 0.05–1, r, q
    0–10 %): ours (fast, every numba thread) against QuantLib QdFp fast on one core (its
    per-option ``recalculate(); NPV()`` time on a 2,000-option sample, options built
-   beforehand), divided by the core count; 5 rounds of both, alternated, the best of each; worst error of both against our high-precision setting on the sample.
+   beforehand), divided by the core count; 9 rounds of both, alternated, the best of each; worst error of both against our high-precision setting on the sample.
 3. A real chain's American implied volatilities (``--chain``, default the bundled SPY chain):
    the chain job's own market per row (``optiond.chain.solve_market``: spot, rate, carry as
    dividend yield; T rounded to whole days, as QuantLib's dates need, for every solver), the
@@ -193,7 +193,7 @@ def batch(n: int) -> dict:
     opts = [ql_option(kind[i], S[i], 100.0, days[i], r[i], q[i], sig[i], "fast")[0] for i in range(m)]
     qlv = np.array([o.NPV() for o in opts])
     ours_s = ql_per = ql_cpu = float("inf")
-    for _ in range(5):  # rounds of both, alternated; the best of each (a shared machine)
+    for _ in range(9):  # rounds of both, alternated; the best of each (a shared machine)
         t = time.perf_counter()
         ours = cpu.alo_batch(kind, S, 100.0, T, r, q, sig, "fast", greeks=False)[0]
         ours_s = min(ours_s, time.perf_counter() - t)
