@@ -214,14 +214,19 @@ def test_spectral_gpu_crossover():
     per = costs.SPECTRAL_WORK["fast"]
     assert plan.choose(math.ceil(1e7 / per) - 1, m, calibration=cal, gpu=True) == "cpu"
     assert plan.choose(math.ceil(1e7 / per), m, calibration=cal, gpu=True) == "gpu"
-    # the crossover of the cost figures: the GPU wins from fixed / (cpu - gpu seconds a solve) solves
-    fig = dict(GPU_FIXED_S=1e-3, GPU_S_PER_SOLVE={"fast": 1e-5, "accurate": 1e-4, "high-precision": 4e-4})
+    # without a calibration, the cost figures: each size goes where its modelled time is smaller,
+    # CPU n x (seconds a solve) against GPU fixed + n x (its seconds a solve), a price one solve
+    cpu = per * plan.CPU_NS_PER_WORK * 1e-9
+    gpu = cpu / 4.0
+    fig = dict(GPU_FIXED_S=1e-3, GPU_S_PER_SOLVE={"fast": gpu, "accurate": 1e-4, "high-precision": 4e-4})
     old = {k: getattr(plan, k) for k in fig}
     try:
         for k, v in fig.items():
             setattr(plan, k, v)
-        cpu = per * plan.CPU_NS_PER_WORK * 1e-9
-        assert plan.gpu_min_work("fast", {}) == pytest.approx(1e-3 / (cpu - 1e-5) * per)
+        sizes = [n for n in range(1, 2_000) if abs(n * cpu - (1e-3 + n * gpu)) > 2 * cpu][::7]
+        picks = [plan.choose(n, m, calibration={}, gpu=True) for n in sizes]
+        assert picks == ["gpu" if 1e-3 + n * gpu < n * cpu else "cpu" for n in sizes]
+        assert "cpu" in picks and "gpu" in picks  # the range spans the crossover
     finally:
         for k, v in old.items():
             setattr(plan, k, v)

@@ -12,7 +12,7 @@ from optiond import engine
 from optiond.kernels.binomial import cpu as crr
 from optiond.kernels.black_scholes import bs_price_greeks
 from optiond.kernels.rootfind import IV_ABOVE, IV_BELOW, IV_OK
-from optiond.kernels.spectral import MEASURED_ERROR, cpu
+from optiond.kernels.spectral import MEASURED_ERROR, cpu, vmath
 from optiond.models import Method
 
 from conftest import quantlib_option
@@ -150,24 +150,24 @@ def test_implied_vol_of_a_far_out_of_the_money_call_from_a_raised_bracket():
 
 
 def test_vectorised_exp_log_and_normal_distribution():
-    """:func:`cpu.vexp`, :func:`cpu.vlog` and :func:`cpu.vncdf` against NumPy's exp and log and
+    """:func:`vmath.vexp`, :func:`vmath.vlog` and :func:`vmath.vncdf` against NumPy's exp and log and
     SciPy's ndtr: a few ulps relative (Phi's lower tail to 2e-13 relative down to x = -30,
     where e^{-x^2/2} carries the rounding of x^2 / 2 = 450)."""
     rng = np.random.default_rng(5)
     x = np.r_[rng.uniform(-707.0, 700.0, 20_000), rng.uniform(-1.0, 1.0, 20_000), 0.0, -707.9, -709.0, -1e4]
     out, kb = np.empty_like(x), np.empty(x.size, dtype=np.int64)
-    cpu.vexp(x, out, kb, x.size)
+    vmath.vexp(x, out, kb, x.size)
     ref = np.exp(x)
     big = ref > 1e-300
     assert np.abs(out[big] / ref[big] - 1.0).max() < 1e-15 and (out[x < -708.0] == 0.0).all()
     y = np.r_[np.exp(rng.uniform(-700.0, 700.0, 20_000)), rng.uniform(0.5, 2.0, 20_000), 1.0, 2.0, np.sqrt(2.0)]
     out = np.empty_like(y)
-    cpu.vlog(y, out, np.empty(y.size, dtype=np.int64), y.size)
+    vmath.vlog(y, out, np.empty(y.size, dtype=np.int64), y.size)
     assert np.abs(out - np.log(y)).max() <= 2 * np.spacing(np.abs(np.log(y)).max())
     assert np.abs(out - np.log(y)).max(where=np.abs(np.log(y)) < 1.0, initial=0.0) < 3e-16
     z = np.r_[np.linspace(-30.0, 10.0, 40_001), -0.66291, 0.66291, -5.6569, 5.6569]
     out = np.empty_like(z)
-    cpu.vncdf(z, np.exp(-0.5 * z * z), out, z.size)
+    vmath.vncdf(z, np.exp(-0.5 * z * z), out, z.size)
     assert np.abs(out / ndtr(z) - 1.0).max() < 2e-13 and np.abs(out - ndtr(z)).max() < 3e-16
 
 

@@ -34,8 +34,8 @@ independent of the option; ``Plan.tables = (ft, fa, fwa, fwb, fmt, pa, pw, pmt)`
 Per option (:func:`put_boundary`, :func:`put_value`; flat scratch arrays, no allocation):
 
 1. QD+ (Li 2005) at each node, each root find (Halley) started from the Barone-Adesi & Whaley
-   seed (:func:`qdplus_seed`), so the nodes are independent: on the CPU the root finds of a
-   chunk of options run side by side in vector passes (:func:`qdplus_nodes`), on the GPU a
+   seed (:func:`.qdplus.qdplus_seed`), so the nodes are independent: on the CPU the root finds of a
+   chunk of options run side by side in vector passes (:func:`.qdplus.qdplus_nodes`), on the GPU a
    lane or a loop each. The start is kept tight (steps to ``QDPLUS_TOL`` X = 1e-6 X): a start
    1e-3 off at one short node left the damped iteration of step 4 stalled 1e-6 from the fixed
    point on a short call at the high-precision setting. ``H_j = ln(B_j / X)^2``.
@@ -74,7 +74,7 @@ Per option (:func:`put_boundary`, :func:`put_value`; flat scratch arrays, no all
    central differences of the whole solve (:data:`VEGA_BUMP`, :data:`RHO_BUMP`).
 
 On the CPU the exp / log / Phi of steps 1-5 run in passes over arrays with branch-free
-polynomial forms (:func:`vexp`, :func:`vlog`, :func:`vncdf`) that the compiler vectorises; the
+polynomial forms (:mod:`.vmath`) that the compiler vectorises; the
 GPU kernels (``spectral.cu``) take the same recurrences with the device's exp and log and the
 same rational Phi.
 
@@ -105,17 +105,13 @@ import numba as nb
 import numpy as np
 
 from ..rootfind import IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK
+from .qdplus import QDPLUS_TOL, qdplus_nodes
+from .vmath import _INV_SQRT_2PI, PAD, _Phi, ncdf_e, vexp, vlog, vncdf
 
-_SQRT2 = math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 #: central-difference bumps of the whole solve: volatility (absolute, annualised decimal) and rate
 VEGA_BUMP = 1e-4
 RHO_BUMP = 1e-4
-#: QD+ root-find tolerance (relative to X): far under the QD+ approximation's own error; the
-#: Halley steps converge cubically, so the start is within about 1e-10 relative (step 1 of the
-#: module docstring says why it is kept that tight)
-QDPLUS_TOL = 1e-6
 #: implied-volatility bracket (annualised decimals), as the tree's
 MIN_IV, MAX_IV = 1e-4, 10.0
 
@@ -285,174 +281,6 @@ def drift_volatility(rate, dividend_yield, expiry):
 
 # ------------------------------------------------------------------------------- numba kernels
 
-# W. J. Cody (1969), "Rational Chebyshev approximations for the error function", Math. Comp.
-# 23(107), 631-637 (the coefficients of his CALERF, ACM TOMS Algorithm 715): erf on
-# |y| <= 0.46875, erfc(y) e^{y^2} on (0.46875, 4] and on (4, inf).
-_CA = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02, 3.20937758913846947e03,
-       1.85777706184603153e-1)
-_CB = (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03, 2.84423683343917062e03)
-_CC = (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01, 2.98635138197400131e02,
-       8.81952221241769090e02, 1.71204761263407058e03, 2.05107837782607147e03, 1.23033935479799725e03,
-       2.15311535474403846e-8)
-_CD = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02, 1.62138957456669019e03,
-       3.29079923573345963e03, 4.36261909014324716e03, 3.43936767414372164e03, 1.23033935480374942e03)
-_CP = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1, 1.60837851487422766e-2,
-       6.58749161529837803e-4, 1.63153871373020978e-2)
-_CQ = (2.56852019228982242e00, 1.87295284992346047e00, 5.27905102951428412e-1, 6.05183413124413191e-2,
-       2.33520497626869185e-3)
-_INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
-
-
-@nb.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _erf_small(y):
-    """erf(y) for |y| <= 0.46875 (Cody's first rational, in y^2)."""
-    z = y * y
-    num = _CA[4] * z
-    den = z
-    for i in range(3):
-        num = (num + _CA[i]) * z
-        den = (den + _CB[i]) * z
-    return y * (num + _CA[3]) / (den + _CB[3])
-
-
-@nb.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _erfcx_mid(y):
-    """erfc(y) e^{y^2} for 0.46875 < y <= 4 (Cody's second rational)."""
-    num = _CC[8] * y
-    den = y
-    for i in range(7):
-        num = (num + _CC[i]) * y
-        den = (den + _CD[i]) * y
-    return (num + _CC[7]) / (den + _CD[7])
-
-
-@nb.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _erfcx_big(y):
-    """erfc(y) e^{y^2} for y > 4 (Cody's third rational, in 1 / y^2)."""
-    z = 1.0 / (y * y)
-    num = _CP[5] * z
-    den = z
-    for i in range(4):
-        num = (num + _CP[i]) * z
-        den = (den + _CQ[i]) * z
-    return (_INV_SQRT_PI - z * (num + _CP[4]) / (den + _CQ[4])) / y
-
-
-@nb.njit(cache=True, nogil=True, error_model="numpy")
-def ncdf_e(x, ex):
-    """The normal distribution function Phi(x), given ``ex = exp(-x^2 / 2)`` (which the caller
-    also needs for the density): Cody's rational approximations of erf / erfc (module
-    constants), so a (Phi, phi) pair costs one exp. Relative error of the tail a few 1e-16
-    (plus ``x^2 / 2`` times the rounding of ``ex``)."""
-    y = abs(x) * (1.0 / _SQRT2)
-    if y <= 0.46875:
-        erf = _erf_small(y)
-        return 0.5 + 0.5 * erf if x >= 0.0 else 0.5 - 0.5 * erf
-    tail = 0.5 * ex * (_erfcx_mid(y) if y <= 4.0 else _erfcx_big(y))  # Phi(-|x|) = erfc(|x| / sqrt 2) / 2
-    return tail if x < 0.0 else 1.0 - tail
-
-
-_LOG2E = 1.4426950408889634
-_LN2_HI = 0.6931471803691238      # ln 2 split (Cody & Waite): the high part has 32 bits
-_LN2_LO = 1.9082149292705877e-10
-#: 1/12!, ..., 1/1!, 1/0!: Taylor coefficients of e^r after 1/13! (Horner)
-_EXP_TAYLOR = tuple(1.0 / math.factorial(k) for k in range(12, -1, -1))
-#: 1/23, 1/21, ..., 1/3: atanh(t) / t = sum t^{2k} / (2k + 1) after 1/25 (Horner in t^2)
-_ATANH_SERIES = tuple(1.0 / k for k in range(23, 2, -2))
-
-
-#: the vector passes' lengths are rounded up to this (twice AVX-512's eight doubles)
-PAD = 16
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def padded(n, a, b, c):
-    """n rounded up to :data:`PAD`, at most the shortest of the three arrays (and at least n)."""
-    return max(n, min((n + PAD - 1) // PAD * PAD, a.shape[0], b.shape[0], c.shape[0]))
-
-
-@nb.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
-def vexp(x, out, kb, n):
-    """``out[:n] = exp(x[:n])`` in a loop the compiler vectorises (no libm call): x = k ln 2 +
-    r with |r| <= ln 2 / 2 (Cody-Waite reduction), e^r by its Taylor polynomial of degree 13
-    (truncation below 5e-18), 2^k built in the exponent bits (``kb``, int64 scratch). Relative
-    error a few 1e-16; x < -708 gives 0 (no subnormals). The pass runs over ``n`` rounded up to
-    :data:`PAD` where the arrays have room (short loops otherwise run in their scalar remainder):
-    the entries past n are scratch."""
-    n = padded(n, x, out, kb)
-    for i in range(n):
-        xi = max(x[i], -708.0)
-        kf = math.floor(xi * _LOG2E + 0.5)
-        r = (xi - kf * _LN2_HI) - kf * _LN2_LO
-        e = 1.0 / 6227020800.0                              # 1/13!
-        for c in _EXP_TAYLOR:
-            e = e * r + c
-        out[i] = e if x[i] > -708.0 else 0.0
-        kb[i] = (np.int64(kf) + 1023) << 52
-    sc = kb.view(np.float64)
-    for i in range(n):
-        out[i] *= sc[i]
-
-
-
-@nb.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
-def vlog(x, out, kb, n):
-    """``out[:n] = ln(x[:n])`` (x positive and normal) in loops the compiler vectorises: x =
-    2^e m with m in [sqrt(1/2), sqrt(2)) from the bits (``kb``, int64 scratch), ln m =
-    2 atanh((m - 1) / (m + 1)) by its series to s^25 (truncation below 1e-19). About one ulp.
-    Padded as :func:`vexp`."""
-    n = padded(n, x, out, kb)
-    xb = x.view(np.int64)
-    for i in range(n):
-        bits = xb[i]
-        kb[i] = (bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000    # the mantissa, in [1, 2)
-        out[i] = (bits >> 52) - 1023
-    mv = kb.view(np.float64)
-    for i in range(n):
-        m = mv[i]
-        big = m > 1.4142135623730951
-        m = 0.5 * m if big else m
-        e = out[i] + 1.0 if big else out[i]
-        t = (m - 1.0) / (m + 1.0)
-        z = t * t
-        c = 1.0 / 25.0
-        for a in _ATANH_SERIES:
-            c = c * z + a
-        out[i] = (e * _LN2_LO + (2.0 * t + 2.0 * t * z * c)) + e * _LN2_HI
-
-@nb.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
-def vncdf(x, ex, out, n):
-    """``out[:n] = Phi(x[:n])`` given ``ex[:n] = exp(-x^2 / 2)``: :func:`ncdf_e` without
-    branches (Cody's rationals, then a select), so the loop vectorises; the third rational
-    (|x| > 4 sqrt 2) only where some argument needs it. Padded as :func:`vexp`."""
-    big = 0.0
-    for i in range(n):
-        big = max(big, abs(x[i]))
-    n = padded(n, x, ex, out)  # (the entries past n are scratch, whatever their branch)
-    if big * (1.0 / _SQRT2) <= 4.0:  # no argument in the third rational's range: two rationals
-        for i in range(n):
-            xi = x[i]
-            y = abs(xi) * (1.0 / _SQRT2)
-            erf = _erf_small(y)
-            small = 0.5 + 0.5 * erf if xi >= 0.0 else 0.5 - 0.5 * erf
-            tail = 0.5 * ex[i] * _erfcx_mid(y)
-            far = tail if xi < 0.0 else 1.0 - tail
-            out[i] = small if y <= 0.46875 else far
-        return
-    for i in range(n):
-        xi = x[i]
-        y = abs(xi) * (1.0 / _SQRT2)
-        erf = _erf_small(y)
-        small = 0.5 + 0.5 * erf if xi >= 0.0 else 0.5 - 0.5 * erf
-        tail = 0.5 * ex[i] * (_erfcx_mid(y) if y <= 4.0 else _erfcx_big(max(y, 4.0)))
-        far = tail if xi < 0.0 else 1.0 - tail
-        out[i] = small if y <= 0.46875 else far
-
-@nb.njit(cache=True, nogil=True, error_model="numpy")
-def _Phi(x):
-    return ncdf_e(x, math.exp(-0.5 * x * x))
-
-
 @nb.njit(cache=True, nogil=True, error_model="numpy")
 def x_max(K, r, q):
     """B(0+) of a put (Andersen & Lake 2021, table 2), single-boundary regime."""
@@ -472,178 +300,6 @@ def interpolate(tab, H, out):
         h = H[c]
         for i in range(k):
             out[i] += tab[c, i] * h
-
-
-@nb.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def one_minus_exp(x, ex):
-    """``1 - e^{-x}`` for x >= 0 given ``ex = e^{-x}``: the difference from x = 1e-3 up
-    (relative error under 1e-13), the Taylor series to x^4 below (truncation under 1e-17
-    relative); branch-free, so loops over it vectorise (the GPU takes the same form)."""
-    series = x * (1.0 - x * (0.5 - x * (1.0 / 6.0 - x * (1.0 / 24.0))))
-    return series if x < 1e-3 else 1.0 - ex
-
-
-@nb.njit(cache=True, nogil=True, error_model="numpy")
-def qdplus_seed(K, r, q, sig, T):
-    """``(su, c)``: the Barone-Adesi & Whaley (1987) seed of a put's critical price at time to
-    expiry tau is ``su + (K - su) exp(((r - q) tau - 2 sigma sqrt(tau)) c)``, su the perpetual
-    boundary ``K / (1 - 1 / q_inf)``, ``q_inf = (-(w - 1) - sqrt((w - 1)^2 + 8 r / sigma^2)) / 2``,
-    w = 2 (r - q) / sigma^2, and ``c = K / (K - su)`` (Haug 2007, "The Complete Guide to Option
-    Pricing Formulas", 2nd ed., section 3.3.2). su = 0 where q_inf is not negative (r = 0)."""
-    s2 = sig * sig
-    om = 2.0 * (r - q) / s2
-    qinf = 0.5 * (-(om - 1.0) - math.sqrt((om - 1.0) ** 2 + 8.0 * r / s2))
-    su = K / (1.0 - 1.0 / qinf) if qinf < 0.0 else 0.0
-    return su, K / (K - su)
-
-
-@nb.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False, inline="always")
-def _qdplus_node_setup(qw, va, w, N, e, K, T, r, q, sig, X, su, ksu, lnk, sT, f):
-    """Node e's inputs for :func:`qdplus_nodes` (its rows of ``qw``; the exponents of e^{-r tau},
-    e^{-q tau} and the seed's exponential at ``va[e]``, ``va[N + e]``, ``va[2 N + e]``)."""
-    tau = T * f * f
-    v = sig * sT * f
-    qw[e] = v
-    qw[5 * w + e] = lnk
-    qw[7 * w + e] = su                                       # the seed's constant, for the next pass
-    qw[10 * w + e] = tau
-    qw[11 * w + e] = K
-    qw[12 * w + e] = r
-    qw[13 * w + e] = q
-    qw[14 * w + e] = sig * sig
-    qw[15 * w + e] = X
-    va[e] = -r * tau
-    va[N + e] = -q * tau
-    va[2 * N + e] = ((r - q) * tau - 2.0 * v) * ksu
-
-
-@nb.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
-def qdplus_nodes(opt, c, ft, H, qw, va, vb, vc, vd, kb, tol):
-    """The QD+ critical prices of ``c`` puts (Li 2005) at the plan's nodes ``tau_j = T ft_j^2``:
-    writes ``H_j = ln(B_j / X)^2`` of put i to ``H[i n + j]`` (``H`` flat, >= c n). The puts'
-    inputs are the rows of ``opt`` (>= (6, c)): strike, expiry, rate, dividend yield,
-    volatility and X = B(0+). At each node, the root of
-    ``F(S) = (1 - e^{-q tau} Phi(-d+)) S - beta (K - S - p_E(S)) + A theta_E(S)`` (the QD+
-    smooth-pasting condition with Li's c0 written out; A = 2 / (sigma^2 (2 lambda + omega - 1)))
-    by Halley's method (as QuantLib's QD+ engine; the Newton step where Halley's factor
-    1 / (1 - F F'' / 2F'^2) leaves [2/3, 2]) from the Barone-Adesi & Whaley seed
-    (:func:`qdplus_seed`), kept in [1e-8 X, X] and stopped when a step is under ``tol X``. With
-    ``d+ = ln(S / K) / v + ...``, v = sigma sqrt(tau), the derivatives are
-    ``F' = (1 - e^{-q tau} Phi(-d+)) (1 + beta) + e^{-q tau} phi(d+) / v + A theta_E'`` and
-    ``F'' = e^{-q tau} phi(d+) / (S v) ((1 + beta) - d+ / v + A (1 / 2 tau + q - d+ g))``,
-    ``theta_E' = e^{-q tau} (phi(d+) g - q Phi(-d+))``, ``g = (q - r) / v + d- / 2 tau``.
-    On 300 random contracts (the bench's ranges, the fast plan's 11 nodes) the slowest node
-    takes 4.0 steps on average against Newton's 6.0. The nodes are independent (each from its own
-    seed), so the root finds of all c n nodes run side by side: every step is one pass over the
-    nodes still moving, compacted (the vectorised exp, log and Phi), and a batch solves the
-    starts of a chunk of options together (:func:`_chunk_starts`); the GPU gives each node a
-    lane or a thread's loop. A node's steps do not depend on the others, so its root is the same
-    in any chunk. A node whose step fails (non-finite or zero derivative) or that has not
-    converged in 100 steps keeps its seed. Scratch ``qw`` (>= 17 w, w = c n rounded up to
-    :data:`PAD`), ``va, vb, vc, vd, kb`` (>= 3 c n)."""
-    n = ft.shape[0]
-    N = c * n
-    w = (N + PAD - 1) // PAD * PAD
-    # qw rows of w, node i n + j of put i: v | dr | dq | beta | A | c0 | x | seed | moving (1.0 / 0.0)
-    # | 1 / v | 1 / (2 tau) | K | r | q | sigma^2 | X
-    for i in range(c):
-        K, T, r, q, sig = opt[0, i], opt[1, i], opt[2, i], opt[3, i], opt[4, i]
-        su, ksu = qdplus_seed(K, r, q, sig, T)
-        lnk = math.log(K)
-        sT = math.sqrt(T)
-        for j in range(n):
-            _qdplus_node_setup(qw, va, w, N, i * n + j, K, T, r, q, sig, opt[5, i], su, ksu, lnk, sT, ft[j])
-    vexp(va, vb, kb, 3 * N)                                  # e^{-r tau}, e^{-q tau}, the seed's exponential
-    for e in range(N):                                       # branch-free, so the pass vectorises
-        K, r, q, s2, X = qw[11 * w + e], qw[12 * w + e], qw[13 * w + e], qw[14 * w + e], qw[15 * w + e]
-        tau = qw[10 * w + e]
-        v = qw[e]
-        dr = vb[e]
-        is2 = 1.0 / s2
-        om = 2.0 * (r - q) * is2
-        ddr = r / one_minus_exp(r * tau, dr) if r != 0.0 else 1.0 / tau  # r / (1 - e^{-r tau})
-        disc = (om - 1.0) ** 2 + 8.0 * ddr * is2
-        sq = math.sqrt(disc)
-        isq = 1.0 / sq
-        lam = 0.5 * (-(om - 1.0) - sq)
-        A = -2.0 * is2 * isq                       # 2 / (sigma^2 (2 lambda + omega - 1)), 2 lambda + omega - 1 = -sqrt(disc)
-        iv = 1.0 / v
-        su = qw[7 * w + e]
-        seed = su + (K - su) * vb[2 * N + e]
-        lo = 1e-8 * X
-        x0 = seed if (seed > lo and seed < X) else (lo if seed <= lo else X)
-        qw[w + e] = dr
-        qw[2 * w + e] = vb[N + e]
-        qw[3 * w + e] = A * dr * ddr * (1.0 - 2.0 * ddr * is2 * isq * isq) - lam
-        qw[4 * w + e] = A
-        qw[5 * w + e] = ((r - q) * tau - qw[5 * w + e]) * iv + 0.5 * v
-        qw[6 * w + e] = x0
-        qw[7 * w + e] = x0
-        qw[8 * w + e] = 1.0
-        qw[9 * w + e] = iv
-        qw[10 * w + e] = 0.5 / tau
-    xs = qw[6 * w:7 * w]
-    for _ in range(100):
-        # the nodes still moving, compacted (their indices in row 16, as floats): the passes run
-        # over them alone, so a chunk's slow nodes do not drag the converged ones along
-        M = 0
-        for e in range(N):
-            if qw[8 * w + e] != 0.0:
-                qw[16 * w + M] = e
-                M += 1
-        if M == 0:
-            break
-        for k in range(M):
-            va[k] = xs[int(qw[16 * w + k])]
-        vlog(va, vc, kb, M)
-        for k in range(M):
-            e = int(qw[16 * w + k])
-            v = qw[e]
-            dp = vc[k] * qw[9 * w + e] + qw[5 * w + e]
-            dm = dp - v
-            vc[k] = -dp
-            vc[M + k] = -dm
-            va[k] = -0.5 * dp * dp
-            va[M + k] = -0.5 * dm * dm
-        vexp(va, vb, kb, 2 * M)                              # e^{-d+^2/2}, e^{-d-^2/2}
-        vncdf(vc, vb, vd, 2 * M)                             # Phi(-d+), Phi(-d-)
-        for k in range(M):
-            e = int(qw[16 * w + k])
-            K, r, q, s2, X = qw[11 * w + e], qw[12 * w + e], qw[13 * w + e], qw[14 * w + e], qw[15 * w + e]
-            v = qw[e]
-            dr = qw[w + e]
-            dq = qw[2 * w + e]
-            x = xs[e]
-            iv = qw[9 * w + e]
-            dp = -vc[k]
-            dm = dp - v
-            ph = _INV_SQRT_2PI * vb[k]
-            Pp = vd[k]
-            Pm = vd[M + k]
-            beta = qw[3 * w + e]
-            A = qw[4 * w + e]
-            i2t = qw[10 * w + e]
-            npv = dr * K * Pm - x * dq * Pp
-            theta = r * K * dr * Pm - q * x * dq * Pp - 0.5 * s2 * x * iv * dq * ph
-            g = (q - r) * iv + dm * i2t
-            charm = dq * ph * g - q * dq * Pp
-            F = (1.0 - dq * Pp) * x - beta * (K - x - npv) + A * theta
-            dF = (1.0 - dq * Pp) * (1.0 + beta) + dq * ph * iv + A * charm
-            d2F = dq * ph * iv / x * ((1.0 + beta) - dp * iv + A * (i2t + q - dp * g))
-            ok = dF != 0.0 and F - F == 0.0 and dF - dF == 0.0  # finite F and dF
-            newton = F / dF
-            t = 0.5 * newton * d2F / dF                        # Halley's step is the Newton step / (1 - t)
-            xn = min(max(x - (newton / (1.0 - t) if abs(t) < 0.5 else newton), 1e-8 * X), X)
-            # a failed step: the seed; a step under tol X: converged
-            xs[e] = xn if ok else qw[7 * w + e]
-            qw[8 * w + e] = 1.0 if (ok and abs(xn - x) >= tol * X) else 0.0
-    for e in range(N):
-        if qw[8 * w + e] != 0.0:                             # not converged in 100 steps: the seed
-            xs[e] = qw[7 * w + e]
-        va[e] = xs[e] / qw[15 * w + e]
-    vlog(va, vc, kb, N)
-    for e in range(N):
-        H[e] = vc[e] * vc[e]
 
 
 @nb.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
@@ -968,6 +624,14 @@ def alo_batch_kernel(kind, S, K, T, r, q, sig, m, tabs, greeks):
     return out
 
 
+def flat_columns(shape: tuple, kind, *arrays) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``kind`` as int8 and ``arrays`` as float64, each broadcast to ``shape``, contiguous and
+    flat (shape (n,)): the kernels' inputs (CPU and GPU)."""
+    kd = np.ascontiguousarray(np.broadcast_to(np.asarray(kind, dtype=np.int8), shape)).reshape(-1)
+    return kd, [np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), shape)).reshape(-1)
+                for a in arrays]
+
+
 def alo_batch(kind, spot, strike, expiry, rate, dividend_yield, volatility, accuracy="accurate", greeks=True):
     """ALO prices (and Greeks) of American options of the single-boundary regime
     (:func:`regime` == :data:`SINGLE`; other rows give meaningless numbers: the front door
@@ -988,9 +652,7 @@ def alo_batch(kind, spot, strike, expiry, rate, dividend_yield, volatility, accu
         KeyError: an unknown accuracy name.
     """
     pl = plan(accuracy)
-    cols = [np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), np.shape(spot)))
-            for a in (spot, strike, expiry, rate, dividend_yield, volatility)]
-    kind = np.ascontiguousarray(np.broadcast_to(np.asarray(kind, dtype=np.int8), np.shape(spot)))
+    kind, cols = flat_columns(np.shape(spot), kind, spot, strike, expiry, rate, dividend_yield, volatility)
     return alo_batch_kernel(kind, *cols, pl.accuracy.m, pl.tables, bool(greeks))
 
 
@@ -1123,8 +785,5 @@ def alo_implied_vol(price, kind, spot, strike, expiry, rate, dividend_yield, acc
         KeyError: an unknown accuracy name.
     """
     pl = plan(accuracy)
-    shape = np.shape(spot)
-    f = [np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), shape))
-         for a in (price, spot, strike, expiry, rate, dividend_yield, lo, hi)]
-    kind = np.ascontiguousarray(np.broadcast_to(np.asarray(kind, dtype=np.int8), shape))
+    kind, f = flat_columns(np.shape(spot), kind, price, spot, strike, expiry, rate, dividend_yield, lo, hi)
     return alo_iv_kernel(f[0], kind, *f[1:6], f[6], f[7], float(xtol), pl.accuracy.m, pl.tables)

@@ -12,7 +12,7 @@ the device, one warp per solve for smaller ones (``spectral.cu`` describes both 
 its four bumped solves; seven with the dividend rho), the host forms the differences as the CPU
 does. Compiled with ``--fmad=false``; Phi is the CPU's rational form, exp, log and sqrt the
 CUDA math library's (the CPU's are polynomial forms of a few ulps,
-:func:`~optiond.kernels.spectral.cpu.vexp`): prices agree with the CPU to rounding
+:func:`~optiond.kernels.spectral.vmath.vexp`): prices agree with the CPU to rounding
 (``tests/test_spectral_gpu.py`` asks 1e-12 relative).
 
 Limits: at most :data:`NMAX` Chebyshev nodes (other settings raise
@@ -155,10 +155,7 @@ def alo_batch_gpu(kind, spot, strike, expiry, rate, dividend_yield, volatility, 
         KeyError: an unknown accuracy name.
     """
     pl = cpu.plan(accuracy)
-    shape = np.shape(spot)
-    cols = [np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), shape)).reshape(-1)
-            for a in (spot, strike, expiry, rate, dividend_yield, volatility)]
-    kd = np.ascontiguousarray(np.broadcast_to(np.asarray(kind, dtype=np.int8), shape)).reshape(-1)
+    kd, cols = cpu.flat_columns(np.shape(spot), kind, spot, strike, expiry, rate, dividend_yield, volatility)
     n = kd.shape[0]
     rows_out = 7 if dividend_rho else 6
     out = np.full((rows_out, n), np.nan)
@@ -197,10 +194,7 @@ def alo_implied_vol_gpu(price, kind, spot, strike, expiry, rate, dividend_yield,
         KeyError: an unknown accuracy name.
     """
     pl = cpu.plan(accuracy)
-    shape = np.shape(spot)
-    f = [np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), shape)).reshape(-1)
-         for a in (price, spot, strike, expiry, rate, dividend_yield, lo, hi)]
-    kd = np.ascontiguousarray(np.broadcast_to(np.asarray(kind, dtype=np.int8), shape)).reshape(-1)
+    kd, f = cpu.flat_columns(np.shape(spot), kind, price, spot, strike, expiry, rate, dividend_yield, lo, hi)
     n = kd.shape[0]
     if n == 0:
         return np.empty(0), np.empty(0, dtype=np.int8)

@@ -22,7 +22,7 @@
 //
 // The launcher (gpu.py) picks the layout by the launch's solve count (THREAD_MIN_SOLVES).
 
-// The normal distribution function is Cody's rational form given exp(-x^2 / 2) (cpu.ncdf_e,
+// The normal distribution function is Cody's rational form given exp(-x^2 / 2) (vmath.ncdf_e,
 // the same coefficients), so a (Phi, phi) pair costs one exp, as on the CPU; exp, log, expm1
 // and sqrt are the CUDA math library's. Compiled with --fmad=false so products and sums round
 // as the CPU's do.
@@ -37,7 +37,7 @@
 __device__ __forceinline__ double pymax(double a, double b) { return (b > a) ? b : a; }
 __device__ __forceinline__ double pymin(double a, double b) { return (b < a) ? b : a; }
 
-// W. J. Cody (1969), Math. Comp. 23(107), 631-637: cpu._CA, _CB, _CC, _CD, _CP, _CQ.
+// W. J. Cody (1969), Math. Comp. 23(107), 631-637: vmath._CA, _CB, _CC, _CD, _CP, _CQ.
 __device__ __forceinline__ double erf_small(double y) {
     const double z = y * y;
     double num = 1.85777706184603153e-1 * z, den = z;
@@ -69,7 +69,7 @@ __device__ __forceinline__ double erfcx_big(double y) {
     return (0.5641895835477563 - z * (num + 6.58749161529837803e-4) / (den + 2.33520497626869185e-3)) / y;
 }
 
-// Phi(x) given ex = exp(-x^2 / 2): cpu.ncdf_e.
+// Phi(x) given ex = exp(-x^2 / 2): vmath.ncdf_e.
 __device__ __forceinline__ double ncdf_e(double x, double ex) {
     const double y = fabs(x) * 0.7071067811865476;
     if (y <= 0.46875) {
@@ -93,7 +93,7 @@ struct Plan {
     int n, l, m, p;
 };
 
-// The seed of the QD+ root finds (Barone-Adesi & Whaley 1987): cpu.qdplus_seed; su and
+// The seed of the QD+ root finds (Barone-Adesi & Whaley 1987): qdplus.qdplus_seed; su and
 // c = K / (K - su), the seed at tau being su + (K - su) exp(((r - q) tau - 2 sigma sqrt(tau)) c).
 __device__ __forceinline__ void qdplus_seed(double K, double r, double q, double sig, double& su, double& c) {
     const double s2 = sig * sig;
@@ -103,13 +103,13 @@ __device__ __forceinline__ void qdplus_seed(double K, double r, double q, double
     c = K / (K - su);
 }
 
-// 1 - e^{-x} for x >= 0 given ex = e^{-x}: cpu.one_minus_exp.
+// 1 - e^{-x} for x >= 0 given ex = e^{-x}: vmath.one_minus_exp.
 __device__ __forceinline__ double one_minus_exp(double x, double ex) {
     const double series = x * (1.0 - x * (0.5 - x * (1.0 / 6.0 - x * (1.0 / 24.0))));
     return x < 1e-3 ? series : 1.0 - ex;
 }
 
-// The QD+ critical price of a put at one node (Li 2005): cpu.qdplus_nodes, one node's Halley
+// The QD+ critical price of a put at one node (Li 2005): qdplus.qdplus_nodes, one node's Halley
 // root find from its seed; the seed where a step fails or 100 do not converge.
 __device__ double qdplus(double K, double r, double q, double sig, double tau, double v, double X, double su,
                          double ksu, double tol) {
