@@ -63,10 +63,10 @@ from .cpu import ACCURACY, ACCURACY_NAMES, MAX_IV, MIN_IV, alo_batch, alo_implie
 GPU = True
 
 #: ALO rows from which ``device="auto"`` prices on the GPU (bench/american.py, section ``gpu``,
-#: fast prices host to host against the CPU engine on 16 threads of an H200 host: GPU 0.32 ms
-#: against CPU 0.52 ms at 300 options, 0.33 against 0.27 ms at 100; a host with fewer cores
-#: crosses lower)
-GPU_MIN_ROWS = 300
+#: fast prices host to host against the CPU engine on 16 threads of an H200 host: even at 300
+#: options (GPU 0.54 against CPU 0.52 ms in one run, 0.32 against 0.52 in another), the GPU
+#: twice as fast at 1,000; a host with fewer cores crosses lower)
+GPU_MIN_ROWS = 500
 
 #: worst absolute price error of each setting against the converged QuantLib reference on the
 #: 240-option grid of ``tests/test_spectral.py`` (currency units, strike 100)
