@@ -79,14 +79,17 @@ def expected_error(e: BaseException, args: argparse.Namespace | None = None) -> 
     and the daemon's answer that it holds no such object (``UnknownObject``, ``StaleHandle``,
     ``WrongKind``) (exit :data:`EXIT_INPUT`); the daemon client's
     :class:`DaemonUnavailable` and :class:`DaemonError` family (refused, cancelled, deadline) and
-    the daemon's :class:`LimitExceeded` (exit :data:`EXIT_DAEMON`); an :class:`OSError` such as
-    an output path that cannot be written (exit 1). With ``--daemon-only`` the message says how
+    the daemon's :class:`LimitExceeded` (exit :data:`EXIT_DAEMON`); an output file that cannot
+    be written, :class:`optiond.files.WriteError` (a full disk, no permission, no directory; the
+    previous file is kept) (exit :data:`EXIT_INPUT`, as a bad output path); another
+    :class:`OSError` (exit 1). With ``--daemon-only`` the message says how
     to get a daemon or price without one.
     """
     from .columns import TableFileError
+    from .files import WriteError
     from .models import InvalidInputError
 
-    if isinstance(e, (InvalidInputError, TableFileError)):
+    if isinstance(e, (InvalidInputError, TableFileError, WriteError)):
         return EXIT_INPUT, str(e)
     if type(e).__module__.startswith("optiond.daemon"):  # the client is imported only where used
         from .daemon.client import DaemonError, DaemonUnavailable

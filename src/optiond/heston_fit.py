@@ -56,6 +56,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from .files import write_with
 from .kernels import black_scholes
 from .kernels.adi import defaults as adi_defaults
 from .kernels.heston import cpu as heston_cpu
@@ -528,14 +529,15 @@ def smiles_figure(fit: HestonFit, title: str = ""):
 
 def plot_fit(fit: HestonFit, directory: str | Path, name: str = "heston") -> list[Path]:
     """Write :func:`smiles_figure` as ``<name>_heston_smiles.png`` and ``.svg`` into
-    ``directory`` (created with its parents); returns the paths."""
+    ``directory`` (created with its parents), each whole or not at all
+    (:func:`optiond.files.write_with`); returns the paths. Raises OSError."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     fig = smiles_figure(fit, name)
     paths = []
     for fmt in ("png", "svg"):
         path = d / f"{name}_heston_smiles.{fmt}"
-        fig.savefig(path, dpi=110)
+        write_with(path, lambda f, fmt=fmt: fig.savefig(f, format=fmt, dpi=110), binary=True)
         paths.append(path)
     return paths
 

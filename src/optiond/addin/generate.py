@@ -26,6 +26,7 @@ import types
 from pathlib import Path
 from typing import Callable, Iterator
 
+from ..files import write_atomic
 from . import functions as impl_module
 from . import table
 
@@ -189,7 +190,7 @@ def write_vba(directory: Path = VBA_DIR) -> list[Path]:
     out = []
     for name, text in ((VBA_UDF_FILE.name, vba_udf_module()), (VBA_REGISTER_FILE.name, vba_register_module())):
         p = directory / name
-        p.write_text(text, encoding="utf-8", newline="\n")
+        write_atomic(p, text.encode("utf-8"))  # \n line ends on every platform
         out.append(p)
     return out
 

@@ -89,8 +89,9 @@ def cmd_heston_fit(args: argparse.Namespace) -> int:
     underlying = str(df["underlying"].iloc[0]) if "underlying" in df.columns else "chain"
     print("\n".join(fit_lines(fit, underlying)))
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(dict(fit.to_dict(), underlying=underlying), fh, indent=2)
+        from ..files import write_with
+
+        write_with(args.json, lambda fh: json.dump(dict(fit.to_dict(), underlying=underlying), fh, indent=2))
         print(f"wrote {args.json}")
     if args.plot:
         try:

@@ -15,6 +15,7 @@ import pandas as pd
 from .. import _moved, greek_units
 from .. import chain as chain_job
 from ..columns import TableFileError, read_csv_table
+from ..files import write_with
 from ..models import HESTON_RENAMED, Method
 from ..dividends import DIVIDENDS_COLUMN, read_dividend_file, valuation_instant
 from ..pricer import (OPTIONAL_COLUMNS, PORTFOLIO_COLUMNS, DaemonPricer, LocalPricer, merge_portfolio, methods_text,
@@ -23,6 +24,9 @@ from ..pricer import (OPTIONAL_COLUMNS, PORTFOLIO_COLUMNS, DaemonPricer, LocalPr
 #: a file of more rows than this is priced on the daemon as a followed job (progress bar; the
 #: client waits while the daemon lives and moves, and cancels the job if it stops waiting)
 JOB_ROWS = 10_000
+
+#: ``-o -``: the output CSV goes to standard output, as a stream
+STDOUT = "-"
 
 #: ``ClientPricer(fallback, force)`` is :func:`daemon_pricer` now (the old name warns, one release)
 __getattr__ = _moved.names(__name__, {"ClientPricer": "optiond.commands.pricing:daemon_pricer"})
@@ -68,6 +72,40 @@ def _progress(total: int, desc: str):
         state["n"] = done
 
     return bar, update
+
+
+def output_file_problem(flag: str, path: str | None) -> str | None:
+    """Why the output file ``path`` of option ``flag`` cannot be written (one line), or None;
+    checked before pricing so a bad path costs no work. Standard output (``-``), a device or a
+    pipe always passes; a file needs an existing, writable directory."""
+    if not path or path == STDOUT:
+        return None
+    target = os.path.realpath(path)
+    if os.path.isdir(target):
+        return f"{flag} {path}: a directory, not a file"
+    if os.path.exists(target) and not os.path.isfile(target):
+        return None  # a device or a pipe: written as a stream
+    parent = os.path.dirname(target)
+    if not os.path.isdir(parent):
+        return f"{flag} {path}: no directory {os.path.dirname(path) or parent}"
+    if not os.access(parent, os.W_OK):
+        return f"{flag} {path}: no permission to write in {os.path.dirname(path) or parent}"
+    return None
+
+
+def write_csv(df: pd.DataFrame, path: str | None) -> None:
+    """Write ``df`` (no index) as CSV to ``path`` whole or not at all
+    (:func:`optiond.files.write_with`: a previous file stays as it was when the write fails);
+    None or ``-``: to standard output, as a stream.
+
+    Raises:
+        optiond.files.WriteError: the file cannot be written (a full disk, no permission, no
+            directory).
+    """
+    if not path or path == STDOUT:
+        df.to_csv(sys.stdout, index=False)
+    else:
+        write_with(path, lambda f: df.to_csv(f, index=False), newline="")
 
 
 def warn_ignored_columns(command: str, df: pd.DataFrame) -> None:
@@ -124,6 +162,10 @@ def cmd_price(args: argparse.Namespace) -> int:
                     grid=tuple(args.grid), time_steps=args.time_steps, device=args.device,
                     **(dict(richardson=False, steps_per_year=0.0) if args.adi_single_grid else {}),
                     extrapolate=args.extrapolate, accuracy=args.accuracy)
+    problem = output_file_problem("-o", args.output)
+    if problem:
+        print(f"optiond price: {problem}", file=sys.stderr)
+        return 2
     pricer = make_pricer(args)
     if isinstance(pricer, DaemonPricer):  # a big file is a followed daemon job, with a progress bar
         bar = _JobBar(len(df), "price", not args.no_progress)
@@ -135,7 +177,7 @@ def cmd_price(args: argparse.Namespace) -> int:
     else:
         res = price_portfolio(pricer, df, method, valuation=valuation)
     out = greek_units.convert_frame(merge_portfolio(df, res), args.greeks, prefixes=("", "model_"))
-    out.to_csv(args.output or sys.stdout, index=False)
+    write_csv(out, args.output)
     ok = int(np.sum(res.ok))
     print(f"priced {ok}/{len(res)} rows ({len(res) - ok} errors) in {res.elapsed_s:.3f} s on {res.device} ({res.via}); "
           f"{methods_text(res.method, method.accuracy)}", file=sys.stderr)
@@ -147,7 +189,7 @@ def forwards_path(output: str | None, explicit: str | None) -> str | None:
     (``<out>.forwards.csv``, the output's ``.csv`` suffix dropped), else nowhere."""
     if explicit:
         return explicit
-    if not output:
+    if not output or output == STDOUT:
         return None
     base = output[:-4] if output.lower().endswith(".csv") else output
     return f"{base}.forwards.csv"
@@ -155,14 +197,11 @@ def forwards_path(output: str | None, explicit: str | None) -> str | None:
 
 def surface_paths_problem(surface_path: str | None, plot_dir: str | None) -> str | None:
     """Why ``--surface FILE.json`` or ``--plot DIR`` cannot be written (one line), or None;
-    checked before pricing so a bad path costs no work. ``DIR`` may not exist yet (it is
-    created with its parents) but must not be a file or lie under one."""
-    if surface_path:
-        parent = os.path.dirname(surface_path) or "."
-        if os.path.isdir(surface_path):
-            return f"--surface {surface_path}: a directory, not a file"
-        if not os.path.isdir(parent):
-            return f"--surface {surface_path}: no directory {parent}"
+    checked before pricing so a bad path costs no work (:func:`output_file_problem`). ``DIR``
+    may not exist yet (it is created with its parents) but must not be a file or lie under one."""
+    problem = output_file_problem("--surface", surface_path)
+    if problem:
+        return problem
     if plot_dir:
         d = os.path.abspath(plot_dir)
         while not os.path.exists(d) and os.path.dirname(d) != d:
@@ -252,7 +291,9 @@ def cmd_chain(args: argparse.Namespace) -> int:
     except (CurveError, ValueError) as e:
         print(f"optiond chain: {e}", file=sys.stderr)
         return 2
-    problem = surface_paths_problem(args.surface, args.plot)
+    problem = (output_file_problem("-o", args.output)
+               or output_file_problem("--forwards", forwards_path(args.output, args.forwards))
+               or surface_paths_problem(args.surface, args.plot))
     if problem:
         print(f"optiond chain: {problem}", file=sys.stderr)
         return 2
@@ -279,10 +320,11 @@ def cmd_chain(args: argparse.Namespace) -> int:
             return 2
     out = greek_units.convert_frame(out, args.greeks, prefixes=("", "theo_"))
     fwd_path = forwards_path(args.output, args.forwards)
-    if args.output:
-        out.to_csv(args.output, index=False)
+    if args.output:  # each file whole or not at all; '-o -' streams the CSV, the summary goes to stderr
+        write_csv(out, args.output)
     if fwd_path:
-        summary.forwards.to_csv(fwd_path, index=False)
+        write_csv(summary.forwards, fwd_path)
+    report = sys.stderr if args.output == STDOUT else sys.stdout
     if args.json:
         priced = out["method"].astype(str)
         doc = {"contracts": summary.contracts, "by_status": summary.by_status, "elapsed_s": summary.elapsed_s,
@@ -292,14 +334,15 @@ def cmd_chain(args: argparse.Namespace) -> int:
                "forwards": json.loads(summary.forwards.to_json(orient="records"))}
         if surface is not None:
             doc["surface"] = json.loads(surface.to_json())
-        print(json.dumps(doc))
+        print(json.dumps(doc), file=report)
     else:
-        print("\n".join(summary.lines()))
-        print(methods_text(out["method"], args.accuracy))
+        print("\n".join(summary.lines()), file=report)
+        print(methods_text(out["method"], args.accuracy), file=report)
         if surface is not None:
-            print("\n".join(surface_lines(surface)))
-        for path in filter(None, [args.output, fwd_path, args.surface, *(plots if surface is not None else [])]):
-            print(f"wrote {path}")
+            print("\n".join(surface_lines(surface)), file=report)
+        for path in filter(None, [args.output if args.output != STDOUT else None, fwd_path, args.surface,
+                                  *(plots if surface is not None else [])]):
+            print(f"wrote {path}", file=report)
     return 0
 
 
@@ -318,7 +361,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "their names saying so). "
                                    "A bad row gets status=error and a reason; the rest are priced.")
     p.add_argument("file", help="portfolio CSV")
-    p.add_argument("-o", "--output", help="output CSV (default: standard output)")
+    p.add_argument("-o", "--output", help="output CSV, written whole or not at all (default or '-': standard output)")
     p.add_argument("--method", default="auto",
                    help="method of rows whose method cell is blank (default auto: spectral for American rows with a "
                         "continuous carry and no cash dividends, binomial for rows with cash dividends, black-scholes "
@@ -356,7 +399,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "European), the model price at that volatility, the Greeks, a status and the "
                                    "method that priced it.")
     c.add_argument("file", help="chain CSV")
-    c.add_argument("-o", "--output", help="output CSV")
+    c.add_argument("-o", "--output", help="output CSV, written whole or not at all ('-': standard output, the "
+                                          "summary then on standard error)")
     c.add_argument("--rate", type=float, default=chain_job.DEFAULT_RATE,
                    help=f"flat continuously compounded rate, annual decimal, when no --rates curve is given "
                         f"(default {chain_job.DEFAULT_RATE})")

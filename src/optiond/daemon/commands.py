@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..files import private_dir
 from . import paths
 
 EXIT_OK, EXIT_DOWN, EXIT_FAILED = 0, 1, 2
@@ -160,7 +161,7 @@ def _detach(conn: Path, args: argparse.Namespace) -> int:
     except (FileNotFoundError, paths.ConnectionFileError):
         old_key = None
     log_path = Path(args.log_file) if args.log_file else paths.log_file(conn)
-    log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(log_path.parent)
     cmd = [sys.executable, "-m", "optiond.daemon.commands", *(["-v"] * args.verbose), *_serve_argv(args, conn)]
     if args.workers and args.workers > 1:
         cmd += ["--workers", str(args.workers)]

@@ -44,6 +44,8 @@ from typing import Any
 
 import platformdirs
 
+from ..files import private_dir
+
 LOG_DIR_ENV = "OPTIOND_LOG_DIR"
 FILE_NAME = "daemon.jsonl"
 MAX_BYTES = 20 * 1024 * 1024
@@ -120,7 +122,7 @@ class JsonLog:
     def __init__(self, directory: str | os.PathLike | None = None, secret: str = "", *, max_bytes: int = MAX_BYTES,
                  backups: int = BACKUPS, level: int = logging.INFO, access: bool = True):
         d = log_dir(directory)
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(d)
         self.path = d / FILE_NAME
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # private from the first byte
         os.close(fd)

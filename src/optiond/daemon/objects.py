@@ -51,6 +51,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from ..files import private_dir
 from ..limits import LimitExceeded, Limits
 from ..models import InvalidInputError
 from .object_kinds import KINDS
@@ -288,7 +289,7 @@ class ObjectStore:
 
         directory = Path(directory)
         try:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dir(directory)
             lock = filelock.FileLock(str(directory / LOCK_FILE), mode=0o600, thread_local=False)
             lock.acquire(timeout=0)
         except filelock.Timeout:

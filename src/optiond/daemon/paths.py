@@ -25,6 +25,7 @@ from typing import Any
 
 import platformdirs
 
+from ..files import private_dir, write_atomic
 from .protocol import SIGNATURE_SCHEME
 
 ENV_VAR = "OPTIOND_CONNECTION_FILE"
@@ -83,13 +84,14 @@ def log_file(conn_file: Path) -> Path:
 
 
 def write_connection_file(path: Path, info: dict[str, Any]) -> None:
-    """Write ``info`` as JSON to ``path`` atomically with mode 0600 (directory 0700 if created).
+    """Write ``info`` as JSON to ``path`` atomically with mode 0600 (its directory and any
+    missing parents created 0700, :func:`optiond.files.private_dir`).
 
     Raises:
         OSError: the directory or file cannot be created.
     """
     path = Path(path)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(path.parent)
     _write_atomic(path, json.dumps(info, indent=2) + "\n")
 
 
@@ -162,7 +164,7 @@ def ipc_socket_path(conn_file: Path, pid: int) -> Path:
         OSError: no directory could be created.
     """
     conn_file = Path(conn_file)
-    conn_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(conn_file.parent)
     path = conn_file.parent / f"{conn_file.stem}-{pid}.sock"
     private = stat.S_IMODE(os.stat(conn_file.parent).st_mode) & 0o077 == 0
     if not private or len(os.fsencode(path)) > MAX_IPC_PATH:
@@ -233,25 +235,10 @@ def _read_pid(path: Path) -> int | None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` with mode 0600 by a temporary file renamed over it (a
-    reader sees the old file or the new one, never half of it); the temporary is removed on
-    failure. Raises OSError."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        os.unlink(tmp)  # a leftover of a crashed writer with this pid
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write ``text`` (UTF-8) to ``path`` with mode 0600 as a whole (:func:`optiond.files.write_atomic`:
+    a temporary file renamed over it, so a reader sees the old file or the new one, never half
+    of it; the temporary is removed on failure). Raises OSError (:class:`optiond.files.WriteError`)."""
+    write_atomic(path, text, perms=0o600)
 
 
 def pid_running(pid: int) -> bool:
@@ -313,7 +300,7 @@ class DaemonLock:
         """Take the lock now or raise :class:`DaemonRunning` naming the owner's pid."""
         import filelock  # noqa: PLC0415
 
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         lock = filelock.FileLock(str(self.path), mode=0o600, thread_local=False, fallback_to_soft=False)
         try:
             lock.acquire(timeout=0)

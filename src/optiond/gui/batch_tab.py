@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QDoubleS
 
 from .. import chain as chain_job
 from ..dividends import read_dividend_file
+from ..files import write_with
 from ..surface.svi import implied_vol
 from . import backend
 from .qtmodels import DataFrameModel, ResultsProxy, ordered_columns
@@ -614,13 +615,14 @@ class BatchTab(QWidget):
             self.export_csv(path)
 
     def export_csv(self, path: str | Path) -> int:
-        """Write the rows shown (filtered, in the order shown, every column) to ``path``;
-        return the number of rows written."""
+        """Write the rows shown (filtered, in the order shown, every column) to ``path``, whole
+        or not at all (:func:`optiond.files.write_with`); return the number of rows written (0,
+        and a message saying why, when the file cannot be written)."""
         df = self.proxy.visible_frame()
         try:
-            df.to_csv(path, index=False)
-        except OSError as e:
-            self.message.setText(f"<span style='color:#c62828'>Cannot write {path}: {e}</span>")
+            write_with(path, lambda f: df.to_csv(f, index=False), newline="")
+        except OSError as e:  # the file at path, if any, is as it was
+            self.message.setText(f"<span style='color:#c62828'>Cannot write {path}: {e.strerror or e}</span>")
             return 0
         self.message.setText(f"Wrote {len(df):,} rows to {path}")
         return len(df)

@@ -67,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-    from PySide6.QtCore import QSettings
+    from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSettings
     from PySide6.QtWidgets import QApplication
 
+    from ..files import write_atomic
     from . import backend
     from .window import MainWindow
 
@@ -119,8 +120,16 @@ def main(argv: list[str] | None = None) -> int:
                     _point_at(win.surface_tab)
                     _wait(app, lambda: False, 0.3)
                 path = out / f"panel_{name}.png"
-                if not win.grab().save(str(path)):
-                    print(f"cannot write {path}", file=sys.stderr)
+                png = QByteArray()
+                buf = QBuffer(png)
+                buf.open(QIODevice.OpenModeFlag.WriteOnly)
+                if not win.grab().save(buf, "PNG"):
+                    print(f"cannot render {path}", file=sys.stderr)
+                    return 2
+                try:
+                    write_atomic(path, bytes(png.data()))  # a whole picture or the previous one
+                except OSError as e:
+                    print(e, file=sys.stderr)
                     return 2
                 print(f"wrote {path}")
         finally:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..files import write_atomic
 from .svi import SVI, total_variance
 
 #: the JSON schema's name and version (a reader refuses another major version)
@@ -140,8 +141,7 @@ class Surface:
     def to_json(self, path: str | None = None) -> str:
         text = json.dumps(json_ready(self.to_dict()), indent=1, allow_nan=False)
         if path is not None:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
+            write_atomic(path, text + "\n")
         return text
 
     @classmethod

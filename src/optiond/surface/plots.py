@@ -26,6 +26,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..files import write_with
 from .fit import otm_mask
 from .model import Surface
 from .svi import derivatives, implied_vol
@@ -206,10 +207,12 @@ def plot_surface(out: pd.DataFrame, surface: Surface, directory: str | Path) -> 
         directory: where the files go.
 
     Returns:
-        the paths written, ``<underlying>_<figure>.<format>`` (underlying lower-cased).
+        the paths written, ``<underlying>_<figure>.<format>`` (underlying lower-cased); each
+        file is written whole or not at all (:func:`optiond.files.write_with`).
 
     Raises:
-        OSError: ``directory`` cannot be created or written (a file of that name, no permission).
+        OSError: ``directory`` cannot be created or written (a file of that name, no permission,
+            a full disk: :class:`optiond.files.WriteError`).
         ValueError: a surface without slices.
         KeyError: ``out`` lacks a column above.
     """
@@ -225,7 +228,8 @@ def plot_surface(out: pd.DataFrame, surface: Surface, directory: str | Path) -> 
     for name in FIGURES:
         for fmt in FORMATS:
             p = d / f"{stem}_{name}.{fmt}"
-            figs[name].savefig(p, format=fmt, dpi=110, metadata={"Date": None} if fmt == "svg" else None)
+            write_with(p, lambda f, fig=figs[name], fmt=fmt: fig.savefig(
+                f, format=fmt, dpi=110, metadata={"Date": None} if fmt == "svg" else None), binary=True)
             paths.append(p)
     return paths
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ... import costs
+from ...files import private_dir, write_atomic
 from .. import gpu as gpus
 from . import cpu as bc
 from .gpu import clusters_supported
@@ -139,20 +140,23 @@ def load_calibration(path: Path | str | None = None, gpu_name: str | None = None
 
 
 def save_calibration(cal: dict, path: Path | str | None = None) -> Path:
-    """Write ``cal`` as JSON (atomically: a temporary file then a rename); returns the path.
+    """Write ``cal`` as JSON (whole or not at all, :func:`optiond.files.write_atomic`); returns
+    the path. The default path's directory is created 0700 if missing (an explicit path's
+    with the umask's mode).
 
     Raises:
         ValueError: ``cal`` is not a valid calibration.
-        OSError: the directory cannot be written.
+        OSError: the directory or file cannot be written.
     """
     why = _valid(cal)
     if why:
         raise ValueError(f"invalid calibration: {why}")
     p = Path(path) if path is not None else calibration_path()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(json.dumps(cal, indent=2, sort_keys=True))
-    tmp.replace(p)
+    if path is None:
+        private_dir(p.parent)  # the product's own cache directory, 0700 whatever the umask
+    else:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(p, json.dumps(cal, indent=2, sort_keys=True))
     reset_cache()
     return p
 
