@@ -203,7 +203,8 @@ def test_price_output_on_a_full_disk(tmp_path, capsys, book, full_disk):
     assert len(opened) == 1 and os.listdir(tmp_path) == ["priced.csv"]
 
 
-def test_price_output_whole_and_to_standard_output(tmp_path, capsys, book):
+def test_price_output_whole_and_to_standard_output(tmp_path, capsys, book, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     out = previous_file(tmp_path / "priced.csv")
     assert cli_main(["price", str(book), "--no-daemon", "-o", str(out)]) == 0
     whole = pd.read_csv(out)
@@ -234,10 +235,11 @@ def test_chain_surface_json_on_a_full_disk(tmp_path, capsys, chain, full_disk):
     assert len(opened) == 1 and os.listdir(tmp_path) == ["spx.json"]
 
 
-def test_chain_output_to_standard_output_moves_the_summary_to_stderr(tmp_path, capsys, chain):
+def test_chain_output_to_standard_output_moves_the_summary_to_stderr(tmp_path, capsys, chain, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     rc = cli_main(["chain", str(chain), "--no-daemon", "-o", "-"])
     out, err = capsys.readouterr()
-    assert rc == 0, err
+    assert rc == 0 and os.listdir(tmp_path) == [], err  # no file named '-' or '-.forwards.csv'
     assert out.startswith("underlying,quote_date,") and len(out.splitlines()) == 137
     assert "contracts: 136" in err and "wrote" not in err
 

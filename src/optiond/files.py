@@ -48,10 +48,11 @@ def _target(path: str | os.PathLike) -> Path:
     return Path(os.path.realpath(p)) if p.is_symlink() else p
 
 
-def _is_stream(target: Path) -> bool:
-    """Whether ``target`` exists and is not a regular file (a device, a pipe, a socket)."""
+def _is_stream(path: str | os.PathLike) -> bool:
+    """Whether ``path`` exists and is, or links to, something other than a regular file or a
+    directory (a device, a pipe, a socket; ``/dev/stdout``)."""
     try:
-        mode = os.stat(target).st_mode
+        mode = os.stat(path).st_mode
     except OSError:
         return False
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
@@ -128,8 +129,8 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", *, encoding: str | Non
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open: mode {mode!r}; 'w' or 'wb'")
     binary = mode == "wb"
-    target = _target(path)
-    if _is_stream(target):
+    if _is_stream(path):
+        target = Path(os.fspath(path))
         try:
             f = open(target, mode, encoding=None if binary else encoding, newline=None if binary else newline)
         except OSError as e:
@@ -142,6 +143,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", *, encoding: str | Non
         except OSError as e:
             raise _write_error(e, target) from e
         return
+    target = _target(path)
     try:
         f, tmp = _open_temp(target, binary, perms, encoding, newline)
     except OSError as e:

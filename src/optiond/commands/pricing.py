@@ -80,11 +80,11 @@ def output_file_problem(flag: str, path: str | None) -> str | None:
     pipe always passes; a file needs an existing, writable directory."""
     if not path or path == STDOUT:
         return None
-    target = os.path.realpath(path)
-    if os.path.isdir(target):
+    if os.path.isdir(path):
         return f"{flag} {path}: a directory, not a file"
-    if os.path.exists(target) and not os.path.isfile(target):
-        return None  # a device or a pipe: written as a stream
+    if os.path.exists(path) and not os.path.isfile(path):
+        return None  # a device or a pipe (/dev/stdout): written as a stream
+    target = os.path.realpath(path)
     parent = os.path.dirname(target)
     if not os.path.isdir(parent):
         return f"{flag} {path}: no directory {os.path.dirname(path) or parent}"
