@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..commands import options
 from . import paths
 
 EXIT_OK, EXIT_DOWN, EXIT_FAILED = 0, 1, 2
@@ -339,7 +340,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--detach", action="store_true", help="run in the background; return once it answers")
     p.add_argument("--connection-file", help=conn_help)
     p.add_argument("--log-file", help="log of a detached daemon (default: beside the connection file)")
-    p.add_argument("--wait", type=float, default=60.0, help="seconds --detach waits for the daemon (default 60)")
+    p.add_argument("--wait", type=options.positive, default=60.0, help="seconds --detach waits for the daemon (default 60)")
     p.add_argument("--no-warmup", action="store_true", help="skip pricing a few options at start")
     p.add_argument("--workers", type=int, default=0, metavar="R",
                    help="run as an MPI job of R ranks on this host (rank 0 serves; needs mpi4py and an mpiexec)")
@@ -370,12 +371,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("status", help="show whether the daemon runs, and its state (exit 1 when down)")
     p.add_argument("--connection-file", help=conn_help)
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for an answer (default 2)")
+    p.add_argument("--timeout", type=options.positive, default=2.0, help="seconds to wait for an answer (default 2)")
     p.set_defaults(func=cmd_status)
 
     p = subparsers.add_parser("stop", help="shut the daemon down cleanly")
     p.add_argument("--connection-file", help=conn_help)
-    p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for it to exit (default 15)")
+    p.add_argument("--timeout", type=options.positive, default=15.0, help="seconds to wait for it to exit (default 15)")
     p.add_argument("--pid", type=int, help="the daemon of this pid (as 'optiond status' or a refused 'serve' name "
                                            "it), even when its connection file is gone or names another")
     p.set_defaults(func=cmd_stop)
@@ -383,12 +384,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m optiond.daemon.commands`` (the daemon commands only)."""
-    parser = argparse.ArgumentParser(prog="optiond", description="optiond daemon commands")
+    from ..cli import Parser, run  # the shared parser and runner (cli imports the other command modules lazily)
+
+    parser = Parser(prog="optiond", description="optiond daemon commands")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     register(sub)
-    from ..cli import run  # the shared runner (cli imports the other command modules lazily)
-
     return run(parser, argv, no_command=EXIT_FAILED)
 
 
