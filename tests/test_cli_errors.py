@@ -178,3 +178,41 @@ def test_debug_shows_the_traceback(tmp_path):
     debug = subprocess.run([sys.executable, "-m", "optiond.cli", "--debug", "price", empty, "--no-daemon"],
                            capture_output=True, text=True, timeout=120)
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "TableFileError" in debug.stderr
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["chain", "{chain}", "--no-daemon", "--rate", "nan"], ["--rate", "'nan'", "finite"]),
+    (["chain", "{chain}", "--no-daemon", "--rate", "inf"], ["--rate", "'inf'", "finite"]),
+    (["chain", "{chain}", "--no-daemon", "--dividend-yield", "nan"], ["--dividend-yield", "finite"]),
+    (["chain", "{chain}", "--no-daemon", "--rate", "4.3"], ["--rate", "annual decimal"]),
+    (["heston-fit", "{european}", "--rate", "nan"], ["--rate", "finite"]),
+    (["heston-fit", "{european}", "--k-sd", "-1"], ["--k-sd", "above 0"]),
+    (["price", "{book}", "--no-daemon", "--eps", "nan"], ["--eps", "finite"]),
+    (["price", "{book}", "--no-daemon", "--grid", "0", "80"], ["--grid", "at least 1"]),
+    (["mlmc-test", "--vol", "-0.2"], ["--vol", "above 0"]),
+    (["mlmc-test", "-N", "x"], ["--samples", "whole number"]),
+    (["objects", "publish", "{latin1}", "--name", "S"], ["cannot read", "not UTF-8"]),
+    (["objects", "publish", "{missing}", "--name", "S"], ["cannot read", "No such file"]),
+    (["status", "--timeout", "inf"], ["--timeout", "finite"]),
+])
+def test_bad_options_and_files_are_one_line_before_any_work(tmp_path, capsys, monkeypatch, argv, words):
+    """A non-finite or out-of-range number (checked where argparse reads it), or an input file
+    that cannot be read: one line, exit 2, no traceback (no daemon runs: none is needed)."""
+    monkeypatch.setenv("OPTIOND_CONNECTION_FILE", str(tmp_path / "none.json"))
+    chain_src = tmp_path / "chain.csv"
+    pd.read_csv(DATA / "aapl_chain_2026-02-13.csv").head(5).to_csv(chain_src, index=False)
+    pd.read_csv(DATA / "spx_chain_2025-10-01.csv").head(8).to_csv(tmp_path / "spx.csv", index=False)
+    (tmp_path / "latin1.json").write_bytes('{"underlying": "DAX ÄÖÜ"}'.encode("latin-1"))
+    names = dict(chain=str(chain_src), european=str(tmp_path / "spx.csv"), book=book(tmp_path, [{}]), latin1=str(tmp_path / "latin1.json"),
+                 missing=str(tmp_path / "missing.json"))
+    rc, err, _ = run_cli(capsys, *[a.format(**names) for a in argv])
+    assert_one_line(rc, err, EXIT_INPUT, *words)
+
+
+def test_non_finite_market_arguments_are_refused_in_the_library():
+    from optiond import chain
+
+    df = chain.read_chain(str(DATA / "aapl_chain_2026-02-13.csv")).head(4)
+    for kw in (dict(rate=float("nan")), dict(dividend_yield=float("inf"))):
+        with pytest.raises(ValueError, match=f"{next(iter(kw))} .*not a finite number"):
+            chain.solve_market(df, **kw)
