@@ -91,6 +91,16 @@ def test_split_names_and_marks_bad_cells():
     assert blank.names == [""] and blank.code.tolist() == [0, 0, 0] and not blank.error.any()
 
 
+def test_too_many_underlyings_keeps_those_with_the_most_rows(monkeypatch):
+    from optiond.market import underlyings
+
+    monkeypatch.setattr(underlyings, "MAX_UNDERLYINGS", 2)
+    u = split(pd.Series(["A", "B", "B", "C", "C", "C", "D", "x" * 40]))
+    assert u.names == ["B", "C"] and u.code.tolist() == [-1, 0, 0, 1, 1, 1, -1, -1]
+    assert "holds 4 underlyings, more than 2" in u.error[0] and u.error[0] == u.error[6]
+    assert "characters long" in u.error[7] and not u.error[1:6].any()
+
+
 def test_mixed_underlyings_price_as_each_file_alone(alone):
     mixed, rows = _mixed(alone)
     out, summary = chain.price_chain(mixed, quote_time=QUOTE_TIME)

@@ -194,17 +194,22 @@ def test_debug_shows_the_traceback(tmp_path):
     (["objects", "publish", "{latin1}", "--name", "S"], ["cannot read", "not UTF-8"]),
     (["objects", "publish", "{missing}", "--name", "S"], ["cannot read", "No such file"]),
     (["status", "--timeout", "inf"], ["--timeout", "finite"]),
+    (["chain", "{chain}", "--no-daemon", "-o", "{nodir}/out.csv"], ["--output", "no directory"]),
+    (["chain", "{chain}", "--no-daemon", "--forwards", "{dir}"], ["--forwards", "a directory, not a file"]),
+    (["price", "{book}", "--no-daemon", "-o", "{nodir}/out.csv"], ["--output", "no directory"]),
+    (["heston-fit", "{european}", "--json", "{dir}"], ["--json", "a directory, not a file"]),
 ])
 def test_bad_options_and_files_are_one_line_before_any_work(tmp_path, capsys, monkeypatch, argv, words):
-    """A non-finite or out-of-range number (checked where argparse reads it), or an input file
-    that cannot be read: one line, exit 2, no traceback (no daemon runs: none is needed)."""
+    """A non-finite or out-of-range number (checked where argparse reads it), an input file
+    that cannot be read, or an output path that cannot be written (checked before pricing):
+    one line, exit 2, no traceback (no daemon runs: none is needed)."""
     monkeypatch.setenv("OPTIOND_CONNECTION_FILE", str(tmp_path / "none.json"))
     chain_src = tmp_path / "chain.csv"
     pd.read_csv(DATA / "aapl_chain_2026-02-13.csv").head(5).to_csv(chain_src, index=False)
     pd.read_csv(DATA / "spx_chain_2025-10-01.csv").head(8).to_csv(tmp_path / "spx.csv", index=False)
     (tmp_path / "latin1.json").write_bytes('{"underlying": "DAX ÄÖÜ"}'.encode("latin-1"))
     names = dict(chain=str(chain_src), european=str(tmp_path / "spx.csv"), book=book(tmp_path, [{}]), latin1=str(tmp_path / "latin1.json"),
-                 missing=str(tmp_path / "missing.json"))
+                 missing=str(tmp_path / "missing.json"), nodir=str(tmp_path / "nodir"), dir=str(tmp_path))
     rc, err, _ = run_cli(capsys, *[a.format(**names) for a in argv])
     assert_one_line(rc, err, EXIT_INPUT, *words)
 

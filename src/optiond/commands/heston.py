@@ -30,12 +30,9 @@ def _fail(text: str) -> int:
 
 
 def _path_problem(args: argparse.Namespace) -> str | None:
-    if args.json:
-        parent = os.path.dirname(os.path.abspath(args.json))
-        if os.path.isdir(args.json):
-            return f"--json {args.json}: a directory, not a file"
-        if not os.path.isdir(parent):
-            return f"--json {args.json}: no directory {parent}"
+    problem = options.output_file_problem("--json", args.json)
+    if problem:
+        return problem
     if args.plot and os.path.exists(args.plot) and not os.path.isdir(args.plot):
         return f"--plot {args.plot}: a file, not a directory"
     return None

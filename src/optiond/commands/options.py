@@ -73,3 +73,21 @@ def non_negative_int(text: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
     return n
+
+
+def output_file_problem(flag: str, path: str | None) -> str | None:
+    """Why the output file ``path`` of option ``flag`` cannot be written (one line), or None
+    (also for no path); checked before any work, so a bad path costs none: a directory, a
+    parent directory that does not exist, or one this user cannot write in."""
+    import os
+
+    if not path:
+        return None
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"{flag} {path}: a directory, not a file"
+    if not os.path.isdir(parent):
+        return f"{flag} {path}: no directory {parent}"
+    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return f"{flag} {path}: not writable by this user"
+    return None

@@ -116,6 +116,10 @@ def cmd_price(args: argparse.Namespace) -> int:
         raise TableFileError(f"{args.file}: missing columns {missing}; expected {list(PORTFOLIO_COLUMNS)}")
     if df.empty:
         raise TableFileError(f"{args.file}: a header and no rows: nothing to price")
+    problem = options.output_file_problem("--output", args.output)
+    if problem:
+        print(f"optiond price: {problem}", file=sys.stderr)
+        return 2
     try:
         valuation = valuation_instant(args.valuation) if args.valuation else None
     except ValueError as e:
@@ -158,12 +162,9 @@ def surface_paths_problem(surface_path: str | None, plot_dir: str | None) -> str
     """Why ``--surface FILE.json`` or ``--plot DIR`` cannot be written (one line), or None;
     checked before pricing so a bad path costs no work. ``DIR`` may not exist yet (it is
     created with its parents) but must not be a file or lie under one."""
-    if surface_path:
-        parent = os.path.dirname(surface_path) or "."
-        if os.path.isdir(surface_path):
-            return f"--surface {surface_path}: a directory, not a file"
-        if not os.path.isdir(parent):
-            return f"--surface {surface_path}: no directory {parent}"
+    problem = options.output_file_problem("--surface", surface_path)
+    if problem:
+        return problem
     if plot_dir:
         d = os.path.abspath(plot_dir)
         while not os.path.exists(d) and os.path.dirname(d) != d:
@@ -258,7 +259,9 @@ def cmd_chain(args: argparse.Namespace) -> int:
     except (CurveError, ValueError) as e:
         print(f"optiond chain: {e}", file=sys.stderr)
         return 2
-    problem = surface_paths_problem(args.surface, args.plot)
+    problem = (options.output_file_problem("--output", args.output)
+               or options.output_file_problem("--forwards", forwards_path(args.output, args.forwards))
+               or surface_paths_problem(args.surface, args.plot))
     if problem:
         print(f"optiond chain: {problem}", file=sys.stderr)
         return 2

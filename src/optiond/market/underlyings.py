@@ -9,7 +9,8 @@ The ``underlying`` cell is the symbol, compared without surrounding spaces and w
 (``spy`` and ``SPY`` are one underlying). A cell that is not a symbol marks its row ``invalid``
 with the reason and the rest of the chain still prices: longer than :data:`MAX_SYMBOL_CHARS`
 characters, a control character, or blank where other rows name an underlying (a chain whose
-``underlying`` cells are all blank is one unnamed underlying).
+``underlying`` cells are all blank is one unnamed underlying); in a chain of more than
+:data:`MAX_UNDERLYINGS`, the rows of those with the fewest rows.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from .chain_market import ChainMarket
 MAX_SYMBOL_CHARS = 32
 #: underlyings named in full in a message, the rest counted
 NAMED_IN_MESSAGES = 5
+#: most underlyings of one chain (each market costs a few milliseconds however few its rows, so
+#: a file of a million one-row "underlyings" would otherwise cost an hour): those with the most
+#: rows get a market, the rows of the rest are invalid
+MAX_UNDERLYINGS = 1000
 
 
 @dataclass
@@ -90,7 +95,18 @@ def split(column: pd.Series) -> Underlyings:
     blank = f"the underlying cell is blank (the chain holds {describe(names)})"
     code_of = np.array([index.get(k, -1) if not p else -1 for k, p in zip(key, problem)], dtype=np.int64)
     error_of = np.array([p or (blank if k not in index else "") for k, p in zip(key, problem)], dtype=object)
-    return Underlyings(names, code_of[which], error_of[which])
+    code, error = code_of[which], error_of[which]
+    if len(names) > MAX_UNDERLYINGS:  # keep those with the most rows (the first seen among equals)
+        rows = np.bincount(code[code >= 0], minlength=len(names))
+        keep = np.sort(np.argsort(-rows, kind="stable")[:MAX_UNDERLYINGS])
+        new = np.full(len(names), -1, dtype=np.int64)
+        new[keep] = np.arange(keep.size)
+        dropped = (code >= 0) & (new[np.maximum(code, 0)] < 0)
+        error[dropped] = (f"the chain holds {len(names):,} underlyings, more than {MAX_UNDERLYINGS:,}: those with "
+                          f"the most rows are priced, this one's are not (split the file)")
+        code = np.where(code >= 0, new[np.maximum(code, 0)], -1)
+        names = [names[i] for i in keep.tolist()]
+    return Underlyings(names, code, error)
 
 
 def one_underlying(column: pd.Series, what: str) -> str:
