@@ -221,3 +221,21 @@ def test_non_finite_market_arguments_are_refused_in_the_library():
     for kw in (dict(rate=float("nan")), dict(dividend_yield=float("inf"))):
         with pytest.raises(ValueError, match=f"{next(iter(kw))} .*not a finite number"):
             chain.solve_market(df, **kw)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["serve", "--max-request-s", "nan"], ["--max-request-s", "finite"]),
+    (["serve", "--max-options", "-5"], ["--max-options", "at least 1"]),
+    (["serve", "--workers", "-2"], ["--workers", "negative"]),
+    (["serve", "--metrics-port", "99999999"], ["--metrics-port", "not a port"]),
+    (["service", "unit", "--metrics-port", "70000"], ["--metrics-port", "not a port"]),
+])
+def test_daemon_options_are_checked_before_it_starts(capsys, argv, words):
+    """The daemon's numeric options are refused where argparse reads them (parsed only here:
+    nothing is started), one line and exit 2."""
+    from optiond.cli import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(argv)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert_one_line(e.value.code, err, EXIT_INPUT, *words)

@@ -91,3 +91,11 @@ def output_file_problem(flag: str, path: str | None) -> str | None:
     if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         return f"{flag} {path}: not writable by this user"
     return None
+
+
+def port(text: str) -> int:
+    """A TCP port on 127.0.0.1: 1 to 65535, 0 for a free one, -1 for none."""
+    n = _integer(text)
+    if not -1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to 65535; 0: a free one; -1: off)")
+    return n
