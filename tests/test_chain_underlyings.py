@@ -135,3 +135,14 @@ def test_one_underlying_steps_refuse_a_mixed_chain(alone, tmp_path, capsys):
     rc = cli_main(["heston-fit", str(src)])
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert rc == EXIT_INPUT and len(err) == 1 and "heston-fit takes one underlying" in err[0], err
+
+
+def test_surface_fit_takes_the_chains_one_symbol(alone):
+    from optiond.surface.points import fit_chain
+
+    spy_out = alone["SPY"][1]
+    garbage = spy_out.iloc[[0]].assign(underlying="X" * 1000, status="invalid", iv=np.nan)
+    surface = fit_chain(pd.concat([garbage, spy_out], ignore_index=True))
+    assert surface.underlying == "SPY"  # not the invalid first row's cell
+    with pytest.raises(ValueError, match=r"a surface fit takes one underlying; the chain holds 2 \(SPY, QQQ\)"):
+        fit_chain(pd.concat([spy_out, alone["QQQ"][1]], ignore_index=True))

@@ -62,8 +62,8 @@ def fit_chain(chain_out: pd.DataFrame, **kw: Any) -> Surface:
         ValueError: as :func:`~optiond.surface.fit.fit_surface` (a missing column, no expiry
             with enough quotes), or a chain of several underlyings.
     """
-    if "underlying" in chain_out.columns:
-        one_underlying(chain_out["underlying"], "a surface fit")
+    if "underlying" in chain_out.columns:  # the chain's one symbol names the surface (not an invalid row's cell)
+        kw.setdefault("underlying", one_underlying(chain_out["underlying"], "a surface fit") or None)
     surface = fit_surface(chain_out, **kw)
     spot = pd.to_numeric(chain_out["spot"], errors="coerce") if "spot" in chain_out.columns else None
     medians = {} if spot is None else spot.groupby(chain_out["expiry"].astype(str)).median().to_dict()
