@@ -148,11 +148,12 @@ class ChainSummary:
             cash = "pv_dividends" in self.forwards.columns  # then the carry is the borrow beyond them
             names = self.forwards["underlying"].astype(str) if "underlying" in self.forwards else None
             w = int(names.str.len().max()) if names is not None and names.nunique() > 1 else 0  # several: named
-            out.append(f"  {'':<{w + 1 if w else 0}}{'expiry':<10} {'set':<3} {'T (y)':>8} {'spot':>10} {'rate':>6} {'D':>8} "
+            out.append("  " + " " * (w + 1 if w else 0) + f"{'expiry':<10} {'set':<3} {'T (y)':>8} {'spot':>10} {'rate':>6} {'D':>8} "
                        + (f"{'PV divs':>8} " if cash else "") + f"{'forward':>11} {'carry':>7} "
                        f"{'pairs':>5} {'c-p iv':>6}  method")
             for r, own in zip(self.forwards.itertuples(index=False), notes):
-                out.append(f"  {str(r.underlying) + ' ' if w else '':<{w + 1 if w else 0}}{r.expiry:<10} {r.settlement:<3} {r.T:>8.5f} {r.spot:>10.4f} {100 * r.rate:>6.3f} {r.discount_factor:>8.6f} "
+                who = f"{str(r.underlying):<{w}} " if w else ""
+                out.append(f"  {who}{r.expiry:<10} {r.settlement:<3} {r.T:>8.5f} {r.spot:>10.4f} {100 * r.rate:>6.3f} {r.discount_factor:>8.6f} "
                            + (f"{r.pv_dividends:>8.4f} " if cash else "") +
                            f"{r.forward:>11.4f} {100 * r.carry:>7.3f} {r.pairs:>5d} {r.call_minus_put_iv_pts:>6.2f}  "
                            f"{r.method}{'  (' + own + ')' if own else ''}")
