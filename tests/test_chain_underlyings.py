@@ -24,8 +24,8 @@ SAME = ("expiry_years", "spot", "rate", "dividend_yield", "forward", "mid", "iv_
         "model_price", "delta")
 
 
-def _front(name: str, expiries: int = 2) -> pd.DataFrame:
-    """The first ``expiries`` expiries of a bundled chain (a few hundred rows: cheap)."""
+def _front(name: str, expiries: int = 1) -> pd.DataFrame:
+    """The first ``expiries`` expiries of a bundled chain (about 150 rows each: cheap)."""
     df = chain.read_chain(str(DATA / name))
     return df[df.expiry.isin(sorted(df.expiry.unique())[:expiries])].reset_index(drop=True)
 
