@@ -176,3 +176,36 @@ def test_chain_request_names_the_bad_market_field():
             chain_op.decode_request({"chain": {c: [] for c in chain.CHAIN_COLUMNS}, "market": {field: value}}, [],
                                     max_rows=10)
         assert e.value.field == field
+
+
+def test_blank_text_cells_through_the_daemon(daemon, small_chain, tmp_path, capsys):
+    """Blank ``quote_time`` and ``style`` cells (the README allows a blank quote time): the
+    request encoding copies the text columns (never writes into the caller's frame, whose
+    pandas 3 string columns it would otherwise see through), and the CLI through the daemon
+    prices and writes every row as in-process."""
+    from optiond.cli import main as cli_main
+    from optiond.daemon import chain_op
+
+    df = small_chain.copy()
+    df.insert(len(df.columns), "quote_time", "10:50")
+    df.loc[df.index % 7 == 0, "quote_time"] = np.nan  # these rows take the 16:00 close
+    df.loc[df.index % 11 == 0, "style"] = np.nan       # no style: priced as American
+    src, dst = tmp_path / "blanks.csv", tmp_path / "priced.csv"
+    df.to_csv(src, index=False)
+    read = chain.read_chain(str(src))
+    before = read.copy()
+    chain_op.encode_request(read, {}, [])
+    pd.testing.assert_frame_equal(read, before)  # the caller's frame as it was
+    rc = cli_main(["chain", str(src), "-o", str(dst), "--daemon-only", "--steps", "200"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "(daemon)" in captured.out and "Traceback" not in captured.err
+    got = pd.read_csv(dst)
+    want, _ = chain.price_chain(before, steps=200)
+    assert len(got) == len(df) and got.status.tolist() == want.status.tolist()
+    np.testing.assert_allclose(got.iv, want.iv, rtol=1e-12, equal_nan=True)
+    np.testing.assert_allclose(got.expiry_years, want.expiry_years, rtol=1e-15)
+    # the blank quote times took the 16:00 close, the others 10:50: 310 minutes less to expiry
+    blank, first = (df.index % 7 == 0), (df.expiry == df.expiry.iat[0])
+    close, morning = got.expiry_years[blank & first].iat[0], got.expiry_years[~blank & first].iat[0]
+    assert close == pytest.approx(morning - 310 / 525_600, abs=1e-12)

@@ -178,3 +178,64 @@ def test_debug_shows_the_traceback(tmp_path):
     debug = subprocess.run([sys.executable, "-m", "optiond.cli", "--debug", "price", empty, "--no-daemon"],
                            capture_output=True, text=True, timeout=120)
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "TableFileError" in debug.stderr
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["chain", "{chain}", "--no-daemon", "--rate", "nan"], ["--rate", "'nan'", "finite"]),
+    (["chain", "{chain}", "--no-daemon", "--rate", "inf"], ["--rate", "'inf'", "finite"]),
+    (["chain", "{chain}", "--no-daemon", "--dividend-yield", "nan"], ["--dividend-yield", "finite"]),
+    (["chain", "{chain}", "--no-daemon", "--rate", "4.3"], ["--rate", "annual decimal"]),
+    (["heston-fit", "{european}", "--rate", "nan"], ["--rate", "finite"]),
+    (["heston-fit", "{european}", "--k-sd", "-1"], ["--k-sd", "above 0"]),
+    (["price", "{book}", "--no-daemon", "--eps", "nan"], ["--eps", "finite"]),
+    (["price", "{book}", "--no-daemon", "--grid", "0", "80"], ["--grid", "at least 1"]),
+    (["mlmc-test", "--vol", "-0.2"], ["--vol", "above 0"]),
+    (["mlmc-test", "-N", "x"], ["--samples", "whole number"]),
+    (["objects", "publish", "{latin1}", "--name", "S"], ["cannot read", "not UTF-8"]),
+    (["objects", "publish", "{missing}", "--name", "S"], ["cannot read", "No such file"]),
+    (["status", "--timeout", "inf"], ["--timeout", "finite"]),
+    (["chain", "{chain}", "--no-daemon", "-o", "{nodir}/out.csv"], ["--output", "no directory"]),
+    (["chain", "{chain}", "--no-daemon", "--forwards", "{dir}"], ["--forwards", "a directory, not a file"]),
+    (["price", "{book}", "--no-daemon", "-o", "{nodir}/out.csv"], ["--output", "no directory"]),
+    (["heston-fit", "{european}", "--json", "{dir}"], ["--json", "a directory, not a file"]),
+])
+def test_bad_options_and_files_are_one_line_before_any_work(tmp_path, capsys, monkeypatch, argv, words):
+    """A non-finite or out-of-range number (checked where argparse reads it), an input file
+    that cannot be read, or an output path that cannot be written (checked before pricing):
+    one line, exit 2, no traceback (no daemon runs: none is needed)."""
+    monkeypatch.setenv("OPTIOND_CONNECTION_FILE", str(tmp_path / "none.json"))
+    chain_src = tmp_path / "chain.csv"
+    pd.read_csv(DATA / "aapl_chain_2026-02-13.csv").head(5).to_csv(chain_src, index=False)
+    pd.read_csv(DATA / "spx_chain_2025-10-01.csv").head(8).to_csv(tmp_path / "spx.csv", index=False)
+    (tmp_path / "latin1.json").write_bytes('{"underlying": "DAX ÄÖÜ"}'.encode("latin-1"))
+    names = dict(chain=str(chain_src), european=str(tmp_path / "spx.csv"), book=book(tmp_path, [{}]), latin1=str(tmp_path / "latin1.json"),
+                 missing=str(tmp_path / "missing.json"), nodir=str(tmp_path / "nodir"), dir=str(tmp_path))
+    rc, err, _ = run_cli(capsys, *[a.format(**names) for a in argv])
+    assert_one_line(rc, err, EXIT_INPUT, *words)
+
+
+def test_non_finite_market_arguments_are_refused_in_the_library():
+    from optiond import chain
+
+    df = chain.read_chain(str(DATA / "aapl_chain_2026-02-13.csv")).head(4)
+    for kw in (dict(rate=float("nan")), dict(dividend_yield=float("inf"))):
+        with pytest.raises(ValueError, match=f"{next(iter(kw))} .*not a finite number"):
+            chain.solve_market(df, **kw)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["serve", "--max-request-s", "nan"], ["--max-request-s", "finite"]),
+    (["serve", "--max-options", "-5"], ["--max-options", "at least 1"]),
+    (["serve", "--workers", "-2"], ["--workers", "negative"]),
+    (["serve", "--metrics-port", "99999999"], ["--metrics-port", "not a port"]),
+    (["service", "unit", "--metrics-port", "70000"], ["--metrics-port", "not a port"]),
+])
+def test_daemon_options_are_checked_before_it_starts(capsys, argv, words):
+    """The daemon's numeric options are refused where argparse reads them (parsed only here:
+    nothing is started), one line and exit 2."""
+    from optiond.cli import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(argv)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert_one_line(e.value.code, err, EXIT_INPUT, *words)

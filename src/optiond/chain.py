@@ -12,14 +12,17 @@ and optionally ``quote_time`` (ISO 8601 with offset, or ``HH:MM`` exchange time)
    ``quote_time=`` of the call, else 16:00 New York on the quote date; settlement 16:00 (PM)
    or 09:30 (AM). A contract expiring later the same day is priced.
 2. **Screening**: ``no-bid`` (bid missing or <= 0), ``no-ask``, ``crossed`` (bid > ask),
-   ``expired`` (T <= 0), ``invalid`` (a time cell that does not parse); mid = (bid + ask) / 2.
-3. **Market per expiry** (:func:`solve_market`, :mod:`optiond.market.forwards`): the rate from
+   ``expired`` (T <= 0), ``invalid`` (a time cell that does not parse, an underlying cell that
+   is not a symbol); mid = (bid + ask) / 2.
+3. **Market per underlying and expiry** (:func:`solve_market`, :mod:`optiond.market.forwards`): the rate from
    the curve (``curve=``, flat ``rate`` without one); with ``carry="parity"`` (default) the
    forward and carry from the chain: European expiries by a robust put–call parity fit (also
    the discount factor when no curve is given), American expiries by the residual carry that
    makes call and put American IVs agree near the money (by the chain's method); expiries with too few pairs take the
    carry interpolated in T from their neighbours. ``carry="flat"``: ``rate`` and
-   ``dividend_yield`` as given.
+   ``dividend_yield`` as given. Each underlying of the file is its own market, solved from its
+   own rows (:mod:`optiond.market.underlyings`); a row whose ``underlying`` cell is not a
+   symbol is ``invalid``.
 4. **Implied volatilities** of the bid, mid and ask (one batched solve per chunk) by the
    chain's method (``method``, :data:`CHAIN_METHODS`): with ``auto`` (default) the spectral
    American engine (Andersen, Lake & Offengenden 2016, a safeguarded Newton on its price) for
@@ -53,6 +56,8 @@ from . import dividends as dividend_schedules
 from . import pricer as _pricer
 from .columns import read_csv_table
 from .market import clock
+from .market import underlyings
+from .market.chain_market import ChainMarket
 from .market.curve import ZeroCurve
 from .market.forwards import (CARRY_PAIRS, IMPLIED_RATE_BAND, MIN_PAIRS_CARRY, ExpiryPairs, call_put_residual,
                               interpolate_in_time, parity_fit, solve_carry)
@@ -94,8 +99,8 @@ CHAIN_COLUMNS = ("underlying", "quote_date", "expiry", "type", "strike", "bid", 
 OPTIONAL_CHAIN_COLUMNS = ("quote_time", "settlement")
 STATUSES = ("ok", "no-bid", "no-ask", "crossed", "below-intrinsic", "below-model-bound", "no-solution",
             "not-converged", "invalid", "expired", "error")
-#: columns of the per-expiry market table (``--forwards`` file)
-FORWARD_COLUMNS = ("expiry", "settlement", "T", "spot", "rate", "discount_factor", "forward", "carry", "method", "pairs",
+#: columns of the market table (``--forwards`` file): one row per underlying, expiry and settlement
+FORWARD_COLUMNS = ("underlying", "expiry", "settlement", "T", "spot", "rate", "discount_factor", "forward", "carry", "method", "pairs",
                    "call_minus_put_iv_pts", "note")
 #: the columns :func:`price_chain` appends to the chain, in order: numbers, then labels (with
 #: the value most rows hold); the daemon's chain reply and the panel's empty result read them
@@ -141,11 +146,14 @@ class ChainSummary:
             out.append("forwards and carry per expiry (rates and carry in %, call-put IV in vol points)"
                        + (f"; {common}:" if common else ":"))
             cash = "pv_dividends" in self.forwards.columns  # then the carry is the borrow beyond them
-            out.append(f"  {'expiry':<10} {'set':<3} {'T (y)':>8} {'spot':>10} {'rate':>6} {'D':>8} "
+            names = self.forwards["underlying"].astype(str) if "underlying" in self.forwards else None
+            w = int(names.str.len().max()) if names is not None and names.nunique() > 1 else 0  # several: named
+            out.append("  " + " " * (w + 1 if w else 0) + f"{'expiry':<10} {'set':<3} {'T (y)':>8} {'spot':>10} {'rate':>6} {'D':>8} "
                        + (f"{'PV divs':>8} " if cash else "") + f"{'forward':>11} {'carry':>7} "
                        f"{'pairs':>5} {'c-p iv':>6}  method")
             for r, own in zip(self.forwards.itertuples(index=False), notes):
-                out.append(f"  {r.expiry:<10} {r.settlement:<3} {r.T:>8.5f} {r.spot:>10.4f} {100 * r.rate:>6.3f} {r.discount_factor:>8.6f} "
+                who = f"{str(r.underlying):<{w}} " if w else ""
+                out.append(f"  {who}{r.expiry:<10} {r.settlement:<3} {r.T:>8.5f} {r.spot:>10.4f} {100 * r.rate:>6.3f} {r.discount_factor:>8.6f} "
                            + (f"{r.pv_dividends:>8.4f} " if cash else "") +
                            f"{r.forward:>11.4f} {100 * r.carry:>7.3f} {r.pairs:>5d} {r.call_minus_put_iv_pts:>6.2f}  "
                            f"{r.method}{'  (' + own + ')' if own else ''}")
@@ -163,7 +171,9 @@ def labels(column: pd.Series) -> np.ndarray:
 
 def read_chain(path: str) -> pd.DataFrame:
     """Read a chain CSV; columns other than :data:`CHAIN_COLUMNS` and
-    :data:`OPTIONAL_CHAIN_COLUMNS` are listed in ``df.attrs["ignored_columns"]``.
+    :data:`OPTIONAL_CHAIN_COLUMNS` are listed in ``df.attrs["ignored_columns"]``. The cells are
+    checked row by row where they are used: an ``underlying`` cell that is not a symbol, or a
+    time cell that does not parse, marks its row ``invalid`` (:func:`solve_market`).
 
     Raises:
         ValueError: missing columns; :class:`optiond.columns.TableFileError` (a ValueError) for
@@ -177,47 +187,6 @@ def read_chain(path: str) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- market per expiry
-
-
-@dataclass
-class ChainMarket:
-    """The market inputs of every row of a chain, and the per-expiry table they came from.
-
-    Row arrays, shape (n,): ``T`` (years, NaN where the time cells did not parse), ``spot``
-    (the underlying price priced on: the print, or the spot implied by the options),
-    ``rate``, ``dividend_yield`` (the carry), ``forward`` (``(S - PV) exp((r - q) T)``, PV the
-    present value of the row's cash dividends, 0 without), ``group`` (the row's index into
-    ``table``, -1 where T is unknown), ``clock_error`` (per-row message, "" when fine).
-    ``table``: one row per (expiry, settlement), columns :data:`FORWARD_COLUMNS` (and
-    ``pv_dividends`` with a dividend file). ``dividend_times``, ``dividend_amounts``: each row's
-    cash dividends ex after its quote instant and before its expiry (years, currency units;
-    shape (n, m), NaN-padded), None without a dividend file.
-    """
-
-    T: np.ndarray
-    spot: np.ndarray
-    rate: np.ndarray
-    dividend_yield: np.ndarray
-    forward: np.ndarray
-    group: np.ndarray
-    clock_error: list[str]
-    table: pd.DataFrame
-    dividend_times: np.ndarray | None = None
-    dividend_amounts: np.ndarray | None = None
-
-    def take(self, rows: np.ndarray) -> "ChainMarket":
-        """The market of a subset of rows (the per-expiry table is kept whole)."""
-        cash = {} if self.dividend_times is None else dict(dividend_times=self.dividend_times[rows],
-                                                           dividend_amounts=self.dividend_amounts[rows])
-        return ChainMarket(self.T[rows], self.spot[rows], self.rate[rows], self.dividend_yield[rows], self.forward[rows],
-                           self.group[rows], [self.clock_error[i] for i in rows], self.table, **cash)
-
-    def dividend_columns(self, rows: np.ndarray) -> dict:
-        """The cash-dividend schedule columns of ``rows`` (:data:`optiond.models.DIVIDEND_FIELDS`;
-        none for a chain without a dividend file)."""
-        if self.dividend_times is None:
-            return {}
-        return dict(dividend_times=self.dividend_times[rows], dividend_amounts=self.dividend_amounts[rows])
 
 
 def _per_distinct(values: list, fn: Callable[[Any], str], rows: np.ndarray) -> np.ndarray:
@@ -317,12 +286,21 @@ def american_method(method: str = DEFAULT_METHOD, steps: int = DEFAULT_STEPS,
 
 
 def check_market_args(*, carry: str = "parity", quote_time: str | None = None, settlement: str | None = None,
-                      spot_mode: str = "implied") -> None:
+                      spot_mode: str = "implied", rate: float = DEFAULT_RATE,
+                      dividend_yield: float = DEFAULT_DIVIDEND_YIELD) -> None:
     """Check the chain-wide market arguments of :func:`solve_market`.
 
     Raises:
-        ValueError: an unknown carry mode, or a quote time or settlement that does not parse.
+        ValueError: an unknown carry mode, a quote time or settlement that does not parse, or a
+            rate or dividend yield that is not a finite number.
     """
+    for name, v in (("rate", rate), ("dividend_yield", dividend_yield)):
+        try:
+            finite = math.isfinite(v)
+        except TypeError:
+            finite = False
+        if not finite:
+            raise ValueError(f"{name} {v!r}: not a finite number (annual decimal)")
     if carry not in CARRY_MODES:
         raise ValueError(f"carry {carry!r}: expected one of {CARRY_MODES}")
     if spot_mode not in SPOT_MODES:
@@ -402,16 +380,35 @@ def solve_market(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate
             rate (the table's ``pv_dividends`` column), and the carry search prices its trees
             with the dividends.
 
+    Each underlying of the chain (:mod:`optiond.market.underlyings`) has its own market, solved
+    on its rows alone: its spot, rates, forwards and carries, and its rows of the table (whose
+    first column names it). A row whose ``underlying`` cell is not a symbol has no market: its
+    ``clock_error`` says why (the row is ``invalid``).
+
     Returns:
         :class:`ChainMarket`.
 
     Raises:
-        ValueError: an unknown ``carry`` mode or ``method``, or a ``quote_time``/``settlement``
-            argument that does not parse (a bad *cell* only marks its row).
+        ValueError: an unknown ``carry`` mode or ``method``, a ``quote_time``/``settlement``
+            argument that does not parse, or ``dividends`` for a chain of several underlyings
+            (a bad *cell* only marks its row).
     """
-    check_market_args(carry=carry, quote_time=quote_time, settlement=settlement, spot_mode=spot_mode)
+    check_market_args(carry=carry, quote_time=quote_time, settlement=settlement, spot_mode=spot_mode, rate=rate,
+                      dividend_yield=dividend_yield)
     m_american = american_method(method, steps, accuracy)
     pricer = pricer or _pricer.LocalPricer()
+    kw = dict(rate=rate, dividend_yield=dividend_yield, curve=curve, carry=carry, quote_time=quote_time,
+              settlement=settlement, spot_mode=spot_mode, dividends=dividends)
+    return underlyings.solve_each(df, lambda part: _solve_underlying(part, pricer, m_american, **kw),
+                                  one_only="a dividend file" if dividends is not None else "",
+                                  table_columns=list(FORWARD_COLUMNS))
+
+
+def _solve_underlying(df: pd.DataFrame, pricer: _pricer.Pricer, m_american: Method, *, rate: float,
+                      dividend_yield: float, curve: ZeroCurve | None, carry: str, quote_time: str | None,
+                      settlement: str | None, spot_mode: str, dividends: pd.DataFrame | None) -> ChainMarket:
+    """:func:`solve_market` of a chain of one underlying (its table without the ``underlying``
+    column)."""
     n = len(df)
     qt = df["quote_time"].where(df["quote_time"].notna(), quote_time).tolist() if "quote_time" in df else quote_time
     st = df["settlement"].where(df["settlement"].notna(), settlement).tolist() if "settlement" in df else settlement
@@ -538,7 +535,7 @@ def solve_market(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate
     table = pd.DataFrame({"expiry": [k[0] for k in keys], "settlement": [k[1] for k in keys], "T": Tg, "spot": Sg,
                           "rate": rg,
                           "discount_factor": Dg, "forward": Fg, "carry": qg, "method": method, "pairs": pairs_used,
-                          "call_minus_put_iv_pts": np.full(E, np.nan), "note": note}, columns=list(FORWARD_COLUMNS))
+                          "call_minus_put_iv_pts": np.full(E, np.nan), "note": note}, columns=list(FORWARD_COLUMNS[1:]))
     if cash:  # the carry is then the residual borrow on top of these dividends
         table.insert(table.columns.get_loc("forward"), "pv_dividends", pvg)
     r_row = np.full(n, np.nan)

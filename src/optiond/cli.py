@@ -26,8 +26,18 @@ COMMAND_MODULES = [
 ]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser (and its sub-commands' parsers) with a usage error as one line on
+    stderr and exit status :data:`EXIT_INPUT`, as every other input error: an unknown option,
+    a missing argument, or an option value its ``type`` refuses
+    (:mod:`optiond.commands.options`)."""
+
+    def error(self, message: str):  # noqa: D401 (argparse's hook)
+        self.exit(EXIT_INPUT, f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="optiond", description="Option pricing on CPU and GPU: CLI, daemon and tools.")
+    parser = Parser(prog="optiond", description="Option pricing on CPU and GPU: CLI, daemon and tools.")
     parser.add_argument("--version", action="version", version=f"optiond {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
@@ -41,8 +51,11 @@ def run(parser: argparse.ArgumentParser, argv: list[str] | None = None, *, no_co
     """Parse ``argv``, set up console logging from ``-v`` and run the chosen command's
     ``func``; the one runner of every optiond entry point (this CLI, ``python -m
     optiond.daemon.commands``). Returns the exit status (``no_command`` when none was given,
-    130 on Ctrl-C)."""
-    args = parser.parse_args(argv)
+    130 on Ctrl-C; :data:`EXIT_INPUT` for a usage error, 0 after ``--help``)."""
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # the one line is out (Parser.error); the status is returned, as every other
+        return e.code if isinstance(e.code, int) else EXIT_INPUT
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     for h in logging.getLogger().handlers:  # the console keeps this level when a JSON log wants INFO

@@ -455,16 +455,20 @@ def quotes_from_chain(chain_out: pd.DataFrame, *, min_days: float = MIN_DAYS, k_
     where the output has them (an American fit needs them).
 
     Raises:
-        ValueError: a missing column, or American contracts with ``european_only`` (their
-            prices hold an early-exercise premium the European engine does not have).
+        ValueError: a missing column, a chain of several underlyings, or American contracts
+            with ``european_only`` (their prices hold an early-exercise premium the European
+            engine does not have).
     """
     from .chain import labels
+    from .market.underlyings import one_underlying
     from .surface.fit import otm_mask
 
     need = ("expiry", "type", "strike", "expiry_years", "forward", "rate", "iv", "iv_bid", "iv_ask", "status")
     missing = [c for c in need if c not in chain_out.columns]
     if missing:
         raise ValueError(f"the chain output is missing columns {missing}")
+    if "underlying" in chain_out.columns:
+        one_underlying(chain_out["underlying"], "a Heston fit")
     if european_only and "style" in chain_out.columns and (labels(chain_out["style"]) == "american").any():
         raise ValueError("the chain holds American contracts; the European Heston fit takes European chains only")
 

@@ -21,6 +21,8 @@ import sys
 
 import pandas as pd
 
+from . import options
+
 
 def _fail(text: str) -> int:
     print(f"optiond heston-fit: {' '.join(str(text).split())}", file=sys.stderr)
@@ -28,12 +30,9 @@ def _fail(text: str) -> int:
 
 
 def _path_problem(args: argparse.Namespace) -> str | None:
-    if args.json:
-        parent = os.path.dirname(os.path.abspath(args.json))
-        if os.path.isdir(args.json):
-            return f"--json {args.json}: a directory, not a file"
-        if not os.path.isdir(parent):
-            return f"--json {args.json}: no directory {parent}"
+    problem = options.output_file_problem("--json", args.json)
+    if problem:
+        return problem
     if args.plot and os.path.exists(args.plot) and not os.path.isdir(args.plot):
         return f"--plot {args.plot}: a file, not a directory"
     return None
@@ -59,6 +58,7 @@ def cmd_heston_fit(args: argparse.Namespace) -> int:
     from .. import chain as chain_job
     from .. import heston_fit
     from ..market.curve import CurveError, ZeroCurve
+    from ..market.underlyings import one_underlying
 
     problem = _path_problem(args)
     if problem:
@@ -67,6 +67,7 @@ def cmd_heston_fit(args: argparse.Namespace) -> int:
         df = chain_job.read_chain(args.file)
         curve = ZeroCurve.from_csv(args.rates) if args.rates else None
         chain_job.check_market_args(quote_time=args.quote_time, settlement=args.settlement)
+        underlying = one_underlying(df["underlying"], "heston-fit") or "chain"
     except (OSError, ValueError, CurveError, pd.errors.ParserError) as e:
         return _fail(e)
     if not len(df):
@@ -86,7 +87,6 @@ def cmd_heston_fit(args: argparse.Namespace) -> int:
                                     exercise="american" if args.american else "european", device=args.device)
     except ValueError as e:
         return _fail(e)
-    underlying = str(df["underlying"].iloc[0]) if "underlying" in df.columns else "chain"
     print("\n".join(fit_lines(fit, underlying)))
     if args.json:
         from ..files import write_with
@@ -117,9 +117,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--american", action="store_true",
                    help="the chain's contracts are American: fit their mids by batched ADI (GPU when present)")
     h.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto", help="American fit: where ADI runs")
-    h.add_argument("--k-sd", type=float, default=heston_fit.K_SD,
+    h.add_argument("--k-sd", type=options.positive, default=heston_fit.K_SD,
                    help=f"strikes within this many ATM standard deviations (default {heston_fit.K_SD:g})")
-    h.add_argument("--max-per-expiry", type=int, default=heston_fit.MAX_PER_EXPIRY,
+    h.add_argument("--max-per-expiry", type=options.count, default=heston_fit.MAX_PER_EXPIRY,
                    help=f"most quotes per expiry (default {heston_fit.MAX_PER_EXPIRY})")
     h.add_argument("--json", metavar="FILE", help="write the result (parameters, errors per expiry, Feller) as JSON")
     h.add_argument("--plot", metavar="DIR", help="write the market-against-model smiles here (PNG and SVG)")
@@ -128,9 +128,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--weights", choices=heston_fit.WEIGHTS, default="none",
                    help="none (default) or spread: each quote divided by half its bid/ask IV spread")
     h.add_argument("--feller", action="store_true", help="impose the Feller condition 2 kappa theta >= xi^2")
-    h.add_argument("--min-days", type=float, default=heston_fit.MIN_DAYS,
+    h.add_argument("--min-days", type=options.non_negative, default=heston_fit.MIN_DAYS,
                    help=f"leave out expiries closer than this many days (default {heston_fit.MIN_DAYS:g})")
-    h.add_argument("--rate", type=float, default=chain_job.DEFAULT_RATE,
+    h.add_argument("--rate", type=options.annual_decimal, default=chain_job.DEFAULT_RATE,
                    help=f"flat rate when parity leaves it open (default {chain_job.DEFAULT_RATE})")
     h.add_argument("--rates", metavar="FILE.csv", help="zero curve: columns days,rate")
     h.add_argument("--quote-time", metavar="TIME", help="quote time of rows without a quote_time cell (HH:MM New York)")

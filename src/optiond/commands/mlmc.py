@@ -17,25 +17,27 @@ import argparse
 import json
 import sys
 
+from . import options
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("mlmc-test", help="Giles' MLMC convergence and complexity report (mlmc_test)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--payoff", default="call", help="call, put, digital_call, digital_put, asian_call, asian_put (default call)")
-    p.add_argument("--spot", type=float, default=100.0)
-    p.add_argument("--strike", type=float, default=100.0)
-    p.add_argument("--expiry", type=float, default=1.0, help="years")
-    p.add_argument("--rate", type=float, default=0.05)
-    p.add_argument("--dividend-yield", type=float, default=0.0)
-    p.add_argument("--vol", type=float, default=0.2, dest="volatility")
-    p.add_argument("--payout", type=float, default=1.0, help="digital cash amount")
-    p.add_argument("-N", "--samples", type=int, default=20000, help="samples per level for the convergence tests")
-    p.add_argument("-L", "--levels", type=int, default=8, help="finest level of the convergence tests")
-    p.add_argument("--eps", type=float, nargs="+", default=[0.005, 0.01, 0.02, 0.05, 0.1], help="accuracies of the sweep")
-    p.add_argument("--n0", type=int, default=1000, help="initial samples per level")
-    p.add_argument("--lmin", type=int, default=2)
-    p.add_argument("--lmax", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--spot", type=options.positive, default=100.0)
+    p.add_argument("--strike", type=options.positive, default=100.0)
+    p.add_argument("--expiry", type=options.positive, default=1.0, help="years")
+    p.add_argument("--rate", type=options.annual_decimal, default=0.05)
+    p.add_argument("--dividend-yield", type=options.annual_decimal, default=0.0)
+    p.add_argument("--vol", type=options.positive, default=0.2, dest="volatility")
+    p.add_argument("--payout", type=options.positive, default=1.0, help="digital cash amount")
+    p.add_argument("-N", "--samples", type=options.count, default=20000, help="samples per level for the convergence tests")
+    p.add_argument("-L", "--levels", type=options.count, default=8, help="finest level of the convergence tests")
+    p.add_argument("--eps", type=options.positive, nargs="+", default=[0.005, 0.01, 0.02, 0.05, 0.1], help="accuracies of the sweep")
+    p.add_argument("--n0", type=options.count, default=1000, help="initial samples per level")
+    p.add_argument("--lmin", type=options.non_negative_int, default=2)
+    p.add_argument("--lmax", type=options.non_negative_int, default=20)
+    p.add_argument("--seed", type=options.non_negative_int, default=0)
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--mpi", action="store_true", help="use MPI.COMM_WORLD (run under mpiexec)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of text")

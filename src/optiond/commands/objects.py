@@ -16,6 +16,8 @@ import argparse
 import json
 import sys
 
+from . import options
+
 
 def _client(args: argparse.Namespace):
     from ..daemon.client import Client
@@ -24,8 +26,14 @@ def _client(args: argparse.Namespace):
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    with open(args.file, encoding="utf-8") as f:
-        text = f.read()
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = (f"not UTF-8 text ({e.reason} at byte {e.start})" if isinstance(e, UnicodeDecodeError)
+                  else e.strerror or str(e))
+        print(f"optiond objects publish: cannot read {args.file}: {reason}", file=sys.stderr)
+        return 2
     with _client(args) as client:
         reply = client.put_surface(args.name, text)
     s = reply["summary"]
@@ -71,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     def common(c: argparse.ArgumentParser) -> None:
         c.add_argument("--connection-file", help="the daemon's connection file (default: the per-user one, or "
                                                  "$OPTIOND_CONNECTION_FILE)")
-        c.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the daemon (default 10)")
+        c.add_argument("--timeout", type=options.positive, default=10.0, help="seconds to wait for the daemon (default 10)")
 
     c = commands.add_parser("publish", help="keep a surface JSON (optiond chain --surface) in the daemon under a name",
                             description="Keep a fitted surface (schema optiond.surface, as optiond chain --surface "

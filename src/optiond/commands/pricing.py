@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _moved, greek_units
+from . import options
 from .. import chain as chain_job
 from ..columns import TableFileError, read_csv_table
 from ..files import write_with
@@ -72,25 +73,6 @@ def _progress(total: int, desc: str):
         state["n"] = done
 
     return bar, update
-
-
-def output_file_problem(flag: str, path: str | None) -> str | None:
-    """Why the output file ``path`` of option ``flag`` cannot be written (one line), or None;
-    checked before pricing so a bad path costs no work. Standard output (``-``), a device or a
-    pipe always passes; a file needs an existing, writable directory."""
-    if not path or path == STDOUT:
-        return None
-    if os.path.isdir(path):
-        return f"{flag} {path}: a directory, not a file"
-    if os.path.exists(path) and not os.path.isfile(path):
-        return None  # a device or a pipe (/dev/stdout): written as a stream
-    target = os.path.realpath(path)
-    parent = os.path.dirname(target)
-    if not os.path.isdir(parent):
-        return f"{flag} {path}: no directory {os.path.dirname(path) or parent}"
-    if not os.access(parent, os.W_OK):
-        return f"{flag} {path}: no permission to write in {os.path.dirname(path) or parent}"
-    return None
 
 
 def write_csv(df: pd.DataFrame, path: str | None) -> None:
@@ -153,6 +135,10 @@ def cmd_price(args: argparse.Namespace) -> int:
         raise TableFileError(f"{args.file}: missing columns {missing}; expected {list(PORTFOLIO_COLUMNS)}")
     if df.empty:
         raise TableFileError(f"{args.file}: a header and no rows: nothing to price")
+    problem = options.output_file_problem("--output", args.output)
+    if problem:
+        print(f"optiond price: {problem}", file=sys.stderr)
+        return 2
     try:
         valuation = valuation_instant(args.valuation) if args.valuation else None
     except ValueError as e:
@@ -162,10 +148,6 @@ def cmd_price(args: argparse.Namespace) -> int:
                     grid=tuple(args.grid), time_steps=args.time_steps, device=args.device,
                     **(dict(richardson=False, steps_per_year=0.0) if args.adi_single_grid else {}),
                     extrapolate=args.extrapolate, accuracy=args.accuracy)
-    problem = output_file_problem("-o", args.output)
-    if problem:
-        print(f"optiond price: {problem}", file=sys.stderr)
-        return 2
     pricer = make_pricer(args)
     if isinstance(pricer, DaemonPricer):  # a big file is a followed daemon job, with a progress bar
         bar = _JobBar(len(df), "price", not args.no_progress)
@@ -197,9 +179,9 @@ def forwards_path(output: str | None, explicit: str | None) -> str | None:
 
 def surface_paths_problem(surface_path: str | None, plot_dir: str | None) -> str | None:
     """Why ``--surface FILE.json`` or ``--plot DIR`` cannot be written (one line), or None;
-    checked before pricing so a bad path costs no work (:func:`output_file_problem`). ``DIR``
-    may not exist yet (it is created with its parents) but must not be a file or lie under one."""
-    problem = output_file_problem("--surface", surface_path)
+    checked before pricing so a bad path costs no work. ``DIR`` may not exist yet (it is
+    created with its parents) but must not be a file or lie under one."""
+    problem = options.output_file_problem("--surface", surface_path)
     if problem:
         return problem
     if plot_dir:
@@ -275,6 +257,7 @@ def surface_lines(surface: Any) -> list[str]:
 
 def cmd_chain(args: argparse.Namespace) -> int:
     from ..market.curve import CurveError, ZeroCurve
+    from ..market.underlyings import one_underlying, split
 
     try:
         df = chain_job.read_chain(args.file)
@@ -288,11 +271,15 @@ def cmd_chain(args: argparse.Namespace) -> int:
         chain_job.check_market_args(carry=args.carry, quote_time=args.quote_time, settlement=args.settlement,
                                     spot_mode=args.spot)
         chain_job.american_method(args.method, args.steps, args.accuracy)
+        if divs is not None:  # a dividend file is one underlying's; a fit is one underlying's surface
+            one_underlying(df["underlying"], "--dividends")
+        if args.surface or args.plot:
+            one_underlying(df["underlying"], "--surface" if args.surface else "--plot")
     except (CurveError, ValueError) as e:
         print(f"optiond chain: {e}", file=sys.stderr)
         return 2
-    problem = (output_file_problem("-o", args.output)
-               or output_file_problem("--forwards", forwards_path(args.output, args.forwards))
+    problem = (options.output_file_problem("--output", args.output)
+               or options.output_file_problem("--forwards", forwards_path(args.output, args.forwards))
                or surface_paths_problem(args.surface, args.plot))
     if problem:
         print(f"optiond chain: {problem}", file=sys.stderr)
@@ -304,7 +291,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
     if isinstance(pricer, DaemonPricer) and divs is None:  # one request: the daemon solves the market next to its GPU
         out, summary = pricer.price_chain(df, **market)
     else:
-        bar, update = _progress(len(df), df["underlying"].iloc[0] if len(df) else "chain")
+        bar, update = _progress(len(df), split(df["underlying"]).text()[:40] or "chain")
         try:
             # with dividends the job runs here, its pricing requests on the pricer (the daemon's too)
             out, summary = chain_job.price_chain(df, pricer, progress=update, dividends=divs, **market)
@@ -369,12 +356,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=1000, help="CRR steps where the file has none (default 1000)")
     p.add_argument("--no-greeks", action="store_true", help="prices only")
     _add_greeks_flag(p)
-    p.add_argument("--eps", type=float, default=0.01, help="MLMC target RMS error (currency units) where the file has none")
-    p.add_argument("--seed", type=int, default=0, help="MLMC random seed (default 0)")
+    p.add_argument("--eps", type=options.positive, default=0.01, help="MLMC target RMS error (currency units) where the file has none")
+    p.add_argument("--seed", type=options.non_negative_int, default=0, help="MLMC random seed (default 0)")
     p.add_argument("--scheme", default="mcs", help="ADI scheme: do, cs, mcs (default) or hv")
-    p.add_argument("--grid", type=int, nargs=2, default=(160, 80), metavar=("NS", "NV"),
+    p.add_argument("--grid", type=options.count, nargs=2, default=(160, 80), metavar=("NS", "NV"),
                    help="ADI grid, the fine one of the Richardson pair (default 160 80)")
-    p.add_argument("--time-steps", type=int, default=50,
+    p.add_argument("--time-steps", type=options.count, default=50,
                    help="ADI time steps, the least count (default 50; 80 a year of expiry above that)")
     p.add_argument("--adi-single-grid", action="store_true",
                    help="ADI: one grid with exactly --time-steps steps (no Richardson pair, no steps per year)")
@@ -401,7 +388,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("file", help="chain CSV")
     c.add_argument("-o", "--output", help="output CSV, written whole or not at all ('-': standard output, the "
                                           "summary then on standard error)")
-    c.add_argument("--rate", type=float, default=chain_job.DEFAULT_RATE,
+    c.add_argument("--rate", type=options.annual_decimal, default=chain_job.DEFAULT_RATE,
                    help=f"flat continuously compounded rate, annual decimal, when no --rates curve is given "
                         f"(default {chain_job.DEFAULT_RATE})")
     c.add_argument("--rates", metavar="FILE.csv",
@@ -413,7 +400,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--spot", choices=chain_job.SPOT_MODES, default="implied",
                    help="American chains with --carry parity: implied (default) prices on the spot the front "
                         "expiry's options imply, print on the file's underlying_price")
-    c.add_argument("--dividend-yield", type=float, default=chain_job.DEFAULT_DIVIDEND_YIELD,
+    c.add_argument("--dividend-yield", type=options.annual_decimal, default=chain_job.DEFAULT_DIVIDEND_YIELD,
                    help=f"continuous dividend yield, annual decimal: the carry of --carry flat, and with --spot "
                         f"implied the carry over the front expiry's few days (default {chain_job.DEFAULT_DIVIDEND_YIELD})")
     c.add_argument("--dividends", metavar="FILE.csv",

@@ -20,6 +20,8 @@ import argparse
 import shutil
 import sys
 
+from . import options
+
 WATCHDOG_SEC = 30
 #: the unit's open-files limit (soft and hard), where the generating shell's hard limit allows
 NOFILE = 65536
@@ -97,10 +99,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ss = p.add_subparsers(dest="service_command", metavar="WHAT")
     u = ss.add_parser("unit", help="print the systemd user unit")
     u.add_argument("--exec", help="path of the optiond executable (default: the one on PATH)")
-    u.add_argument("--workers", type=int, default=0, metavar="R", help="run the daemon as an MPI job of R ranks")
-    u.add_argument("--metrics-port", type=int, default=None,
+    u.add_argument("--workers", type=options.non_negative_int, default=0, metavar="R", help="run the daemon as an MPI job of R ranks")
+    u.add_argument("--metrics-port", type=options.port, default=None,
                    help="port of /metrics, /healthz, /readyz on 127.0.0.1 (default: the daemon's, 9464)")
-    u.add_argument("--nofile", type=int, default=None, metavar="N",
+    u.add_argument("--nofile", type=options.count, default=None, metavar="N",
                    help=f"the unit's open-files limit, LimitNOFILE (default {NOFILE}, or the hard limit here if lower)")
     u.set_defaults(func=_cmd_unit)
     w = ss.add_parser("windows", help="install/start/stop/remove the Windows service (pywin32)")

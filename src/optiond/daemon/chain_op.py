@@ -53,7 +53,8 @@ CHAIN_SOLVES = 4
 def encode_request(df: pd.DataFrame, market: Mapping[str, Any], buffers: list) -> dict:
     """The content of a ``chain`` request for chain ``df`` (:func:`optiond.chain.read_chain`)
     and market fields ``market`` (keys of :data:`MARKET_DEFAULTS`; ``curve`` a
-    :class:`optiond.market.curve.ZeroCurve` or None).
+    :class:`optiond.market.curve.ZeroCurve` or None). ``df`` is left as it is: the columns are
+    copied.
 
     Raises:
         ValueError: an unknown market field.
@@ -66,10 +67,11 @@ def encode_request(df: pd.DataFrame, market: Mapping[str, Any], buffers: list) -
     for c in cols:
         s = df[c]
         if pd.api.types.is_numeric_dtype(s):
-            values = s.to_numpy(dtype=np.float64)
-        else:  # text cells as strings, blanks as None (msgpack nil)
-            values = s.astype(str).to_numpy(dtype=object)
-            values[s.isna().to_numpy()] = None
+            values = s.to_numpy(dtype=np.float64, copy=True)
+        else:  # text cells as strings, blanks as None (msgpack nil); a new array, never a view of
+            # the caller's column (pandas 3 hands out its string column's own storage)
+            values = np.array([None if blank else str(v) for v, blank in zip(s.tolist(), s.isna().tolist())],
+                              dtype=object)
         content_chain[c] = encode_column(values, buffers)
     m = {k: v for k, v in market.items() if v is not None}
     curve = m.pop("curve", None)

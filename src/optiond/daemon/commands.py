@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..commands import options
 from ..files import private_dir
 from . import paths
 
@@ -340,12 +341,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--detach", action="store_true", help="run in the background; return once it answers")
     p.add_argument("--connection-file", help=conn_help)
     p.add_argument("--log-file", help="log of a detached daemon (default: beside the connection file)")
-    p.add_argument("--wait", type=float, default=60.0, help="seconds --detach waits for the daemon (default 60)")
+    p.add_argument("--wait", type=options.positive, default=60.0, help="seconds --detach waits for the daemon (default 60)")
     p.add_argument("--no-warmup", action="store_true", help="skip pricing a few options at start")
-    p.add_argument("--workers", type=int, default=0, metavar="R",
+    p.add_argument("--workers", type=options.non_negative_int, default=0, metavar="R",
                    help="run as an MPI job of R ranks on this host (rank 0 serves; needs mpi4py and an mpiexec)")
     p.add_argument("--mpi", action="store_true", help="this process is one rank of an MPI job (set by --workers)")
-    p.add_argument("--metrics-port", type=int, default=None,
+    p.add_argument("--metrics-port", type=options.port, default=None,
                    help=f"port of /metrics, /healthz, /readyz on 127.0.0.1 (default ${METRICS_PORT_ENV}, else "
                         f"{DEFAULT_METRICS_PORT}, or a free one when that is taken; 0: a free one; -1: off); the "
                         f"connection file and 'optiond status' give the port in use")
@@ -360,36 +361,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="price concurrent one-option requests together: 'auto' (default) where a GPU can take "
                         "them in one launch, 'always', 'never' (on a CPU each is cheaper alone)")
     p.add_argument("--no-coalesce", action="store_true", help="the same as --coalesce never")
-    p.add_argument("--max-options", type=int, help="rows per request (default 1,000,000)")
-    p.add_argument("--max-connections", type=int, metavar="N",
+    p.add_argument("--max-options", type=options.count, help="rows per request (default 1,000,000)")
+    p.add_argument("--max-connections", type=options.count, metavar="N",
                    help="peer connections per port at most; more are closed at once (default: an equal share "
                         "of what the open-files limit leaves after a reserve for the daemon)")
-    p.add_argument("--max-tree-nodes", type=float, help="CRR tree nodes per request (default 6e11: one N = 1e6 tree fits)")
-    p.add_argument("--max-request-s", type=float, help="longest time a request may take, seconds (default 600)")
+    p.add_argument("--max-tree-nodes", type=options.positive, help="CRR tree nodes per request (default 6e11: one N = 1e6 tree fits)")
+    p.add_argument("--max-request-s", type=options.positive, help="longest time a request may take, seconds (default 600)")
     p.set_defaults(func=cmd_serve)
 
     p = subparsers.add_parser("status", help="show whether the daemon runs, and its state (exit 1 when down)")
     p.add_argument("--connection-file", help=conn_help)
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for an answer (default 2)")
+    p.add_argument("--timeout", type=options.positive, default=2.0, help="seconds to wait for an answer (default 2)")
     p.set_defaults(func=cmd_status)
 
     p = subparsers.add_parser("stop", help="shut the daemon down cleanly")
     p.add_argument("--connection-file", help=conn_help)
-    p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for it to exit (default 15)")
-    p.add_argument("--pid", type=int, help="the daemon of this pid (as 'optiond status' or a refused 'serve' name "
+    p.add_argument("--timeout", type=options.positive, default=15.0, help="seconds to wait for it to exit (default 15)")
+    p.add_argument("--pid", type=options.count, help="the daemon of this pid (as 'optiond status' or a refused 'serve' name "
                                            "it), even when its connection file is gone or names another")
     p.set_defaults(func=cmd_stop)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m optiond.daemon.commands`` (the daemon commands only)."""
-    parser = argparse.ArgumentParser(prog="optiond", description="optiond daemon commands")
+    from ..cli import Parser, run  # the shared parser and runner (cli imports the other command modules lazily)
+
+    parser = Parser(prog="optiond", description="optiond daemon commands")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     register(sub)
-    from ..cli import run  # the shared runner (cli imports the other command modules lazily)
-
     return run(parser, argv, no_command=EXIT_FAILED)
 
 

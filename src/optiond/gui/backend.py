@@ -731,7 +731,7 @@ def smile(df: pd.DataFrame, expiry: str) -> Smile:
 #: the per-expiry forward table as the Batch tab shows it: (column of
 #: :data:`optiond.chain.FORWARD_COLUMNS`, header, scale); ``pv_dividends`` only in a run with
 #: a dividend file
-FORWARD_VIEW = (("expiry", "expiry", None), ("settlement", "set.", None), ("T", "T (y)", None), ("spot", "spot", None),
+FORWARD_VIEW = (("underlying", "underlying", None), ("expiry", "expiry", None), ("settlement", "set.", None), ("T", "T (y)", None), ("spot", "spot", None),
                 ("rate", "rate (%)", 100.0), ("discount_factor", "D", None), ("pv_dividends", "PV divs", None),
                 ("forward", "forward", None),
                 ("carry", "carry (%)", 100.0), ("method", "method", None), ("pairs", "pairs", None),

@@ -41,6 +41,7 @@ import pandas as pd
 
 from .. import pricer as _pricer
 from ..chain import DEFAULT_STEPS
+from ..market.underlyings import one_underlying
 from ..models import (GREEK_FIELDS, KIND_CODES, KIND_NAMES, STYLE_CODES, STYLE_NAMES, ImpliedVol, Result, RowError,
                       object_full, pd_numeric)
 from .fit import fit_surface
@@ -59,8 +60,10 @@ def fit_chain(chain_out: pd.DataFrame, **kw: Any) -> Surface:
 
     Raises:
         ValueError: as :func:`~optiond.surface.fit.fit_surface` (a missing column, no expiry
-            with enough quotes).
+            with enough quotes), or a chain of several underlyings.
     """
+    if "underlying" in chain_out.columns:  # the chain's one symbol names the surface (not an invalid row's cell)
+        kw.setdefault("underlying", one_underlying(chain_out["underlying"], "a surface fit") or None)
     surface = fit_surface(chain_out, **kw)
     spot = pd.to_numeric(chain_out["spot"], errors="coerce") if "spot" in chain_out.columns else None
     medians = {} if spot is None else spot.groupby(chain_out["expiry"].astype(str)).median().to_dict()
