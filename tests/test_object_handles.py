@@ -206,13 +206,21 @@ def test_a_fit_the_client_was_told_failed_keeps_nothing(tmp_path, monkeypatch, d
 # ---------------------------------------------------------------------------- large puts
 
 
-def test_a_put_over_the_budget_is_refused_before_it_is_decoded(tmp_path, monkeypatch):
+@pytest.mark.parametrize("inline", [False, True], ids=["frame", "inline"])
+def test_a_put_over_the_budget_is_refused_before_it_is_decoded(tmp_path, monkeypatch, inline):
+    from optiond.daemon import client_objects, protocol
+
+    if inline:
+        monkeypatch.setattr(client_objects, "_document_content", lambda name, field, doc: ({"name": name, field: doc},
+                                                                                            []))
     decoded = []
-    real_unpack, real_check = object_ops.unpack_document, points.checked_surface
+    real_unpack, real_check, real_unpackb = object_ops.unpack_document, points.checked_surface, protocol.unpackb
     monkeypatch.setattr(object_ops, "unpack_document", lambda d: decoded.append("unpack") or real_unpack(d))
     monkeypatch.setattr(points, "checked_surface", lambda d: decoded.append("check") or real_check(d))
-    doc = _surface_doc(4000)  # about 0.9 MiB
-    with in_process_daemon(tmp_path, limits=Limits(max_objects_bytes=512 << 10)) as server:
+    monkeypatch.setattr(protocol, "unpackb", lambda d: (len(d) > 1 << 20 and decoded.append("content")) or
+                        real_unpackb(d))
+    doc = _surface_doc(8000)  # about 1.5 MiB
+    with in_process_daemon(tmp_path, limits=Limits(max_objects_bytes=1 << 20)) as server:
         c = Client(server.connection_file, timeout=30.0, retries=0)
         try:
             with pytest.raises(DaemonError) as e:
@@ -224,7 +232,13 @@ def test_a_put_over_the_budget_is_refused_before_it_is_decoded(tmp_path, monkeyp
             c.close()
 
 
-def test_a_ping_is_answered_while_a_large_put_is_under_way(tmp_path, monkeypatch):
+@pytest.mark.parametrize("inline", [False, True], ids=["frame", "inline"])
+def test_a_ping_is_answered_while_a_large_put_is_under_way(tmp_path, monkeypatch, inline):
+    from optiond.daemon import client_objects, protocol
+
+    if inline:  # a client of the content-only form: the document in the content map
+        monkeypatch.setattr(client_objects, "_document_content", lambda name, field, doc: ({"name": name, field: doc},
+                                                                                            []))
     entered, release = threading.Event(), threading.Event()
     real = points.checked_surface
 
@@ -234,7 +248,8 @@ def test_a_ping_is_answered_while_a_large_put_is_under_way(tmp_path, monkeypatch
         return real(doc)
 
     monkeypatch.setattr(points, "checked_surface", held)
-    doc = _surface_doc(2000)  # over INLINE_PUT_BYTES
+    doc = _surface_doc(8000)  # over INLINE_PUT_BYTES and LAZY_CONTENT_BYTES
+    assert len(protocol.packb(doc)) > protocol.LAZY_CONTENT_BYTES
     with in_process_daemon(tmp_path) as server:
         putter = Client(server.connection_file, timeout=60.0, retries=0)
         pinger = Client(server.connection_file, timeout=10.0, retries=0)
@@ -247,8 +262,8 @@ def test_a_ping_is_answered_while_a_large_put_is_under_way(tmp_path, monkeypatch
             assert "BIG" not in [o["name"] for o in pinger.objects()]
             release.set()
             t.join(60)
-            assert got["handle"] == "BIG#0001" and got["persisted"] is True and got["slices_total"] == 2000
-            assert server.objects.get("BIG").payload.slices[-1].expiry == "E1999"
+            assert got["handle"] == "BIG#0001" and got["persisted"] is True and got["slices_total"] == 8000
+            assert server.objects.get("BIG").payload.slices[-1].expiry == "E7999"
         finally:
             release.set()
             t.join(60)

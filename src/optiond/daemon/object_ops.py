@@ -11,7 +11,9 @@ object the name or handle names, with its document unless ``known`` names that v
 Both reply with :func:`optiond.daemon.object_kinds.entry_content`. A put's document (``object_put``'s
 ``document``, ``surface_put``'s ``surface``) may travel in a binary frame instead, as msgpack:
 ``"document_frame": i`` (``"surface_frame": i``) names the buffer (the client sends it so);
-its length is the put's size before anything is decoded.
+its length is the put's size before anything is decoded. A large document in the content
+itself is left undecoded by the shell loop (:data:`optiond.daemon.server.LAZY_REQUESTS`) and
+sized by its content frame.
 
 The objects are kept by :class:`optiond.daemon.objects.ObjectStore` (``self.objects``); the
 requests' content, checks, work and replies are :mod:`optiond.daemon.surface_op`'s
@@ -141,44 +143,43 @@ class ObjectOps:
                     len(df), t0, deadline, once=True, claim=claim)
 
     def _op_surface_put(self, msg: Message, t0: float) -> tuple[dict, list] | None:
-        c = msg.content
-        if not isinstance(c, dict):
-            raise ProtocolError("surface_put: the content must be a map")
-
-        def work() -> tuple[dict, list]:
-            return surface_op.put(self.objects, {"name": c.get("name"), "surface": self._document(msg, "surface")})
+        def work(c: dict) -> tuple[dict, list]:
+            return surface_op.put(self.objects, {"name": c.get("name"), "surface": self._document(msg, c, "surface")})
 
         return self._put(msg, t0, "surface_put", "surface", "surface", work)
 
     def _op_object_put(self, msg: Message, t0: float) -> tuple[dict, list] | None:
-        c = msg.content if isinstance(msg.content, dict) else {}
-
-        def work() -> tuple[dict, list]:
+        def work(c: dict) -> tuple[dict, list]:
             entry = object_kinds.put_document(self.objects, c.get("name"), c.get("kind"),
-                                              self._document(msg, "document"))
+                                              self._document(msg, c, "document"))
             return object_kinds.entry_content(entry, with_document=False), []
 
-        kind = c.get("kind") if c.get("kind") in object_kinds.KINDS else "-"
+        kind = msg.content.get("kind") if msg.content.get("kind") in object_kinds.KINDS else "-"
         return self._put(msg, t0, "object_put", kind, "document", work)
 
     def _put(self, msg: Message, t0: float, op: str, model: str, field: str, work: Any) -> tuple[dict, list] | None:
         """A put: refused by its size over the budget, else answered at once (small) or on a
-        runner thread, its bytes reserved until it ends."""
-        c = msg.content
-        name = check_name(c.get("name"))
-        size = self._document_bytes(msg, field)
+        runner thread, its bytes reserved until it ends. A content the shell loop left
+        undecoded (:attr:`optiond.daemon.protocol.Message.lazy`, a large document in the
+        content) is decoded on the runner thread; its size is its content frame's."""
+        lazy = msg.lazy
+        name = None if lazy else check_name(msg.content.get("name"))
+        size = len(msg.raw_content or b"") if lazy else self._document_bytes(msg, field)
         with ObjectOps._puts_lock:
             self.objects.check_room(name, size, self._puts_reserved)
-            small = size <= INLINE_PUT_BYTES
+            small = size <= INLINE_PUT_BYTES and not lazy
             if not small:
                 self._puts_reserved += size
         if small:
-            return work()
+            return work(msg.content)
 
         def reserved() -> tuple[dict, list]:
             try:
                 with quiet_gc():
-                    return work()
+                    content = unpack_document(msg.raw_content) if lazy else msg.content
+                    if not isinstance(content, dict):
+                        raise ProtocolError(f"{op}: the content must be a map")
+                    return work(content)
             finally:
                 self._release_put(size)
 
@@ -194,9 +195,9 @@ class ObjectOps:
             self._puts_reserved -= size
 
     @staticmethod
-    def _frame(msg: Message, field: str) -> Any:
+    def _frame(msg: Message, content: dict, field: str) -> Any:
         """The buffer ``<field>_frame`` names, or None when the document is in the content."""
-        i = msg.content.get(f"{field}_frame")
+        i = content.get(f"{field}_frame")
         if i is None:
             return None
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(msg.buffers):
@@ -205,14 +206,14 @@ class ObjectOps:
 
     def _document_bytes(self, msg: Message, field: str) -> int:
         """A put's size before decoding: its document's frame, else the content frame."""
-        frame = self._frame(msg, field)
+        frame = self._frame(msg, msg.content, field)
         if frame is not None:
             return _nbytes([frame])
         return len(msg.raw_content) if msg.raw_content is not None else 0
 
-    def _document(self, msg: Message, field: str) -> Any:
-        frame = self._frame(msg, field)
-        return msg.content.get(field) if frame is None else unpack_document(frame)
+    def _document(self, msg: Message, content: dict, field: str) -> Any:
+        frame = self._frame(msg, content, field)
+        return content.get(field) if frame is None else unpack_document(frame)
 
     def _op_surface_vol(self, msg: Message, t0: float) -> tuple[dict, list] | None:
         cols = surface_op.decode_points(msg.content, msg.buffers, self.limits.max_options, price=False)

@@ -385,19 +385,20 @@ class ObjectStore:
                     pass  # the mark stays dirty: the next start raises its floor
             return entry
 
-    def check_room(self, name: str, nbytes: int, reserved: int = 0) -> None:
+    def check_room(self, name: str | None, nbytes: int, reserved: int = 0) -> None:
         """Refuse, before any work, a put of about ``nbytes`` under ``name`` that cannot fit in
-        ``max_objects_bytes`` beside the live objects and ``reserved`` bytes of puts under way.
+        ``max_objects_bytes`` beside the live objects (but the one it replaces; every one when
+        the name is not known yet, None) and ``reserved`` bytes of puts under way.
 
         Raises:
             LimitExceeded: ``max_objects_bytes``.
         """
         with self._lock:
-            old = self._live.get(name)
+            old = None if name is None else self._live.get(name)
             used = self._bytes - (old.nbytes if old is not None else 0) + int(reserved)
         if used + int(nbytes) > self.max_bytes:
             raise LimitExceeded("max_objects_bytes", used + int(nbytes), self.max_bytes,
-                                f"{name} ({int(nbytes) / 2**20:.1f} MiB) would take the daemon's objects to "
+                                f"{name or 'the object'} ({int(nbytes) / 2**20:.1f} MiB) would take the daemon's objects to "
                                 f"{(used + int(nbytes)) / 2**20:.1f} MiB (puts under way included), over its limit "
                                 f"of {self.max_bytes / 2**20:.1f} MiB (max_objects_bytes)")
 
