@@ -15,6 +15,7 @@ The slow steps are made deterministic by patching them to wait on an event of th
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import json
 import threading
 import time
@@ -22,6 +23,7 @@ import types
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from optiond.daemon import object_kinds, object_ops, objects, paths
@@ -169,35 +171,48 @@ def in_process_daemon(tmp_path, **kw):
         server.close()
 
 
+@pytest.mark.parametrize("op", ["surface", "heston"])
 @pytest.mark.parametrize("deadline_s, timeout", [(0.2, 60.0), (None, 1.0)], ids=["deadline", "client-timeout"])
-def test_a_fit_the_client_was_told_failed_keeps_nothing(tmp_path, monkeypatch, deadline_s, timeout):
-    from optiond import chain
+def test_a_fit_the_client_was_told_failed_keeps_nothing(tmp_path, monkeypatch, deadline_s, timeout, op):
+    from optiond import chain, heston_fit
     from optiond.surface.points import checked_surface
 
     release, entered = threading.Event(), threading.Event()
-    surface = checked_surface(_surface_doc(3))
 
-    def slow_fit(out):  # the fit, held until the client has its answer
-        entered.set()
-        release.wait(60)
-        return surface
+    def held(result):  # the fit's last step, held until the client has its answer
+        def step(*a, **kw):
+            entered.set()
+            release.wait(60)
+            return result
+        return step
 
     monkeypatch.setattr(chain, "price_chain", lambda df, **kw: (
         df, types.SimpleNamespace(contracts=len(df), by_status={}, elapsed_s=0.0, device="cpu")))
-    monkeypatch.setattr(points, "fit_chain", slow_fit)
-    df = chain.read_chain(str(DATA / "spy_chain_2026-02-13.csv")).head(6)
+    monkeypatch.setattr(points, "fit_chain", held(checked_surface(_surface_doc(3))))
+    quotes = [types.SimpleNamespace(strike=np.ones(6))]
+    monkeypatch.setattr(heston_fit, "quotes_from_chain", lambda out: quotes)
+    monkeypatch.setattr(heston_fit, "fit_heston", held(types.SimpleNamespace(
+        params={"v0": 0.04, "kappa": 1.0, "theta": 0.04, "xi": 0.3, "rho": -0.5}, rms_vol_pts=0.5, sse=1.0,
+        expiries=[0], to_dict=lambda: {})))
+    df = chain.read_chain(str(DATA / "spx_chain_2025-10-01.csv")).head(6)  # European
     with in_process_daemon(tmp_path) as server:
         c = Client(server.connection_file, timeout=10.0, retries=0)
         try:
-            live = c.put_object("SPYF", "surface", _surface_doc(2))["handle"]
+            if op == "surface":
+                live = c.put_object("F", "surface", _surface_doc(2))["handle"]
+                fit = functools.partial(c.fit_surface, "F", df)
+            else:
+                live = c.put_object("F", "heston", {"v0": 0.09, "kappa": 2.0, "theta": 0.09, "xi": 0.5,
+                                                    "rho": -0.7})["handle"]
+                fit = functools.partial(c.fit_heston, "F", df)
             with pytest.raises((DaemonError, DaemonUnavailable)) as e:
-                c.fit_surface("SPYF", df, timeout=timeout, deadline_s=deadline_s)
+                fit(timeout=timeout, deadline_s=deadline_s)
             assert entered.is_set()
             if isinstance(e.value, DaemonError):
                 assert e.value.ename == "DeadlineExceeded"
             release.set()
             server.jobs.submit_local(lambda: None).result(timeout=60)  # the fit's work has ended
-            assert server.objects.get("SPYF").handle == live  # the old code: SPYF#0002
+            assert server.objects.get("F").handle == live  # the old code: F#0002
         finally:
             release.set()
             c.close()
