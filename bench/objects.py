@@ -5,7 +5,8 @@ many slices) into a fresh daemon (``optiond serve``, objects kept in a temporary
 one after the other, while a second client pings the daemon every ``--ping-every`` seconds.
 Reports per put its wall time and the longest ping wait during it (what a put costs the
 request loop), the daemon's RSS before and after, then restarts the daemon on the same
-directory: the seconds to its first answered ping and until every object is read back.
+directory: the seconds to its first answered ping and until every object is read back, and
+the longest ping wait meanwhile.
 
 Usage::
 
@@ -112,10 +113,15 @@ def main() -> None:
     d = Daemon(tmp, "--objects-dir", str(objdir), "--no-warmup", name="restarted")
     try:
         out["restart_first_ping_s"] = time.perf_counter() - t
+        pinger = Pinger(d.conn, args.ping_every)
+        pinger.start()
         c = d.client(timeout=60.0, retries=0)
         while len(c.objects()) < args.puts and time.perf_counter() - t < 600:
             time.sleep(0.05)
         out["restart_all_read_s"] = time.perf_counter() - t
+        pinger.stop.set()
+        pinger.join()
+        out["restart_ping_max_ms"] = 1e3 * max(pinger.take(), default=float("nan"))
         out["restart_rss_mb"] = rss_mb(d.proc.pid)
         c.close()
     finally:

@@ -316,6 +316,10 @@ def test_the_chunked_encodings_equal_the_plain_ones():
     assert object_kinds.canonical(doc) == json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
     from optiond.daemon.protocol import packb, unpackb
 
+    text = json.dumps({"a": [doc, 1, [2, {"x": []}]], "b": {}, "c": "}]"}, indent=1)
+    assert objects._loads(text) == (json.loads(text), len(text))
+    with pytest.raises(ValueError):
+        objects._loads('{"a": [1 2]}')
     raw = packb(doc)
     monkey = object_ops._CHUNK_BYTES
     try:

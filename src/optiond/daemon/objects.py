@@ -659,11 +659,54 @@ def _check_head(doc: Any, path: Path) -> tuple[str, str, int, float]:
     return name, kind, version, float(doc.get("created"))
 
 
+_JSON = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _loads(text: str, at: int = 0, depth: int = 0) -> tuple[Any, int]:
+    """``(value, end)``: the JSON value at ``text[at:]`` as :func:`json.loads` reads it, its
+    maps and arrays of the first levels an item at a time (no single call holds the
+    interpreter for the whole of a large file).
+
+    Raises:
+        ValueError: not JSON.
+    """
+    at = _SPACE.match(text, at).end()
+    opening = text[at:at + 1]
+    if not ((opening == "{" and depth < 2) or (opening == "[" and depth < 3)):
+        return _JSON.raw_decode(text, at)
+    closing = "}" if opening == "{" else "]"
+    out: Any = {} if opening == "{" else []
+    at = _SPACE.match(text, at + 1).end()
+    if text[at:at + 1] == closing:
+        return out, at + 1
+    while True:
+        if opening == "{":
+            key, at = _JSON.raw_decode(text, at)
+            at = _SPACE.match(text, at).end()
+            if not isinstance(key, str) or text[at:at + 1] != ":":
+                raise ValueError(f"expected a key and ':' at {at}")
+            out[key], at = _loads(text, at + 1, depth + 1)
+        else:
+            item, at = _loads(text, at, depth + 1)
+            out.append(item)
+        at = _SPACE.match(text, at).end()
+        sep = text[at:at + 1]
+        if sep == closing:
+            return out, at + 1
+        if sep != ",":
+            raise ValueError(f"expected ',' or {closing!r} at {at}")
+        at = _SPACE.match(text, at + 1).end()
+
+
 def _read_file(path: Path) -> Entry:
     """The entry an object file holds (raises on a bad file)."""
     from . import object_kinds
 
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8")
+    doc, end = _loads(text)
+    if _SPACE.match(text, end).end() != len(text):
+        raise ValueError(f"extra data at {end}")
     name, kind, version, created = _check_head(doc, path)
     payload = object_kinds.build(kind, doc.get("document"))
     canonical = object_kinds.document(kind, payload)
