@@ -329,3 +329,18 @@ def test_the_chunked_encodings_equal_the_plain_ones():
             object_ops.unpack_document(raw + b"\x00")
     finally:
         object_ops._CHUNK_BYTES = monkey
+
+
+def test_the_budget_is_set_by_serve():
+    import argparse
+
+    from optiond.daemon.commands import _limits
+
+    def args(mib):
+        return argparse.Namespace(max_options=None, max_tree_nodes=None, max_request_s=None, max_objects_mib=mib)
+
+    assert _limits(args(1.5)).max_objects_bytes == 3 << 19
+    assert _limits(args(None)).max_objects_bytes == Limits().max_objects_bytes
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(SystemExit, match="--max-objects-mib must be a number of MiB > 0"):
+            _limits(args(bad))

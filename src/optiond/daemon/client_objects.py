@@ -136,8 +136,10 @@ class ObjectsMixin:
             InvalidInputError: a bad name, or a malformed surface document (field ``surface``).
             DaemonUnavailable, DaemonError: as :meth:`fit_surface`.
         """
-        if hasattr(surface, "to_json"):
-            surface = json.loads(surface.to_json())
+        if hasattr(surface, "to_dict"):
+            from ..surface.model import json_ready
+
+            surface = json_ready(surface.to_dict())
         elif isinstance(surface, (str, bytes)):
             try:
                 surface = json.loads(surface)
