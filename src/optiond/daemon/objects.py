@@ -15,8 +15,10 @@ add-in keeps its own store of this class when no daemon answers.
   the names it holds; a handle of another kind is :class:`WrongKind`.
 * **Bounds** (:class:`optiond.limits.Limits`): at most ``max_objects`` live objects and
   ``max_objects_bytes`` of their serialised size (canonical JSON) in all, the store's byte
-  budget (the Python objects take a few times that in memory); a put over either is refused
-  with :class:`optiond.limits.LimitExceeded` and changes nothing.
+  budget (``optiond serve --max-objects-mib``; the Python objects take a few times that in
+  memory); a put over either is refused with :class:`optiond.limits.LimitExceeded` and
+  changes nothing (the daemon refuses one by its size before decoding it:
+  :meth:`ObjectStore.check_room`, :mod:`optiond.daemon.object_ops`).
 * **Handles are never reused.** :meth:`ObjectStore.drop` frees a name; the version counts of
   the last :data:`DROPPED_MEMORY` dropped names are kept, and a count forgotten beyond them
   raises the store's *floor*: every later version of any name is above the floor, so a handle
