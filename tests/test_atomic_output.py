@@ -253,7 +253,7 @@ def test_output_in_a_missing_directory_is_refused_before_pricing(tmp_path, capsy
 
     monkeypatch.setattr(commands, "price_portfolio", no_pricing)
     monkeypatch.setattr(chain_job, "price_chain", no_pricing)
-    for argv, flag in ((["price", str(book), "-o"], "-o"), (["chain", str(chain), "-o"], "-o"),
+    for argv, flag in ((["price", str(book), "-o"], "--output"), (["chain", str(chain), "-o"], "--output"),
                        (["chain", str(chain), "-o", str(tmp_path / "o.csv"), "--forwards"], "--forwards")):
         rc = cli_main([*argv, str(tmp_path / "nowhere" / "x.csv"), "--no-daemon"])
         err = capsys.readouterr().err

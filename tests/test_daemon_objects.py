@@ -21,7 +21,7 @@ import pytest
 from scipy.stats import norm
 
 from optiond import chain
-from optiond.daemon import objects, paths, protocol
+from optiond.daemon import object_kinds, objects, paths, protocol
 from optiond.daemon.client import DaemonError
 from optiond.daemon.objects import ObjectStore, StaleHandle, UnknownObject, WrongKind
 from optiond.daemon.protocol import Session
@@ -297,7 +297,8 @@ def test_publish_list_and_drop(served, client, local, tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith("PUB#0002: surface of SPY (3 expiries"), proc.stderr
     listed = {o["handle"]: o for o in json.loads(cli("list", "--json").stdout)}
     assert "PUB#0002" in listed and listed["PUB#0002"]["summary"]["underlying"] == "SPY"
-    assert listed["PUB#0002"]["bytes"] == len(local.to_json())
+    # a surface counts as every kind does: its canonical JSON document
+    assert listed["PUB#0002"]["bytes"] == len(object_kinds.canonical(object_kinds.document("surface", local)))
     proc = cli("drop", "PUB")
     assert proc.returncode == 0 and "dropped PUB#0002" in proc.stderr
     proc = cli("drop", "PUB")

@@ -590,7 +590,8 @@ def fit(spec: Function, values: Sequence[Any]) -> str:
 
 def listing() -> list[list]:
     """OPTIOND_OBJECTS: a header row (:data:`LISTING_COLUMNS`) and a row per live object, the
-    daemon's then this process's (handles ending in ``@local``)."""
+    daemon's then this process's (handles ending in ``@local``); the summary of a daemon object
+    whose file could not be written says so."""
     rows: list[list] = []
     note = None
     try:
@@ -598,7 +599,10 @@ def listing() -> list[list]:
     except DaemonUnavailable:
         objs, note = [], "no daemon: local objects only"
     for o in objs:
-        rows.append([o["handle"], o["kind"], (o.get("summary") or {}).get("text", ""), o["created"]])
+        text = (o.get("summary") or {}).get("text", "")
+        if o.get("persisted") is False:
+            text += " (in memory only: the daemon could not write it to disk)"
+        rows.append([o["handle"], o["kind"], text, o["created"]])
     for e in _local.list():
         o = e.listing()
         rows.append([o["handle"] + LOCAL_MARK, o["kind"], o["summary"].get("text", ""), o["created"]])

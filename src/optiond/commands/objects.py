@@ -18,6 +18,9 @@ import sys
 
 from . import options
 
+#: what the CLI says of an object whose file the daemon could not write (``persisted`` False)
+NOT_WRITTEN = "is kept in memory only: the daemon could not write it to disk (it is lost when the daemon stops)"
+
 
 def _client(args: argparse.Namespace):
     from ..daemon.client import Client
@@ -39,6 +42,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
     s = reply["summary"]
     print(f"{reply['handle']}: surface of {s['underlying']} ({s['expiries']} expiries, T {s['T_first']:.4f} to "
           f"{s['T_last']:.4f} years{'' if s['spots'] else '; no spots: European prices only'})")
+    if reply.get("persisted") is False:
+        print(f"warning: {reply['handle']} {NOT_WRITTEN}", file=sys.stderr)
     return 0
 
 
@@ -54,7 +59,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     print(f"{'handle':<24} {'kind':<9} {'bytes':>9}  {'created':<25}  summary")
     for o in objects:
         s = o.get("summary") or {}
-        print(f"{o['handle']:<24} {o['kind']:<9} {o['bytes']:>9}  {o['created']:<25}  {s.get('text', '')}")
+        note = f" [{NOT_WRITTEN}]" if o.get("persisted") is False else ""
+        print(f"{o['handle']:<24} {o['kind']:<9} {o['bytes']:>9}  {o['created']:<25}  {s.get('text', '')}{note}")
     return 0
 
 

@@ -32,10 +32,20 @@ from typing import Any
 
 from ..models import ImpliedVol, Result
 from . import heston_op, surface_op
+from .protocol import packb
 from .client_replies import decode_iv, decode_result
 
 #: seconds a surface fit or price waits for its reply by default (a fit runs the chain job)
 FIT_TIMEOUT_S = 300.0
+#: the share of a fit's timeout the daemon is given as its deadline (the rest: the way back), so
+#: a fit the client stops waiting for is never kept (:class:`optiond.daemon.objects.Claim`)
+FIT_DEADLINE_SHARE = 0.9
+
+
+def _fit_metadata(timeout: float, deadline_s: float | None) -> dict:
+    """A fit's run options: its deadline, within the client's ``timeout``."""
+    within = FIT_DEADLINE_SHARE * float(timeout)
+    return {"deadline_s": within if deadline_s is None else min(float(deadline_s), within)}
 
 
 class ObjectsMixin:
@@ -53,7 +63,9 @@ class ObjectsMixin:
             market: ``rate``, ``dividend_yield``, ``steps``, ``carry``, ``spot_mode``,
                 ``quote_time``, ``settlement``, ``curve`` as :func:`optiond.chain.price_chain`.
             timeout: seconds to wait for the reply (default :data:`FIT_TIMEOUT_S`); sent once.
-            deadline_s: seconds the daemon may spend.
+            deadline_s: seconds the daemon may spend (at most :data:`FIT_DEADLINE_SHARE` of
+                ``timeout``, the default): past it the daemon answers ``DeadlineExceeded`` and
+                keeps nothing.
 
         Returns:
             the reply (:mod:`optiond.daemon.surface_op`): ``handle`` (``"SPY#0002"``), ``name``,
@@ -70,9 +82,9 @@ class ObjectsMixin:
         """
         buffers: list = []
         content = surface_op.encode_fit(name, df, market, buffers)
-        meta = None if deadline_s is None else {"deadline_s": float(deadline_s)}
-        msg = self._request("surface_fit", content, buffers, timeout=FIT_TIMEOUT_S if timeout is None else timeout,
-                            retries=0, metadata=meta)
+        timeout = FIT_TIMEOUT_S if timeout is None else timeout
+        msg = self._request("surface_fit", content, buffers, timeout=timeout, retries=0,
+                            metadata=_fit_metadata(timeout, deadline_s))
         return dict(msg.content)
 
     def fit_heston(self, name: str, df: Any, *, feller: bool = False, timeout: float | None = None,
@@ -103,9 +115,9 @@ class ObjectsMixin:
         """
         buffers: list = []
         content = heston_op.encode_fit(name, df, market, feller, buffers)
-        meta = None if deadline_s is None else {"deadline_s": float(deadline_s)}
-        msg = self._request("heston_fit", content, buffers, timeout=FIT_TIMEOUT_S if timeout is None else timeout,
-                            retries=0, metadata=meta)
+        timeout = FIT_TIMEOUT_S if timeout is None else timeout
+        msg = self._request("heston_fit", content, buffers, timeout=timeout, retries=0,
+                            metadata=_fit_metadata(timeout, deadline_s))
         return dict(msg.content)
 
     def put_surface(self, name: str, surface: Any, *, timeout: float | None = None) -> dict:
@@ -124,9 +136,17 @@ class ObjectsMixin:
             InvalidInputError: a bad name, or a malformed surface document (field ``surface``).
             DaemonUnavailable, DaemonError: as :meth:`fit_surface`.
         """
-        if hasattr(surface, "to_json"):
-            surface = json.loads(surface.to_json())
-        msg = self._request("surface_put", {"name": name, "surface": surface}, timeout=timeout, retries=0)
+        if hasattr(surface, "to_dict"):
+            from ..surface.model import json_ready
+
+            surface = json_ready(surface.to_dict())
+        elif isinstance(surface, (str, bytes)):
+            try:
+                surface = json.loads(surface)
+            except ValueError:
+                pass  # sent as it is: the daemon says what is wrong with it
+        content, buffers = _document_content(name, "surface", surface)
+        msg = self._request("surface_put", content, buffers, timeout=timeout, retries=0)
         return dict(msg.content)
 
     def surface_vol(self, name: str, strike: Any, expiry: Any, *, timeout: float | None = None) -> ImpliedVol:
@@ -204,8 +224,9 @@ class ObjectsMixin:
                 ``max_objects`` / ``max_objects_bytes``.
             DaemonUnavailable: no daemon answered.
         """
-        msg = self._request("object_put", {"name": name, "kind": kind, "document": document}, timeout=timeout,
-                            retries=0)
+        content, buffers = _document_content(name, "document", document)
+        content["kind"] = kind
+        msg = self._request("object_put", content, buffers, timeout=timeout, retries=0)
         return dict(msg.content)
 
     def get_object(self, name: str, *, known: tuple[str, float] | None = None, timeout: float | None = None) -> dict:
@@ -243,4 +264,16 @@ class ObjectsMixin:
         return dict(self._request("object_drop", {"name": name}, timeout=timeout, retries=0).content)
 
 
-__all__ = ["FIT_TIMEOUT_S", "ObjectsMixin"]
+def _document_content(name: str, field: str, document: Any) -> tuple[dict, list]:
+    """A put's content and buffers: a map document goes as msgpack in a frame of its own
+    (``<field>_frame``: the daemon sizes the put before decoding it, and decodes it off its
+    request loop); anything else in the content, for the daemon to refuse."""
+    if isinstance(document, dict):
+        try:
+            return {"name": name, f"{field}_frame": 0}, [packb(document)]
+        except (TypeError, ValueError, OverflowError):
+            pass
+    return {"name": name, field: document}, []
+
+
+__all__ = ["FIT_DEADLINE_SHARE", "FIT_TIMEOUT_S", "ObjectsMixin"]

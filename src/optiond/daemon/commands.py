@@ -57,7 +57,7 @@ def _serve_argv(args: argparse.Namespace, conn: Path) -> list[str]:
         if getattr(args, flag, False):
             argv.append("--" + flag.replace("_", "-"))
     for opt in ("coalesce", "metrics_port", "log_dir", "max_options", "max_tree_nodes", "max_request_s",
-                "max_connections", "objects_dir"):
+                "max_connections", "objects_dir", "max_objects_mib"):
         v = getattr(args, opt, None)
         if v is not None:
             argv += ["--" + opt.replace("_", "-"), str(v)]
@@ -74,6 +74,11 @@ def _limits(args: argparse.Namespace):
         kw["max_tree_nodes"] = args.max_tree_nodes
     if args.max_request_s is not None:
         kw["max_request_s"] = args.max_request_s
+    mib = getattr(args, "max_objects_mib", None)
+    if mib is not None:
+        if not 0 < mib < 2**40:  # NaN fails too
+            raise SystemExit(f"optiond serve: --max-objects-mib must be a number of MiB > 0, not {mib}")
+        kw["max_objects_bytes"] = int(mib * 2**20)
     return Limits(**kw)
 
 
@@ -367,6 +372,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "of what the open-files limit leaves after a reserve for the daemon)")
     p.add_argument("--max-tree-nodes", type=options.positive, help="CRR tree nodes per request (default 6e11: one N = 1e6 tree fits)")
     p.add_argument("--max-request-s", type=options.positive, help="longest time a request may take, seconds (default 600)")
+    p.add_argument("--max-objects-mib", type=options.positive, metavar="MIB",
+                   help="the named objects' budget: their documents' size in all, MiB (default 256; the daemon's "
+                        "memory for them is a few times that); a put over it is refused before it is read")
     p.set_defaults(func=cmd_serve)
 
     p = subparsers.add_parser("status", help="show whether the daemon runs, and its state (exit 1 when down)")

@@ -102,17 +102,19 @@ def check_european(df: pd.DataFrame) -> None:
 
 
 def fit(objects: ObjectStore, name: str, df: pd.DataFrame, market: Mapping[str, Any],
-        feller: bool = False) -> tuple[dict, list]:
+        feller: bool = False, claim: Any = None) -> tuple[dict, list]:
     """The ``heston_fit`` work: price the chain in this process (:func:`optiond.chain.price_chain`
     with ``market``), fit the European model to its out-of-the-money quotes
     (:func:`optiond.heston_fit.quotes_from_chain`, :func:`optiond.heston_fit.fit_heston`) and keep
     the parameters and the fit's quality as the next version of ``name`` in ``objects`` (the live
-    one when the document is the same). Returns the reply content (module docstring) and buffers.
+    one when the document is the same), if ``claim`` (:class:`optiond.daemon.objects.Claim`: the
+    request is still wanted) holds then. Returns the reply content (module docstring) and buffers.
 
     Raises:
         InvalidInputError: American contracts, or no expiry the fit can use (field ``chain``).
         LimitExceeded: more than :data:`MAX_FIT_QUOTES` quotes; the store's bounds.
         WrongKind: ``name`` holds another kind.
+        TimeoutError, concurrent.futures.CancelledError: the claim no longer holds (nothing kept).
     """
     from .. import heston_fit
 
@@ -140,7 +142,7 @@ def fit(objects: ObjectStore, name: str, df: pd.DataFrame, market: Mapping[str, 
         raise InvalidInputError("chain", None, what, str(e)) from None
     doc = {**result.params, "fit": {"rms_vol_pts": result.rms_vol_pts, "sse": result.sse, "quotes": n,
                                     "expiries": len(result.expiries)}}
-    entry = object_kinds.put_document(objects, name, KIND, doc)
+    entry = object_kinds.put_document(objects, name, KIND, doc, claim)
     content = object_kinds.entry_content(entry)
     content.update(fit=json_ready(result.to_dict()),
                    chain={"n": summary.contracts, "by_status": summary.by_status, "elapsed_s": summary.elapsed_s},

@@ -284,13 +284,59 @@ def document(kind: str, obj: Any) -> dict:
 
 
 def canonical(doc: Any) -> str:
-    """A document as canonical JSON text (sorted keys, no spaces): what is stored and hashed."""
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    """A document as canonical JSON text (sorted keys, no spaces): what is stored and hashed.
+    The text of ``json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)``,
+    made a container element at a time where a container is large (no single call holds the
+    interpreter for the whole of a large document).
+
+    Raises:
+        ValueError: a NaN or infinity; TypeError: a value JSON cannot hold.
+    """
+    parts: list[str] = []
+    _canonical(doc, parts)
+    return "".join(parts)
 
 
-def digest(kind: str, doc: Any) -> str:
-    """A fingerprint of a kind and document (SHA-256 of its canonical JSON)."""
-    return hashlib.sha256((kind + "\n" + canonical(doc)).encode()).hexdigest()
+def _canonical(obj: Any, out: list) -> None:
+    if isinstance(obj, dict) and len(obj) > _CHUNK_ITEMS:
+        out.append("{")
+        for i, k in enumerate(sorted(obj)):
+            if not isinstance(k, str):
+                raise TypeError(f"keys must be str, not {type(k).__name__}")
+            out.append(("," if i else "") + json.dumps(k) + ":")
+            _canonical(obj[k], out)
+        out.append("}")
+    elif isinstance(obj, (list, tuple)) and len(obj) > _CHUNK_ITEMS:
+        out.append("[")
+        for i, v in enumerate(obj):
+            if i:
+                out.append(",")
+            _canonical(v, out)
+        out.append("]")
+    elif isinstance(obj, dict) and any(isinstance(v, (dict, list, tuple)) and len(v) > _CHUNK_ITEMS
+                                       for v in obj.values()):
+        _canonical_items(obj, out)
+    else:
+        out.append(json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False))
+
+
+def _canonical_items(obj: dict, out: list) -> None:
+    """A small map holding a large container: its keys one by one."""
+    out.append("{")
+    for i, k in enumerate(sorted(obj)):
+        out.append(("," if i else "") + json.dumps(k) + ":")
+        _canonical(obj[k], out)
+    out.append("}")
+
+
+#: containers of more items than this are encoded an item at a time by :func:`canonical`
+_CHUNK_ITEMS = 64
+
+
+def digest(kind: str, doc: Any, text: str | None = None) -> str:
+    """A fingerprint of a kind and document (SHA-256 of its canonical JSON; ``text``, that
+    JSON when the caller has it already)."""
+    return hashlib.sha256((kind + "\n" + (canonical(doc) if text is None else text)).encode()).hexdigest()
 
 
 def _pct(x: float) -> str:
@@ -338,18 +384,22 @@ def summary(kind: str, obj: Any) -> dict:
 # ---------------------------------------------------------------------------- in a store
 
 
-def put_document(store: Any, name: str, kind: str, doc: Any) -> Any:
+def put_document(store: Any, name: str, kind: str, doc: Any, claim: Any = None) -> Any:
     """Check ``doc`` and keep the object as the next version of ``name`` in ``store`` (an
     :class:`optiond.daemon.objects.ObjectStore`), unless the live version holds the same
-    document (then that entry). Returns the :class:`~optiond.daemon.objects.Entry`.
+    document (then that entry). ``claim``: the request's
+    :class:`~optiond.daemon.objects.Claim`, taken right before the object is kept. Returns the
+    :class:`~optiond.daemon.objects.Entry`.
 
     Raises:
         InvalidInputError: as :func:`build`, or a bad name.
-        WrongKind, LimitExceeded: as :meth:`~optiond.daemon.objects.ObjectStore.put`.
+        WrongKind, LimitExceeded, NotWritten: as :meth:`~optiond.daemon.objects.ObjectStore.put`.
+        TimeoutError, concurrent.futures.CancelledError: ``claim`` no longer holds.
     """
     obj = build(kind, doc)
-    canon = document(kind, obj)
-    return store.put(name, kind, obj, len(canonical(canon)), summary(kind, obj), digest(kind, canon))
+    text = canonical(document(kind, obj))
+    return store.put(name, kind, obj, len(text), summary(kind, obj), digest(kind, None, text), claim=claim,
+                     document=text)
 
 
 def entry_content(entry: Any, with_document: bool = True) -> dict:

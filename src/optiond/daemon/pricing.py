@@ -387,11 +387,14 @@ class PricingOps:
         return df, market, deadline
 
     def _aside(self, msg: Message, op: str, model: str, work: Callable[[], tuple[dict, list]], n: int, t0: float,
-               deadline_s: float, pricing_thread: bool = True, once: bool = False) -> None:
+               deadline_s: float, pricing_thread: bool = True, once: bool = False, claim: Any = None) -> None:
         """Answer ``msg`` off the request loop: ``work()`` (returning the reply's content and
         buffers) runs on rank 0's pricing thread (the GPU's), or with ``pricing_thread`` False
         on the runner thread itself; the runner sends the reply (:meth:`_run_aside`).
         ``once``: the reply is kept for copies of the request (a state-changing one).
+        ``claim``: the :class:`optiond.daemon.objects.Claim` the work takes before it keeps an
+        object: its deadline is the request's, and the runner cancels it before it answers
+        with an error, so an object is kept only when the client gets the work's own reply.
 
         Raises:
             _Refused: the daemon is draining or stopping.
@@ -407,25 +410,35 @@ class PricingOps:
                                     f"{CHAIN_QUEUE}); try again when some finish")
             self._chain_pending += 1
         try:
-            self._chain_runner.submit(self._run_aside, msg, op, model, work, n, t0, deadline_s, pricing_thread, once)
+            self._chain_runner.submit(self._run_aside, msg, op, model, work, n, t0, deadline_s, pricing_thread, once,
+                                      claim)
         except RuntimeError:  # shut down meanwhile
             with self._chain_lock:
                 self._chain_pending -= 1
             raise _Refused("DaemonDraining", "the daemon is stopping") from None
 
     def _run_aside(self, msg: Message, op: str, model: str, work: Callable[[], tuple[dict, list]], n: int, t0: float,
-                   deadline_s: float, pricing_thread: bool, once: bool) -> None:
+                   deadline_s: float, pricing_thread: bool, once: bool, claim: Any = None) -> None:
         """Runner thread: run ``work`` (see :meth:`_aside`) and send its reply, or the error,
         through the outbox. Never raises."""
         outcome, device, error = "ok", "-", None
         try:
             try:
+                if claim is not None:
+                    claim.deadline = time.monotonic() + deadline_s
                 if self.jobs is not None and pricing_thread:
                     fut = self.jobs.submit_local(work)
                     try:
                         content, buffers = fut.result(timeout=deadline_s)
                     except cf.TimeoutError:
-                        fut.cancel()  # one still queued behind other work never runs (a running one ends)
+                        if claim is not None and not claim.cancel("deadline"):
+                            content, buffers = fut.result()  # its object is kept: the client gets that reply
+                        else:
+                            fut.cancel()  # one still queued behind other work never runs (a running one ends)
+                            raise
+                    except cf.CancelledError:
+                        if claim is not None:
+                            claim.cancel("the daemon is stopping")
                         raise
                 else:
                     content, buffers = work()

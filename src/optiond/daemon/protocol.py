@@ -99,6 +99,8 @@ ARRAY_DTYPES = frozenset({"<f8", "<f4", "<i8", "<i4", "<i2", "|i1", "<u8", "<u4"
 MAX_NDIM = 4
 #: buffers larger than this are sent without a copy (zero-copy has a fixed cost of its own)
 COPY_THRESHOLD = 65536
+#: content frames over this many bytes of the message types a session names lazy are left undecoded
+LAZY_CONTENT_BYTES = 1 << 20
 
 _EMPTY_MAP = b"\x80"  # msgpack {}
 
@@ -303,6 +305,10 @@ class Message:
     raw_header: bytes | None = None
     #: the content frame as received (the reply cache's key is made from it)
     raw_content: bytes | None = None
+    #: True when the content frame was left undecoded (``content`` is then ``{}``): a large
+    #: message of a type in :attr:`Session.lazy_types`, which its handler decodes off the
+    #: request loop
+    lazy: bool = False
 
     @property
     def msg_type(self) -> str:
@@ -590,6 +596,9 @@ class Session:
         self.session = session or new_id()
         self.max_frames = max_frames
         self.max_bytes = max_bytes
+        #: message types whose content frame, when over :data:`LAZY_CONTENT_BYTES`, is left
+        #: undecoded (:attr:`Message.lazy`)
+        self.lazy_types: frozenset = frozenset()
         self._ids = itertools.count(1)
         self._id_prefix = f"{new_id()}-"
 
@@ -744,15 +753,16 @@ class Session:
         for f in frames[1:3]:
             if len(f) > MAX_HEADER_BYTES:
                 raise ProtocolError("parent header or metadata too large", identities, header)
+        lazy = len(frames[3]) > LAZY_CONTENT_BYTES and header["msg_type"] in self.lazy_types
         try:
             parent = unpackb(frames[1]) if frames[1] != _EMPTY_MAP else {}
             metadata = unpackb(frames[2]) if frames[2] != _EMPTY_MAP else {}
-            content = unpackb(frames[3])
+            content = {} if lazy else unpackb(frames[3])
         except ProtocolError as e:
             raise ProtocolError(str(e), identities, header) from None
         if not (isinstance(parent, dict) and isinstance(metadata, dict) and isinstance(content, dict)):
             raise ProtocolError("parent header, metadata and content must be maps", identities, header)
-        return Message(header, parent, metadata, content, frames[4:], identities, frames[0], frames[3])
+        return Message(header, parent, metadata, content, frames[4:], identities, frames[0], frames[3], lazy)
 
 
 def _check_header(h: Any) -> dict:

@@ -108,6 +108,8 @@ BATCH_READ = 128
 #: (a retry, or a replay within the replay window) gets the first reply again
 ONCE_OPS = frozenset({"shutdown", "drain", "resume", "cancel", "surface_fit", "surface_put", "heston_fit",
                       "object_put", "object_drop"})
+#: requests whose large content the shell loop leaves undecoded (:attr:`protocol.Message.lazy`)
+LAZY_REQUESTS = frozenset({"surface_put_request", "object_put_request"})
 #: the daemon process's interpreter switch interval (seconds; Python's default is 0.005)
 SWITCH_INTERVAL_S = 0.0005
 #: seconds between two checks that the connection file, its lock and pid file are still this daemon's
@@ -624,6 +626,7 @@ class Server(PricingOps, ObjectOps, ControlOps):
         """The shell socket's loop: read every waiting message, answer or queue each, price
         the small ones (coalesced), forward finished jobs' replies. Never raises."""
         session = Session(self.key.encode("ascii"), self.session.session, **self._session_args)
+        session.lazy_types = LAZY_REQUESTS  # large puts: decoded off this loop (ObjectOps)
         self._shell_session = session
         sock, outbox, stop = self._shell, self._outbox, self._stop
         counters = self._shell_counters

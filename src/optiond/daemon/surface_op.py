@@ -21,10 +21,12 @@ currency, expiry (T) in years.
 Replies:
 
 * ``surface_fit``, ``surface_put``: :func:`entry_reply`: ``handle`` (``NAME#0003``), ``name``,
-  ``kind``, ``version``, ``summary`` (underlying, quote time, expiries, T range, whether every
+  ``kind``, ``version``, ``persisted`` (False: kept in memory only, its file could not be
+  written), ``summary`` (underlying, quote time, expiries, T range, whether every
   arbitrage check passed, whether the slices carry spots) and ``slices`` (per expiry: expiry,
   T, forward, rate, spot, ATM vol, RMS error in vol points, share of mids inside the fitted
-  bid/ask, confidence, quotes); a fit adds ``chain`` (contracts, counts by status, the chain
+  bid/ask, confidence, quotes; the first :data:`REPLY_SLICES`, ``slices_total`` counts them);
+  a fit adds ``chain`` (contracts, counts by status, the chain
   job's seconds), ``skipped`` (expiries with too few quotes) and ``elapsed_s``.
 * ``surface_vol``: an implied-vol reply body (:func:`optiond.daemon.wire.implied_vol_body`:
   the surface's volatility per row, ``invalid`` rows with their reason) and ``handle``, the
@@ -178,32 +180,45 @@ def describe(surface: Surface) -> tuple[dict, list[dict]]:
     return json_ready(summary), json_ready(slices)
 
 
-def store(objects: ObjectStore, name: str, surface: Surface) -> Entry:
-    """Keep ``surface`` as the next version of ``name``; its serialised size is counted.
+def store(objects: ObjectStore, name: str, surface: Surface, claim: Any = None) -> tuple[Entry, list[dict]]:
+    """Keep ``surface`` as the next version of ``name``; its serialised size (canonical JSON)
+    is counted. Returns the entry and the slices' statistics (:func:`describe`).
 
     Raises:
-        as :meth:`optiond.daemon.objects.ObjectStore.put`.
+        as :meth:`optiond.daemon.objects.ObjectStore.put` (``claim`` as there).
     """
-    summary, _ = describe(surface)
-    return objects.put(name, KIND, surface, len(surface.to_json()), summary)
+    from . import object_kinds
+
+    summary, slices = describe(surface)
+    text = object_kinds.canonical(object_kinds.document(KIND, surface))
+    return objects.put(name, KIND, surface, len(text), summary, claim=claim, document=text), slices
 
 
-def entry_reply(entry: Entry) -> dict:
+#: the most slices a reply lists (``slices_total`` says how many there are)
+REPLY_SLICES = 1000
+
+
+def entry_reply(entry: Entry, slices: list[dict] | None = None) -> dict:
     """The reply content naming a stored surface (``handle``, ``name``, ``kind``, ``version``,
-    ``summary``, ``slices``)."""
-    summary, slices = describe(entry.payload)
+    ``persisted``, ``summary``, ``slices``: the first :data:`REPLY_SLICES`, and
+    ``slices_total``); ``slices``: :func:`describe`'s, when the caller has them."""
+    summary, every = describe(entry.payload) if slices is None else (dict(entry.summary), slices)
     return {"handle": entry.handle, "name": entry.name, "kind": entry.kind, "version": entry.version,
-            "summary": summary, "slices": slices}
+            "persisted": entry.persisted, "summary": summary, "slices": every[:REPLY_SLICES],
+            "slices_total": len(every)}
 
 
-def fit(objects: ObjectStore, name: str, df: pd.DataFrame, market: Mapping[str, Any]) -> tuple[dict, list]:
+def fit(objects: ObjectStore, name: str, df: pd.DataFrame, market: Mapping[str, Any],
+        claim: Any = None) -> tuple[dict, list]:
     """The daemon's ``surface_fit``: price the chain in this process
     (:func:`optiond.chain.price_chain`), fit it (:func:`optiond.surface.points.fit_chain`) and
-    keep it under ``name``. Returns the reply content and buffers.
+    keep it under ``name`` if ``claim`` (:class:`optiond.daemon.objects.Claim`: the request is
+    still wanted) holds then. Returns the reply content and buffers.
 
     Raises:
         InvalidInputError: the chain has no expiry the fit can use (field ``chain``).
         LimitExceeded, ObjectError: as :meth:`optiond.daemon.objects.ObjectStore.put`.
+        TimeoutError, concurrent.futures.CancelledError: the claim no longer holds (nothing kept).
     """
     t0 = time.perf_counter()
     out, summary = chain.price_chain(df, **market)
@@ -211,7 +226,7 @@ def fit(objects: ObjectStore, name: str, df: pd.DataFrame, market: Mapping[str, 
         surface = points.fit_chain(out)
     except ValueError as e:
         raise InvalidInputError("chain", None, f"{len(df)} contracts", str(e)) from None
-    content = entry_reply(store(objects, name, surface))
+    content = entry_reply(*store(objects, name, surface, claim))
     content.update(chain={"n": summary.contracts, "by_status": summary.by_status, "elapsed_s": summary.elapsed_s},
                    skipped=list((surface.stats or {}).get("skipped", [])), elapsed_s=time.perf_counter() - t0,
                    device=summary.device)
@@ -234,7 +249,7 @@ def put(objects: ObjectStore, content: Any) -> tuple[dict, list]:
         surface = points.checked_surface(content.get("surface"))
     except ValueError as e:
         raise InvalidInputError("surface", None, "the document", str(e)) from None
-    return entry_reply(store(objects, name, surface)), []
+    return entry_reply(*store(objects, name, surface)), []
 
 
 def vol_reply(entry: Entry, cols: Mapping[str, Any]) -> tuple[dict, list]:
@@ -265,5 +280,5 @@ def listing(objects: ObjectStore) -> dict:
     return {"objects": [e.listing() for e in objects.list()], "stats": objects.stats()}
 
 
-__all__ = ["KIND", "PRICE_COLUMNS", "VOL_COLUMNS", "decode_points", "describe", "encode_fit",
+__all__ = ["KIND", "PRICE_COLUMNS", "REPLY_SLICES", "VOL_COLUMNS", "decode_points", "describe", "encode_fit",
            "encode_points", "entry_reply", "fit", "fit_name", "listing", "price_cost", "price_reply", "put", "store", "vol_reply"]

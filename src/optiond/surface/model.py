@@ -169,6 +169,11 @@ class Surface:
 
 def json_ready(obj: Any) -> Any:
     """JSON-ready: NumPy scalars and arrays as Python numbers and lists, NaN and inf as None."""
+    t = type(obj)
+    if t is float:  # the common leaves first (a large document has millions)
+        return obj if math.isfinite(obj) else None
+    if t is str or t is int or t is bool or obj is None:
+        return obj
     if isinstance(obj, dict):
         return {str(k): json_ready(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
