@@ -34,8 +34,8 @@ from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
-from .models import (AMERICAN, KIND_CODES, MAX_STEPS, STYLE_CODES, Method, _codes, auto_methods, pd_numeric,
-                     validate_steps)
+from .models import (AMERICAN, KIND_CODES, MAX_STEPS, STYLE_CODES, Method, _codes, _float_like, auto_methods,
+                     pd_numeric, validate_steps)
 
 #: tree evaluations per implied volatility (Brent's method to 1e-12 takes 30 to 60)
 IV_TREES = 50
@@ -341,7 +341,7 @@ def _cash_rows(columns: Mapping[str, Any], n: int) -> np.ndarray:
     if t is not None and np.ndim(t) in (1, 2):
         try:
             with np.errstate(invalid="ignore"):
-                has = np.isfinite(pd_numeric(np.asarray(t, dtype=object).ravel()).reshape(np.shape(t)))
+                has = np.isfinite(_float_like(t))
             cash = np.broadcast_to(has.any(), (n,)) if np.ndim(t) == 1 else has.any(axis=1)
         except (TypeError, ValueError):
             pass
