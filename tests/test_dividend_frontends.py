@@ -323,3 +323,25 @@ def test_wide_dividend_arrays_are_checked_per_row_before_broadcasting():
     assert np.isnan(tt[3]).all() and (aa[3] == 0).all() and (tt[0] == [0.25, 0.5]).all()
     with pytest.raises(InvalidInputError, match=f"at most {MAX_DIVIDENDS} dividends"):
         validate_dividends(np.linspace(0.0, 0.9, m), np.full(m, 0.001), np.full(20_000, 100.0), np.ones(20_000))
+
+
+def test_a_long_schedule_object_gives_each_row_at_most_one_over_the_limit():
+    """A dividends object of 64 entries over 10,000 rows: each row keeps its dividends up to its
+    T, at most MAX_DIVIDENDS + 1 (the old code padded every row to all 64); a row with more
+    than MAX_DIVIDENDS before its T is the engine's row error, the others price."""
+    from optiond import engine
+    from optiond.daemon.object_kinds import MAX_SCHEDULE, CashDividends
+    from optiond.models import MAX_DIVIDENDS, Method
+
+    times = tuple(0.1 * (j + 1) for j in range(MAX_SCHEDULE))
+    sched = CashDividends(times, (0.01,) * MAX_SCHEDULE)
+    n = 10_000
+    T = np.where(np.arange(n) % 2 == 0, 0.35, 5.0)  # three dividends before 0.35, 49 before 5.0
+    t, a = sched.rows(T)
+    assert t.shape == a.shape == (n, MAX_DIVIDENDS + 1)
+    np.testing.assert_array_equal(t[0, :3], times[:3])
+    assert np.isnan(t[0, 3:]).all() and (np.isfinite(t[1])).all()
+    res = engine.price_table(dict(kind="put", style="european", spot=100.0, strike=100.0, expiry=T[:4], rate=0.03,
+                                  volatility=0.2, dividend_times=t[:4], dividend_amounts=a[:4]),
+                             Method(steps=20, greeks=False))
+    assert res.status.tolist() == ["ok", "error", "ok", "error"] and f"at most {MAX_DIVIDENDS}" in res.error[1]
