@@ -145,3 +145,27 @@ def test_an_american_range_of_drift_dominated_rows_is_over_the_worksheet_limit()
     assert len(out) == n and "worksheet limit" in out[0] and "2.5e+10" in out[0], out[0]
     cols["rate"] = np.full(n, 0.05)  # the ALO engine's rows: 3e9, within the limit
     assert checks._pre_checks(spec, cols) == {}
+
+
+def test_implied_vols_the_spectral_door_surely_sends_to_the_tree_cost_their_tree():
+    """An implied volatility's drift split is by price: a put with r = 1 priced at its European
+    value at sigma = 0.3 is under the American price at v* = 1 (the European one at v* is
+    already above it), so the door solves it on the tree and it costs the tree's IV; a price
+    above the European price at v* may stay with the ALO engine and costs that; without the
+    prices the split is left to the solve."""
+    from optiond.kernels import black_scholes
+
+    n = 100
+    book = _drift_book(n)
+    del book["volatility"]
+    low = black_scholes.bs_price_greeks(np.zeros(n, dtype=np.int8), np.full(n, 100.0), book["strike"], np.ones(n),
+                                        np.ones(n), np.zeros(n), np.full(n, 0.3))["price"]
+    high = black_scholes.bs_price_greeks(np.zeros(n, dtype=np.int8), np.full(n, 100.0), book["strike"], np.ones(n),
+                                         np.ones(n), np.zeros(n), np.full(n, 1.5))["price"]
+    spectral = Method(name="spectral", accuracy="fast", steps=300)
+    tree_iv = costs.estimate("implied_vol", book, Method(name="binomial", steps=300), n).work
+    assert tree_iv == n * 301 * 302 / 2 * costs.IV_TREES
+    assert costs.estimate("implied_vol", {**book, "price": low}, spectral, n).work == tree_iv
+    alo_iv = n * costs.SPECTRAL_WORK["fast"] * costs.SPECTRAL_SOLVES["implied_vol"]
+    assert costs.estimate("implied_vol", {**book, "price": high}, spectral, n).work == alo_iv
+    assert costs.estimate("implied_vol", book, spectral, n).work == alo_iv

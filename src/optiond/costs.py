@@ -358,8 +358,8 @@ def spectral_routes(columns: Mapping[str, Any], n: int, op: str = "price") -> np
     ``volatility``, ``expiry`` and ``dividend_times`` are read as the engine reads them; a
     value that does not read (a row error) routes as the predicate routes NaN. For
     ``op="implied_vol"`` the volatility is the unknown: the drift test is left out, as the
-    front door leaves it out before its split by price (a price under the ALO price at the
-    drift-dominated volatility goes to the tree too, which only the solve can tell).
+    front door leaves it out before its split by price; with the option prices in a ``price``
+    column, the rows that split surely sends to the tree go there (:func:`_drift_split_certain`).
 
     Returns:
         int8 (n,).
@@ -377,9 +377,35 @@ def spectral_routes(columns: Mapping[str, Any], n: int, op: str = "price") -> np
         return out if out.shape == (n,) else np.full(n, -1, dtype=np.int8)
 
     price = op != "implied_vol"
-    return route_rows(codes("kind", KIND_CODES, ""), codes("style", STYLE_CODES, "american"),
-                      _column(columns, "rate", n), _column(columns, "dividend_yield", n, 0.0), _cash_rows(columns, n),
-                      _column(columns, "volatility", n) if price else None, _column(columns, "expiry", n))
+    kind = codes("kind", KIND_CODES, "")
+    r, q, T = _column(columns, "rate", n), _column(columns, "dividend_yield", n, 0.0), _column(columns, "expiry", n)
+    route = route_rows(kind, codes("style", STYLE_CODES, "american"), r, q, _cash_rows(columns, n),
+                       _column(columns, "volatility", n) if price else None, T)
+    if not price and columns.get("price") is not None:
+        _drift_split_certain(route, columns, kind, r, q, T, n)
+    return route
+
+
+def _drift_split_certain(route: np.ndarray, columns: Mapping[str, Any], kind: np.ndarray, r: np.ndarray,
+                         q: np.ndarray, T: np.ndarray, n: int) -> None:
+    """The implied-volatility rows the spectral front door will surely send to the tree, set to 2
+    in ``route``: its split sends an ALO row there when the price is under the ALO price at the
+    drift-dominated volatility v* (:func:`optiond.kernels.spectral.cpu.drift_volatility`) or v* is
+    at the top of the bracket; the European price at v* is under that American price, so a price
+    under it is sure to go (a price between the two may go too: only the solve tells)."""
+    from .kernels import black_scholes
+    from .kernels.spectral import cpu
+
+    alo = np.flatnonzero(route == 0)
+    if alo.size == 0:
+        return
+    vstar = cpu.drift_volatility(r[alo], q[alo], T[alo])
+    with np.errstate(all="ignore"):
+        euro = black_scholes.bs_price_greeks(np.where(kind[alo] == 1, 1, 0), _column(columns, "spot", n)[alo],
+                                             _column(columns, "strike", n)[alo], T[alo], r[alo], q[alo],
+                                             np.minimum(vstar, cpu.MAX_IV))["price"]
+        sure = (vstar > cpu.MIN_IV) & ((vstar >= cpu.MAX_IV) | (_column(columns, "price", n)[alo] < euro))
+    route[alo[sure]] = 2
 
 
 def spectral_work_rows(columns: Mapping[str, Any], method: Method, n: int, op: str = "price",
