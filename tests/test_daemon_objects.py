@@ -176,6 +176,23 @@ def test_vols_equal_the_fit_in_this_process(client, fitted, local):
         assert iv.diagnostics["handle"] == "SPY#0001"
 
 
+def test_many_vols_run_aside_within_the_request_deadline(client, fitted, local):
+    """A request over INLINE_VOL_POINTS points with its own distinct T each runs off the
+    request loop within its deadline_s: equal to the surface evaluated point by point here,
+    and refused before any work when its deadline is shorter than its costed time."""
+    from optiond.daemon.object_ops import INLINE_VOL_POINTS
+
+    n = INLINE_VOL_POINTS + 500
+    rng = np.random.default_rng(3)
+    T = rng.uniform(local.slices[0].T, local.slices[-1].T, n)
+    K = rng.uniform(600.0, 760.0, n)
+    iv = client.surface_vol("SPY", K, T, deadline_s=60.0)
+    assert (iv.status == "ok").all(), iv.error[:3]
+    np.testing.assert_allclose(iv.vol, [float(local.vol(k, t)) for k, t in zip(K, T)], rtol=1e-12)
+    with pytest.raises(DaemonError, match="deadline"):
+        client.surface_vol("SPY", K, T, deadline_s=1e-9)
+
+
 def test_european_prices_are_black76_on_the_surface_forward_and_rate(client, fitted, local):
     K, T = grid(local)
     for kind in ("call", "put"):

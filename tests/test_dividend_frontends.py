@@ -51,11 +51,11 @@ ROWS = [  # kind, style, strike, expiry (years), dividends cell
     ("put", "american", 100.0, 1.0, "0.5:-1"),            # negative amount
     ("put", "american", 100.0, 0.5, "0.25:1;0.75:1"),     # ex-date after expiry
     ("put", "american", 100.0, 1.0, "0.5:1;0.25:1"),      # unsorted
-    ("put", "american", 100.0, 1.0, ";".join(f"{0.1 * i}:0.5" for i in range(1, 10))),  # nine
+    ("put", "american", 100.0, 1.0, ";".join(f"{0.1 * i}:0.5" for i in range(1, 10))),  # nine: counted in the cell
     ("put", "american", 100.0, 1.0, "0.5:120"),           # above the spot
     ("put", "american", 100.0, 1.0, "0.5:1:x"),           # malformed
 ]
-BAD = {4: "dividend_amounts", 5: "dividend_times", 6: "dividend_times", 7: "dividend_times", 8: "dividend_amounts",
+BAD = {4: "dividend_amounts", 5: "dividend_times", 6: "dividend_times", 7: "dividends", 8: "dividend_amounts",
        9: "dividends"}
 
 
@@ -244,3 +244,104 @@ def test_chain_bad_dividend_file_is_one_line(tmp_path, capsys):
     rc = cli_main(["chain", chain_path, "--no-daemon", "--dividends", str(bad)])
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert rc == 2 and len(err) == 1 and "row 2" in err[0] and "amount" in err[0]
+
+
+def _long_cell_frame(n: int = 20_000, long_row: int = 7, entries: int = 2_000) -> pd.DataFrame:
+    """n European puts, every 500th with a two-dividend cell, row ``long_row`` with ``entries``."""
+    df = pd.DataFrame(dict(kind="put", style="european", spot=100.0, strike=np.linspace(80.0, 120.0, n), expiry=1.0,
+                           rate=0.03, volatility=0.2, dividends=""))
+    df.loc[::500, "dividends"] = "0.25:1.0;0.75:1.0"
+    df.loc[long_row, "dividends"] = ";".join(f"{0.9 * (j + 1) / (entries + 1):.6f}:0.001" for j in range(entries))
+    return df
+
+
+def test_long_dividend_cell_is_refused_before_padding():
+    """Issue 32, item 8: one cell of 2,000 dividends among 20,000 rows is its row's error,
+    counted before anything is padded: the schedule arrays stay MAX_DIVIDENDS wide (the old
+    code padded every row to 2,000 entries, 640 MB, and checked the count afterwards)."""
+    import tracemalloc
+
+    from optiond.models import MAX_DIVIDENDS
+
+    cells = _long_cell_frame()["dividends"].tolist()
+    tracemalloc.start()
+    try:
+        t, a, errors = dividends.schedule_columns(cells)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert t.shape == a.shape == (20_000, 2) and peak < 50 << 20, (t.shape, peak)
+    assert [(e.row, e.field) for e in errors] == [(7, "dividends")]
+    assert f"2000 dividends, at most {MAX_DIVIDENDS} per option" in errors[0].message and len(errors[0].message) < 120
+    np.testing.assert_array_equal(t[500], [0.25, 0.75])
+    assert np.isnan(t[7]).all() and dividends.entry_count(" 0.1:1; ;0.2:1;") == 2
+
+
+def test_long_dividend_cell_among_20000_rows_prices_the_rest():
+    """The whole in-process path (parse, validate, price) of the 20,000-row table: the engine
+    is given schedules two entries wide (never 2,000), every other row is priced, the
+    cash-dividend rows on the tree equal to the tree priced directly, and the long cell's row
+    is an error naming it."""
+    from optiond.models import Method
+    from optiond.pricer import LocalPricer, price_portfolio
+
+    seen = []
+
+    class Recording(LocalPricer):
+        def price_table(self, columns, method=None):
+            seen.append(np.shape(columns["dividend_times"]))
+            assert seen[-1] == (20_000, 2), seen  # before the engine works on it
+            return super().price_table(columns, method)
+
+    df = _long_cell_frame()
+    res = price_portfolio(Recording(), df, Method(name="auto", steps=50, greeks=False))
+    assert seen == [(20_000, 2)]
+    bad = np.flatnonzero(res.status != "ok")
+    assert bad.tolist() == [7] and "2000 dividends" in res.error[7]
+    rows = np.arange(0, 20_000, 500)
+    ref = crr_batch(np.full(rows.size, PUT, dtype=np.int8), np.full(rows.size, EUROPEAN, dtype=np.int8), 100.0,
+                    df["strike"].to_numpy()[rows], 1.0, 0.03, 0.0, 0.2, 50,
+                    dividend_times=np.tile([0.25, 0.75], (rows.size, 1)), dividend_amounts=np.ones((rows.size, 2)))
+    np.testing.assert_allclose(res.price[rows], ref[0], rtol=1e-12)
+    assert (res.method[rows] == "binomial").all() and (res.method[8:500] == "black-scholes").all()
+
+
+def test_wide_dividend_arrays_are_checked_per_row_before_broadcasting():
+    """A request's own (n, m) arrays: a row over MAX_DIVIDENDS is that row's error and the
+    padding past the longest usable schedule is cut; ONE (m,) schedule for every row over the
+    limit refuses the request before it is broadcast to (n, m)."""
+    from optiond.models import MAX_DIVIDENDS, InvalidInputError, validate_dividends
+
+    n, m = 300, 2_000
+    t = np.full((n, m), np.nan)
+    a = np.zeros((n, m))
+    t[:, :2], a[:, :2] = [0.25, 0.5], 1.0
+    t[3], a[3] = np.linspace(0.0, 0.9, m), 0.001
+    spot, expiry = np.full(n, 100.0), np.ones(n)
+    tt, aa, errors = validate_dividends(t, a, spot, expiry)
+    assert tt.shape == aa.shape == (n, 2) and [(e.row, e.value) for e in errors] == [(3, float(m))]
+    assert np.isnan(tt[3]).all() and (aa[3] == 0).all() and (tt[0] == [0.25, 0.5]).all()
+    with pytest.raises(InvalidInputError, match=f"at most {MAX_DIVIDENDS} dividends"):
+        validate_dividends(np.linspace(0.0, 0.9, m), np.full(m, 0.001), np.full(20_000, 100.0), np.ones(20_000))
+
+
+def test_a_long_schedule_object_gives_each_row_at_most_one_over_the_limit():
+    """A dividends object of 64 entries over 10,000 rows: each row keeps its dividends up to its
+    T, at most MAX_DIVIDENDS + 1 (the old code padded every row to all 64); a row with more
+    than MAX_DIVIDENDS before its T is the engine's row error, the others price."""
+    from optiond import engine
+    from optiond.daemon.object_kinds import MAX_SCHEDULE, CashDividends
+    from optiond.models import MAX_DIVIDENDS, Method
+
+    times = tuple(0.1 * (j + 1) for j in range(MAX_SCHEDULE))
+    sched = CashDividends(times, (0.01,) * MAX_SCHEDULE)
+    n = 10_000
+    T = np.where(np.arange(n) % 2 == 0, 0.35, 5.0)  # three dividends before 0.35, 49 before 5.0
+    t, a = sched.rows(T)
+    assert t.shape == a.shape == (n, MAX_DIVIDENDS + 1)
+    np.testing.assert_array_equal(t[0, :3], times[:3])
+    assert np.isnan(t[0, 3:]).all() and (np.isfinite(t[1])).all()
+    res = engine.price_table(dict(kind="put", style="european", spot=100.0, strike=100.0, expiry=T[:4], rate=0.03,
+                                  volatility=0.2, dividend_times=t[:4], dividend_amounts=a[:4]),
+                             Method(steps=20, greeks=False))
+    assert res.status.tolist() == ["ok", "error", "ok", "error"] and f"at most {MAX_DIVIDENDS}" in res.error[1]

@@ -183,11 +183,12 @@ def test_auto_work_is_the_sum_of_its_rows_methods():
     m = Method(name="auto", accuracy="fast", steps=300)
     cols = {k: v for k, v in BOOK.items()}
     got = costs.estimate("price", cols, m, 5)
-    # rows 0, 3 and 4 ask for spectral (the engine's own routing is not costed apart), row 1 the
-    # tree (301 x 302 / 2 nodes, x5 with Greeks), row 2 the closed form
-    spectral = 3 * costs.SPECTRAL_WORK["fast"] * costs.SPECTRAL_SOLVES["greeks"]
+    # each row by what prices it (PRICED_BY): row 0 the ALO engine, rows 1 (cash) and 3 (the
+    # spectral door's double-boundary row) the tree (301 x 302 / 2 nodes, x7 with Greeks), rows
+    # 2 and 4 (the spectral door's no-early-exercise call) the closed form
+    spectral = costs.SPECTRAL_WORK["fast"] * costs.SPECTRAL_SOLVES["greeks"]
     tree = 301 * 302 / 2 * costs.GREEK_TREES
-    assert got.work == pytest.approx(spectral + tree + costs.CLOSED_FORM_WORK)
+    assert got.work == pytest.approx(spectral + 2 * tree + 2 * costs.CLOSED_FORM_WORK)
     assert got.model == "mixed" and got.max_steps == 300
 
 

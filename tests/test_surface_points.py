@@ -180,3 +180,43 @@ def test_fit_chain_keeps_each_expiry_spot():
     fitted = points.fit_chain(chain_out)
     assert [s.spot for s in fitted.slices] == [100.0, 100.4]
     assert all(s.spot is None for s in points.fit_chain(chain_out.drop(columns=["spot"])).slices)
+
+
+def _many_slices(m: int = 7) -> Surface:
+    Ts = np.linspace(0.05, 2.0, m)
+    return Surface("TEST", "2026-01-02T10:00",
+                   [Slice(f"e{i}", float(T), 100.0 * math.exp(0.02 * T), 0.03,
+                          SVI(0.02 * T, 0.1 * math.sqrt(T), -0.5 + 0.05 * i, 0.01 * i, 0.2), {}, S0)
+                    for i, T in enumerate(Ts)])
+
+
+def test_vols_at_many_expiries_equal_each_point_alone_with_one_evaluation_per_slice(monkeypatch):
+    """Issue 32, item 12: the volatilities of 3,000 points with 3,000 distinct T (and points on
+    the slices, before the first and after the last) equal each point evaluated alone
+    (Surface.vol at its own T), and every slice's smile is evaluated once for all of them
+    (the old code evaluated two slices per distinct T, and scanned every point per T)."""
+    s = _many_slices()
+    rng = np.random.default_rng(7)
+    T = np.concatenate([rng.uniform(0.01, 2.5, 3000), [x.T for x in s.slices]])
+    K = rng.uniform(60.0, 150.0, T.size)
+    want = np.array([float(s.vol(k, t)) for k, t in zip(K, T)])
+    calls = []
+    evaluate = Slice.total_variance
+    monkeypatch.setattr(Slice, "total_variance", lambda self, k: calls.append(np.size(k)) or evaluate(self, k))
+    got = s.vols(K, T)
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=0.0)
+    assert len(calls) == len(s.slices) and sum(calls) <= 2 * T.size, calls
+    calls.clear()
+    inside = (T >= s.slices[0].T) & (T <= s.slices[-1].T)
+    iv = points.vols(s, K[inside], T[inside])
+    assert (iv.status == "ok").all() and len(calls) == len(s.slices)
+    np.testing.assert_allclose(iv.vol, want[inside], rtol=1e-14, atol=0.0)
+
+
+def test_vols_stop_at_their_deadline():
+    import time
+
+    s = _many_slices()
+    with pytest.raises(TimeoutError, match="deadline"):
+        points.vols(s, [90.0, 100.0], [0.3, 1.2], deadline=time.monotonic() - 1.0)
+    assert points.vols(s, [100.0], [0.3], deadline=time.monotonic() + 60.0).status.tolist() == ["ok"]

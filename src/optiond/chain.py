@@ -444,7 +444,8 @@ def _solve_underlying(df: pd.DataFrame, pricer: _pricer.Pricer, m_american: Meth
     if cash:
         div_t, div_a = dividend_schedules.chain_schedules(dividends, stamps, T)
         if E:
-            gt, ga = dividend_schedules.chain_schedules(dividends, [stamps[m[0]] for m in members], Tg)
+            gt, ga = dividend_schedules.chain_schedules(dividends, [stamps[m[0]] for m in members], Tg,
+                                                            width=None)
         schedules = {float(Tg[g]): (gt[g], ga[g]) for g in range(E)}
     fwd_parity = np.full(E, np.nan)
     if carry == "parity" and E:

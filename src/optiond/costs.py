@@ -34,7 +34,8 @@ from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
-from .models import AMERICAN, MAX_STEPS, STYLE_CODES, Method, _codes, auto_methods, validate_steps
+from .models import (AMERICAN, KIND_CODES, MAX_STEPS, STYLE_CODES, Method, _codes, _float_like, auto_methods,
+                     pd_numeric, validate_steps)
 
 #: tree evaluations per implied volatility (Brent's method to 1e-12 takes 30 to 60)
 IV_TREES = 50
@@ -323,11 +324,131 @@ def _heston(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: C
     return n * HESTON_WORK, 0
 
 
-def _spectral(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: Caps | None) -> tuple[float, int]:
-    """The spectral engine: ``n x SPECTRAL_WORK[accuracy] x solves`` (:data:`SPECTRAL_SOLVES`)."""
-    per = SPECTRAL_WORK.get(str(getattr(method, "accuracy", "accurate")), SPECTRAL_WORK["accurate"])
+def _column(columns: Mapping[str, Any], name: str, n: int, default: Any = np.nan) -> np.ndarray:
+    """A raw numeric request column (a scalar or shape (n,)) as float64 (n,), NaN where a
+    value does not read as a number (a row error, or a name resolved later) or the column has
+    another length."""
+    try:
+        return np.broadcast_to(pd_numeric(np.asarray(columns.get(name, default))), (n,))
+    except (TypeError, ValueError):
+        return np.full(n, np.nan)
+
+
+def _cash_rows(columns: Mapping[str, Any], n: int) -> np.ndarray:
+    """Rows with a cash dividend in the request's ``dividend_times`` (n, m) or (m,), bool (n,)."""
+    t = columns.get("dividend_times")
+    cash = np.zeros(n, dtype=bool)
+    if t is not None and np.ndim(t) in (1, 2):
+        try:
+            with np.errstate(invalid="ignore"):
+                has = np.isfinite(_float_like(t))
+            cash = np.broadcast_to(has.any(), (n,)) if np.ndim(t) == 1 else has.any(axis=1)
+        except (TypeError, ValueError):
+            pass
+    return cash
+
+
+def spectral_routes(columns: Mapping[str, Any], n: int, op: str = "price") -> np.ndarray:
+    """Where the spectral method's front door sends each row of raw request columns: its own
+    predicate (:func:`optiond.kernels.spectral.route_rows`), codes into
+    :data:`optiond.kernels.spectral.ROUTE_METHODS` (0 the ALO engine, 1 the closed form, 2 the
+    CRR tree: cash dividends, the double-boundary regime, and drift-dominated American rows).
+
+    ``kind``, ``style`` (default American), ``rate``, ``dividend_yield`` (default 0),
+    ``volatility``, ``expiry`` and ``dividend_times`` are read as the engine reads them; a
+    value that does not read (a row error) routes as the predicate routes NaN. For
+    ``op="implied_vol"`` the volatility is the unknown: the drift test is left out, as the
+    front door leaves it out before its split by price; with the option prices in a ``price``
+    column, the rows that split surely sends to the tree go there (:func:`_drift_split_certain`).
+
+    Returns:
+        int8 (n,).
+    """
+    from .kernels.spectral import route_rows
+
+    def codes(name: str, table: Mapping[str, int], default: Any) -> np.ndarray:
+        raw = columns.get(name, default)
+        if np.ndim(raw) == 0 and not isinstance(raw, (int, np.integer)):  # one label for every row
+            return np.full(n, table.get(str(raw).strip().lower(), -1), dtype=np.int8)
+        try:
+            out = _codes(raw, table, name, n)[0]
+        except (TypeError, ValueError):
+            out = np.full(n, -1, dtype=np.int8)
+        return out if out.shape == (n,) else np.full(n, -1, dtype=np.int8)
+
+    price = op != "implied_vol"
+    kind = codes("kind", KIND_CODES, "")
+    r, q, T = _column(columns, "rate", n), _column(columns, "dividend_yield", n, 0.0), _column(columns, "expiry", n)
+    route = route_rows(kind, codes("style", STYLE_CODES, "american"), r, q, _cash_rows(columns, n),
+                       _column(columns, "volatility", n) if price else None, T)
+    if not price and columns.get("price") is not None:
+        _drift_split_certain(route, columns, kind, r, q, T, n)
+    return route
+
+
+def _drift_split_certain(route: np.ndarray, columns: Mapping[str, Any], kind: np.ndarray, r: np.ndarray,
+                         q: np.ndarray, T: np.ndarray, n: int) -> None:
+    """The implied-volatility rows the spectral front door will surely send to the tree, set to 2
+    in ``route``: its split sends an ALO row there when the price is under the ALO price at the
+    drift-dominated volatility v* (:func:`optiond.kernels.spectral.cpu.drift_volatility`) or v* is
+    at the top of the bracket; the European price at v* is under that American price, so a price
+    under it is sure to go (a price between the two may go too: only the solve tells)."""
+    from .kernels import black_scholes
+    from .kernels.spectral import cpu
+
+    alo = np.flatnonzero(route == 0)
+    if alo.size == 0:
+        return
+    vstar = cpu.drift_volatility(r[alo], q[alo], T[alo])
+    with np.errstate(all="ignore"):
+        euro = black_scholes.bs_price_greeks(np.where(kind[alo] == 1, 1, 0), _column(columns, "spot", n)[alo],
+                                             _column(columns, "strike", n)[alo], T[alo], r[alo], q[alo],
+                                             np.minimum(vstar, cpu.MAX_IV))["price"]
+        sure = (vstar > cpu.MIN_IV) & ((vstar >= cpu.MAX_IV) | (_column(columns, "price", n)[alo] < euro))
+    route[alo[sure]] = 2
+
+
+def spectral_work_rows(columns: Mapping[str, Any], method: Method, n: int, op: str = "price",
+                       caps: Caps | None = None) -> tuple[np.ndarray, int]:
+    """The work of each row of a spectral request, in tree-node units, by the engine that will
+    price it (:func:`spectral_routes`): an ALO row :data:`SPECTRAL_WORK` of its accuracy setting
+    (a per-row ``accuracy`` column, else ``method.accuracy``) times :data:`SPECTRAL_SOLVES`; a
+    closed-form row :data:`CLOSED_FORM_WORK`; a tree row its CRR work at the method's steps
+    (:func:`costed_tree_work_rows`, with the Greeks' or the implied volatility's trees).
+
+    Returns:
+        ``(work (n,) float64, the largest N of a tree row, 0 without)``.
+    """
+    route = spectral_routes(columns, n, op)
     solves = SPECTRAL_SOLVES["implied_vol" if op == "implied_vol" else ("greeks" if method.greeks else "price")]
-    return n * per * solves, 0
+    acc = columns.get("accuracy", getattr(method, "accuracy", "accurate"))
+    default = SPECTRAL_WORK["accurate"]
+    if np.ndim(acc) == 0:
+        per = np.full(n, SPECTRAL_WORK.get(str(acc), default))
+    else:
+        per = np.array([SPECTRAL_WORK.get(str(a), default) for a in np.asarray(acc, dtype=object).tolist()])
+    work = per * solves
+    work[route == 1] = CLOSED_FORM_WORK
+    tree = route == 2
+    max_steps = 0
+    if tree.any():
+        steps = row_steps(columns, method, n)
+        if steps.size in (1, n):
+            steps = np.broadcast_to(steps, (n,))
+            rows = costed_tree_work_rows(steps, method.greeks, op, caps)
+            work[tree] = rows[tree]
+            max_steps = int(np.where(rows > 0, steps, 0)[tree].max(initial=0))
+        else:  # steps the engine refuses: nothing is priced
+            work[tree] = 0.0
+    return work, max_steps
+
+
+def _spectral(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: Caps | None) -> tuple[float, int]:
+    """The spectral method: each row by the engine its front door gives it
+    (:func:`spectral_work_rows`: ALO solves, closed forms, and the CRR trees of the rows it
+    sends to the tree, drift-dominated ones included)."""
+    work, max_steps = spectral_work_rows(columns, method, n, op, caps)
+    return float(work.sum()), max_steps
 
 
 def _auto_rows(columns: Mapping[str, Any], n: int) -> np.ndarray:
@@ -338,12 +459,7 @@ def _auto_rows(columns: Mapping[str, Any], n: int) -> np.ndarray:
         style = _codes(raw, STYLE_CODES, "style", n if np.ndim(raw) == 0 else np.shape(raw)[0])[0]
     except (TypeError, ValueError):
         style = np.full(n, AMERICAN, dtype=np.int8)
-    t = columns.get("dividend_times")
-    cash = np.zeros(n, dtype=bool)
-    if t is not None and np.ndim(t) in (1, 2):
-        with np.errstate(invalid="ignore"):
-            has = np.isfinite(np.asarray(t, dtype=np.float64))
-        cash = np.broadcast_to(has.any(), (n,)) if np.ndim(t) == 1 else has.any(axis=1)
+    cash = _cash_rows(columns, n)
     if style.shape != (n,) or cash.shape != (n,):  # columns of another length: the engine refuses the table
         return auto_methods(np.full(n, AMERICAN, dtype=np.int8), np.zeros(n, dtype=bool))
     return auto_methods(style, cash)
@@ -351,23 +467,25 @@ def _auto_rows(columns: Mapping[str, Any], n: int) -> np.ndarray:
 
 def _auto(method: Method, columns: Mapping[str, Any], n: int, op: str, caps: Caps | None) -> tuple[float, int]:
     """The method ``auto``: each row at its own method's work (:func:`_auto_rows`): spectral
-    rows as :func:`_spectral`, tree rows as :func:`_binomial` (their own N), closed-form rows
+    rows as :func:`_spectral` (by the engine the spectral front door gives each), tree rows as :func:`_binomial` (their own N), closed-form rows
     :data:`CLOSED_FORM_WORK`; all in tree-node units."""
     names = _auto_rows(columns, n)
-    spectral = int(np.count_nonzero(names == "spectral"))
-    work = _spectral(method, columns, spectral, op, caps)[0] if spectral else 0.0
+    spectral = names == "spectral"
+    work, max_steps = 0.0, 0
+    if spectral.any():  # as the spectral front door routes them (its tree rows at their trees' cost)
+        rows, tree_steps = spectral_work_rows(columns, method, n, op, caps)
+        work, max_steps = float(rows[spectral].sum()), tree_steps
     work += _closed_form(method, columns, int(np.count_nonzero(names == "black-scholes")), op, caps)[0]
     tree = names == "binomial"
-    max_steps = 0
     if tree.any():
         steps = row_steps(columns, method, n)
         rows = costed_tree_work_rows(steps, method.greeks, op, caps)
         if steps.size == 1:
             work += float(rows[0]) * int(np.count_nonzero(tree))
-            max_steps = int(steps[0]) if rows[0] > 0 else 0
+            max_steps = max(max_steps, int(steps[0]) if rows[0] > 0 else 0)
         else:
             work += float(rows[tree].sum())
-            max_steps = int(np.where(rows > 0, steps, 0)[tree].max(initial=0))
+            max_steps = max(max_steps, int(np.where(rows > 0, steps, 0)[tree].max(initial=0)))
     return work, max_steps
 
 
@@ -438,4 +556,4 @@ def estimate(op: str, columns: Mapping[str, Any], method: Method, n: int, messag
 __all__ = ["BYTES_PER_OPTION", "CLOSED_FORM_WORK", "COST_MODELS", "SPECTRAL_WORK", "Caps", "Cost", "DEFAULT_NS_PER_NODE",
            "GREEK_TREES", "HESTON_WORK", "IV_TREES", "MLMC_MIN_PATH_STEPS", "MLMC_STEPS_EPS2", "MLMC_WORK_FACTOR", "adi_grid_work",
            "adi_work", "costed_tree_work_rows", "estimate", "mlmc_path_steps", "mlmc_path_steps_bound", "one_tree_cost",
-           "row_steps", "row_weights", "tree_nodes", "tree_nodes_rows", "tree_work_rows", "trees"]
+           "row_steps", "row_weights", "spectral_routes", "spectral_work_rows", "tree_nodes", "tree_nodes_rows", "tree_work_rows", "trees"]

@@ -22,7 +22,8 @@ quote instant.
 
 The checks of a schedule (amounts >= 0, ex-dates inside [0, expiry], ascending, at most
 :data:`~optiond.models.MAX_DIVIDENDS`, sum below the spot) are
-:func:`optiond.models.validate_dividends`'; the parser only reads.
+:func:`optiond.models.validate_dividends`'; the parser only reads, and counts a cell's entries
+before it reads them (a cell over the limit is its row's error, and no row is padded to it).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .market import clock
-from .models import RowError
+from .models import MAX_DIVIDENDS, RowError
 
 #: the portfolio column of per-row schedules
 DIVIDENDS_COLUMN = "dividends"
@@ -134,16 +135,32 @@ def parse_schedule(cell: Any, valuation: pd.Timestamp | None = None) -> tuple[li
     return times, amounts
 
 
-def pad_schedules(schedules: Sequence[tuple[Sequence[float], Sequence[float]]]) -> tuple[np.ndarray, np.ndarray]:
+def pad_schedules(schedules: Sequence[tuple[Sequence[float], Sequence[float]]], width: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Per-row ``(times, amounts)`` lists as the engine's two (n, m) float64 arrays: m the
-    longest schedule (at least 1), times NaN and amounts 0 where a row's schedule is shorter."""
+    longest schedule (at least 1) or ``width`` if smaller, times NaN and amounts 0 where a
+    row's schedule is shorter; a row longer than ``width`` keeps its first ``width`` entries
+    (None: every entry)."""
     m = max((len(t) for t, _ in schedules), default=0) or 1
+    m = m if width is None else max(1, min(m, int(width)))
     times = np.full((len(schedules), m), np.nan)
     amounts = np.zeros((len(schedules), m))
     for i, (t, a) in enumerate(schedules):
-        times[i, :len(t)] = t
-        amounts[i, :len(a)] = a
+        times[i, :min(len(t), m)] = t[:m]
+        amounts[i, :min(len(a), m)] = a[:m]
     return times, amounts
+
+
+def entry_count(cell: Any) -> int:
+    """The number of ``WHEN:AMOUNT`` entries of a schedule cell (:func:`parse_schedule`'s
+    format; blank entries and a blank cell count 0), counted without reading them."""
+    if _blank(cell):
+        return 0
+    return sum(1 for entry in str(cell).split(";") if entry.strip())
+
+
+def _clipped(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def schedule_columns(cells: Sequence[Any], valuation: pd.Timestamp | None = None
@@ -155,12 +172,20 @@ def schedule_columns(cells: Sequence[Any], valuation: pd.Timestamp | None = None
         valuation: the UTC valuation instant, for cells with ex-dates.
 
     Returns:
-        ``(dividend_times, dividend_amounts, errors)``: float64 arrays (n, m) (:func:`pad_schedules`)
-        and one :class:`~optiond.models.RowError` (field ``dividends``) per cell that does not
-        parse; that row's schedule is left empty. Never raises.
+        ``(dividend_times, dividend_amounts, errors)``: float64 arrays (n, m) (:func:`pad_schedules`,
+        m <= :data:`~optiond.models.MAX_DIVIDENDS`) and one :class:`~optiond.models.RowError`
+        (field ``dividends``) per cell that does not parse or has more than ``MAX_DIVIDENDS``
+        entries (counted before they are read: :func:`entry_count`); that row's schedule is
+        left empty. Never raises.
     """
     schedules, errors = [], []
     for i, cell in enumerate(list(cells)):
+        k = entry_count(cell)
+        if k > MAX_DIVIDENDS:
+            schedules.append(([], []))
+            errors.append(RowError(i, DIVIDENDS_COLUMN, _clipped(str(cell)),
+                                   f"{k} dividends, at most {MAX_DIVIDENDS} per option"))
+            continue
         try:
             schedules.append(parse_schedule(cell, valuation))
         except ValueError as e:
@@ -203,8 +228,8 @@ def read_dividend_file(path: str) -> pd.DataFrame:
     return out.sort_values("ex_date", kind="stable").reset_index(drop=True)
 
 
-def chain_schedules(divs: pd.DataFrame, quote_instants: Sequence[Any], T: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def chain_schedules(divs: pd.DataFrame, quote_instants: Sequence[Any], T: np.ndarray,
+                    width: int | None = MAX_DIVIDENDS + 1) -> tuple[np.ndarray, np.ndarray]:
     """Each chain contract's schedule: the dividends of ``divs`` (:func:`read_dividend_file`)
     that go ex after the contract's quote instant and before its expiry.
 
@@ -213,6 +238,10 @@ def chain_schedules(divs: pd.DataFrame, quote_instants: Sequence[Any], T: np.nda
         quote_instants: per-row UTC quote instants (ISO strings or timestamps; "" where the row's
             time cells did not parse), shape (n,).
         T: per-row years to expiry (the chain's clock), shape (n,).
+        width: the most entries a row keeps (:func:`pad_schedules`): by default one more than
+            :data:`~optiond.models.MAX_DIVIDENDS`, enough for the engine to refuse a row over
+            that limit (:func:`optiond.models.validate_dividends`) without n x (dividends in the
+            file) floats; None: every entry (a few rows, e.g. one per expiry).
 
     Returns:
         ``(dividend_times, dividend_amounts)``, float64 (n, m) (:func:`pad_schedules`): years
@@ -230,8 +259,9 @@ def chain_schedules(divs: pd.DataFrame, quote_instants: Sequence[Any], T: np.nda
             years_by_quote[q] = np.array([ex_date_years(start, d) for d in divs["ex_date"]], dtype=np.float64)
         t = years_by_quote[q]
         keep = (t > 0.0) & (t < Ti)
-        schedules.append((t[keep].tolist(), amounts[keep].tolist()))
-    return pad_schedules(schedules)
+        k = np.flatnonzero(keep)[:width]
+        schedules.append((t[k].tolist(), amounts[k].tolist()))
+    return pad_schedules(schedules, width)
 
 
 def present_value(times: np.ndarray, amounts: np.ndarray, rate: np.ndarray | float) -> np.ndarray:

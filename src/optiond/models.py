@@ -298,6 +298,12 @@ def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
     return out, [first[r] for r in sorted(first)]
 
 
+def _float_like(values: Any) -> np.ndarray:
+    """:func:`pd_numeric` of an array or nested list, keeping its shape (a float array as it is)."""
+    arr = values if isinstance(values, np.ndarray) else np.asarray(values, dtype=object)
+    return pd_numeric(arr) if arr.dtype.kind in "fiub" else pd_numeric(arr.ravel()).reshape(arr.shape)
+
+
 def validate_dividends(times: Any, amounts: Any, spot: np.ndarray, expiry: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, list[RowError]]:
     """Coerce and check cash-dividend schedules (the spot model's ex-dates and amounts).
@@ -322,17 +328,33 @@ def validate_dividends(times: Any, amounts: Any, spot: np.ndarray, expiry: np.nd
     if times is None or amounts is None:
         raise InvalidInputError("dividend_amounts" if amounts is None else "dividend_times", None, None,
                                 "cash dividends need both dividend_times and dividend_amounts")
-    t = np.asarray(pd_numeric(np.asarray(times, dtype=object).ravel()), dtype=np.float64).reshape(np.shape(times))
-    a = np.asarray(pd_numeric(np.asarray(amounts, dtype=object).ravel()), dtype=np.float64).reshape(np.shape(amounts))
+    t, a = _float_like(times), _float_like(amounts)
     if t.shape != a.shape or t.ndim not in (1, 2):
         raise InvalidInputError("dividend_times", None, None,
                                 f"dividend_times {t.shape} and dividend_amounts {a.shape} must be one shape, (n, m) or (m,)")
-    t = np.array(np.broadcast_to(np.atleast_2d(t), (n, t.shape[-1])))
-    a = np.array(np.broadcast_to(np.atleast_2d(a), (n, a.shape[-1])))
-    pad = np.isnan(t) & (np.isnan(a) | (a == 0.0))
-    a[pad] = 0.0
     errors: list[RowError] = []
-    count = (~pad).sum(axis=1)
+    # the count per schedule is checked before any (n, m) array is built: a schedule longer than
+    # MAX_DIVIDENDS is cleared (its row an error), and the padding after the last dividend of any
+    # row is cut, so the arrays below are never wider than the request's longest usable schedule
+    pad = np.isnan(t) & (np.isnan(a) | (a == 0.0))
+    count = (~pad).sum(axis=-1)
+    if t.ndim == 1:
+        if count > MAX_DIVIDENDS:  # one schedule for every row: the request's own limit
+            raise InvalidInputError("dividend_times", None, int(count),
+                                    f"at most {MAX_DIVIDENDS} dividends per option (one schedule for every row)")
+    else:
+        over = np.flatnonzero(count > MAX_DIVIDENDS)
+        for i in over.tolist():
+            errors.append(RowError(int(i), "dividend_times", float(count[i]), f"at most {MAX_DIVIDENDS} dividends per option"))
+        if over.size:
+            pad[over] = True
+    used = np.flatnonzero(~pad.reshape(-1, pad.shape[-1]).all(axis=0))
+    width = int(used[-1]) + 1 if used.size else 1
+    t = np.array(np.broadcast_to(np.atleast_2d(t[..., :width]), (n, width)))
+    a = np.array(np.broadcast_to(np.atleast_2d(a[..., :width]), (n, width)))
+    pad = np.array(np.broadcast_to(np.atleast_2d(pad[..., :width]), (n, width)))
+    t[pad] = np.nan
+    a[pad] = 0.0
     with np.errstate(invalid="ignore"):
         ordered = np.where(pad, np.inf, t)
         checks = [
@@ -345,8 +367,6 @@ def validate_dividends(times: Any, amounts: Any, spot: np.ndarray, expiry: np.nd
         for i, j in zip(*np.nonzero(bad)):
             v = float(a[i, j] if field == "dividend_amounts" else t[i, j])
             errors.append(RowError(int(i), field, v, f"dividend {int(j) + 1}: {why}"))
-    for i in np.flatnonzero(count > MAX_DIVIDENDS):
-        errors.append(RowError(int(i), "dividend_times", float(count[i]), f"at most {MAX_DIVIDENDS} dividends per option"))
     with np.errstate(invalid="ignore"):
         unsorted = np.flatnonzero((np.diff(ordered, axis=1) < 0).any(axis=1)) if t.shape[1] > 1 else []
         paid = np.where(~pad & (t < expiry[:, None]), a, 0.0).sum(axis=1)

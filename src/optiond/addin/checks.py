@@ -1,8 +1,9 @@
 """The rows a worksheet function does not send: per-row checks the engine does not make
 before it works (implied-volatility prices and N; MLMC sigma, eps and seed) and the per-call
 work limits (tree nodes, of SURFACE_PRICE's American rows too; MLMC path steps, ADI grid-cell
-updates, the spectral engine's work in tree-node units; the constants are in
-:mod:`optiond.addin.table`, the estimates are the work model's, :mod:`optiond.costs`).
+updates, the spectral method's work in tree-node units, each row by the engine that prices it;
+the constants are in :mod:`optiond.addin.table`, the estimates are the work model's,
+:mod:`optiond.costs`).
 :func:`_pre_checks` gives each refused row its cell text."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Mapping
 import numpy as np
 
 from .. import costs
-from ..models import MAX_STEPS, validate_steps
+from ..models import MAX_STEPS, Method, validate_steps
 from . import table
 from .cells import _row_text, _show, error_text
 from .table import Function
@@ -87,8 +88,11 @@ def _work(spec: Function, cols: Mapping[str, np.ndarray], n: int) -> tuple[np.nd
     if spec.method == "adi":  # American rows only: the European ones take the semi-analytic engine
         return (np.where(cols["style"] == "american", table.heston_grid_work(1), 0.0), table.HESTON_MAX_GRID_WORK,
                 "grid-cell updates")
-    if spec.method == "spectral":
-        return table.american_work(cols["accuracy"], spec.op), table.AMERICAN_MAX_WORK, "tree-node units of work"
+    if spec.method == "spectral":  # each row by the engine the spectral front door gives it (trees included)
+        op = "implied_vol" if spec.op == "iv" else "price"
+        work = costs.spectral_work_rows({**spec.fixed, **cols}, Method(name="spectral", greeks=spec.op == "greeks"),
+                                        n, op)[0]
+        return work, table.AMERICAN_MAX_WORK, "tree-node units of work"
     if spec.method == "surface" and spec.op == "price":  # American rows: a tree with Greeks each
         tree = float(table.bopm_tree_nodes(table.SURFACE_PRICE_STEPS, "greeks"))
         return np.where(cols["style"] == "american", tree, 0.0), table.BOPM_MAX_TREE_NODES, "tree nodes"

@@ -60,7 +60,9 @@ def limits_text() -> str:
          + f" a price by accuracy setting, x{float(t.american_work(t.DEFAULT_ACCURACY, 'iv') / t.american_work(t.DEFAULT_ACCURACY)):g} "
          f"for `AMERICAN_IV` ({t.AMERICAN_MAX_WORK / float(t.american_work(t.DEFAULT_ACCURACY)):,.0f} prices or "
          f"{t.AMERICAN_MAX_WORK / float(t.american_work(t.DEFAULT_ACCURACY, 'iv')):,.0f} implied volatilities at "
-         f"{t.DEFAULT_ACCURACY}) | `AMERICAN_MAX_WORK` |"),
+         f"{t.DEFAULT_ACCURACY}); a row the engine prices on the CRR tree (a cash-dividend schedule, the "
+         "double-boundary regime, or a drift-dominated row: abs(r - q) sqrt(T) > sigma) costs its tree, "
+         f"(N+1)(N+2)/2 nodes at N = {t.DEFAULT_STEPS} | `AMERICAN_MAX_WORK` |"),
         (f"| `MLMC_*` | per cell: eps >= {t.MLMC_MIN_EPS_REL:g} x S (>= {t.MLMC_MIN_EPS_REL:g} for the digital, "
          "which pays 1) | `MLMC_MIN_EPS_REL` |"),
         (f"| `MLMC_*` | {t.MLMC_MAX_PATH_STEPS:.3g} estimated path steps summed over the options: "

@@ -83,10 +83,11 @@ HESTON_TIME_STEPS = 100
 #: time steps, summed over its options: 500 options on :data:`HESTON_GRID` (about 15 s on two
 #: CPU cores, far less on a GPU)
 HESTON_MAX_GRID_WORK = 1e9
-#: AMERICAN_*: the spectral engine's work one call may ask for, in the work model's tree-node
-#: units (:data:`optiond.costs.SPECTRAL_WORK` an option and solve, by accuracy setting), summed
-#: over its options: the BOPM_* budget, about 6 s on one CPU core (some 5,700 prices or 380
-#: implied volatilities at the default accuracy)
+#: AMERICAN_*: the spectral method's work one call may ask for, in the work model's tree-node
+#: units (:data:`optiond.costs.SPECTRAL_WORK` an option and solve, by accuracy setting; a row
+#: the engine sends to the CRR tree costs its tree: :func:`optiond.costs.spectral_work_rows`),
+#: summed over its options: the BOPM_* budget, about 6 s on one CPU core (some 5,700 prices or
+#: 380 implied volatilities at the default accuracy)
 AMERICAN_MAX_WORK = BOPM_MAX_TREE_NODES
 #: SURFACE_PRICE: CRR steps of an American price on a surface (the chain job's default, the
 #: steps the fitted implied volatilities were solved with)
@@ -630,10 +631,11 @@ def bopm_tree_nodes(steps: Any, op: str = "price") -> np.ndarray:
 
 
 def american_work(accuracy: Any, op: str = "price") -> np.ndarray:
-    """Work per option of an AMERICAN_ call, in tree-node units: the spectral engine's work
-    model (:data:`optiond.costs.SPECTRAL_WORK` of the row's accuracy setting, times
-    :data:`optiond.costs.SPECTRAL_SOLVES` of a price or an implied volatility); arrays of
-    setting names broadcast."""
+    """Work per option of an AMERICAN_ call that the ALO engine prices, in tree-node units: the
+    spectral engine's work model (:data:`optiond.costs.SPECTRAL_WORK` of the row's accuracy
+    setting, times :data:`optiond.costs.SPECTRAL_SOLVES` of a price or an implied volatility);
+    arrays of setting names broadcast. The call's limit costs each row by the engine that
+    prices it (:func:`optiond.costs.spectral_work_rows`: rows sent to the tree at its cost)."""
     solves = costs.SPECTRAL_SOLVES["implied_vol" if op == "iv" else "price"]
     per = np.vectorize(lambda a: costs.SPECTRAL_WORK[a], otypes=[np.float64])(np.asarray(accuracy, dtype=object))
     return per * solves

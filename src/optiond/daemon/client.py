@@ -732,7 +732,8 @@ class Client(JobsMixin, ObjectsMixin):
         """
         buffers: list = []
         content = self._content(columns, method, buffers, prices=prices)
-        if as_job or (as_job is None and self._estimated_s("implied_vol", columns, method) > JOB_AFTER_S):
+        if as_job or (as_job is None and self._estimated_s("implied_vol", {**columns, "price": prices}, method)
+                                         > JOB_AFTER_S):  # the prices: the spectral door's drift split
             msg = self._run_job("implied_vol", content, buffers, fallback, timeout, job_id, force, deadline_s,
                                 on_progress, stall_s)
         else:

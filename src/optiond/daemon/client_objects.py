@@ -149,7 +149,8 @@ class ObjectsMixin:
         msg = self._request("surface_put", content, buffers, timeout=timeout, retries=0)
         return dict(msg.content)
 
-    def surface_vol(self, name: str, strike: Any, expiry: Any, *, timeout: float | None = None) -> ImpliedVol:
+    def surface_vol(self, name: str, strike: Any, expiry: Any, *, timeout: float | None = None,
+                    deadline_s: float | None = None) -> ImpliedVol:
         """The implied volatility of the daemon's surface ``name`` at each ``(K, T)``.
 
         Args:
@@ -157,6 +158,9 @@ class ObjectsMixin:
                 must be the live one).
             strike: K in the surface's currency; expiry: T in years; each a scalar or shape
                 (n,) (scalars broadcast). T must lie within the surface's expiries.
+            deadline_s: seconds the daemon may spend on a large request (more than
+                :data:`optiond.daemon.object_ops.INLINE_VOL_POINTS` points; default and cap:
+                its ``max_request_s``).
 
         Returns:
             :class:`optiond.models.ImpliedVol`: ``vol`` annualised decimals; a bad row has
@@ -164,12 +168,13 @@ class ObjectsMixin:
             surface's expiries, ...``); ``diagnostics["handle"]`` the version that answered.
 
         Raises:
-            DaemonError: ``UnknownObject``, ``StaleHandle``, ``WrongKind``.
+            DaemonError: ``UnknownObject``, ``StaleHandle``, ``WrongKind``, ``DeadlineExceeded``.
             InvalidInputError, DaemonUnavailable: as :meth:`fit_surface`.
         """
         buffers: list = []
         content = surface_op.encode_points(name, {"strike": strike, "expiry": expiry}, buffers)
-        return decode_iv(self._request("surface_vol", content, buffers, timeout=timeout))
+        meta = None if deadline_s is None else {"deadline_s": float(deadline_s)}
+        return decode_iv(self._request("surface_vol", content, buffers, timeout=timeout, metadata=meta))
 
     def surface_price(self, name: str, strike: Any, expiry: Any, kind: Any, american: Any = True, *,
                       style: Any = None, steps: int | None = None, timeout: float | None = None) -> Result:

@@ -39,7 +39,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..market.curve import DAYS_PER_YEAR, CurveError, ZeroCurve
-from ..models import InvalidInputError
+from ..models import MAX_DIVIDENDS, InvalidInputError
 
 #: the kinds, in the order listings name them
 KINDS = ("curve", "dividends", "heston", "surface")
@@ -86,18 +86,21 @@ class CashDividends:
     def rows(self, expiry: np.ndarray, valuation: Any = None) -> tuple[np.ndarray, np.ndarray] | None:
         """Each row's schedule, shape (n, m) NaN-padded (the engine's columns): the dividends
         with an ex-date in ``[0, T]`` of the row's T (years, shape (n,)); a past ex-date is
-        already in the spot. None when no row has one."""
+        already in the spot. A row keeps at most ``MAX_DIVIDENDS + 1`` of them, enough for the
+        engine to refuse a row over :data:`optiond.models.MAX_DIVIDENDS`
+        (:func:`optiond.models.validate_dividends`) without n x :data:`MAX_SCHEDULE` floats.
+        None when no row has one."""
         t, a = self.years(valuation)
         T = np.asarray(expiry, dtype=np.float64).reshape(-1)
         with np.errstate(invalid="ignore"):
             keep = (t[None, :] >= 0.0) & (t[None, :] <= T[:, None])
-        m = int(keep.sum(axis=1).max()) if keep.size else 0
+        m = min(int(keep.sum(axis=1).max()) if keep.size else 0, MAX_DIVIDENDS + 1)
         if m == 0:
             return None
         times = np.full((T.size, m), np.nan)
         amounts = np.full((T.size, m), np.nan)
         for i in range(T.size):
-            j = np.flatnonzero(keep[i])
+            j = np.flatnonzero(keep[i])[:m]
             times[i, : j.size], amounts[i, : j.size] = t[j], a[j]
         return times, amounts
 

@@ -45,8 +45,9 @@ from .objects import Claim, Entry, ObjectStore, check_name, quiet_gc
 from .protocol import Message, ProtocolError, unpackb
 from .server_parts import _nbytes
 
-#: volatility requests of at most this many points are answered on the request loop (one
-#: evaluation of the surface per distinct T, some tens of microseconds each)
+#: volatility requests of at most this many points are answered on the request loop (each
+#: slice evaluated once on the points that read it, about a microsecond a point); a larger one
+#: runs on a runner thread within the request's ``deadline_s``
 INLINE_VOL_POINTS = 2000
 #: puts of documents of at most this many bytes are answered on the request loop
 INLINE_PUT_BYTES = 64 << 10
@@ -220,8 +221,10 @@ class ObjectOps:
         entry = self._surface(cols["name"])
         if cols["n"] <= INLINE_VOL_POINTS:
             return surface_op.vol_reply(entry, cols)
-        self._aside(msg, "surface_vol", "surface", functools.partial(surface_op.vol_reply, entry, cols), cols["n"],
-                    t0, self.limits.max_request_s, pricing_thread=False)
+        cost = surface_op.vol_cost(cols, _nbytes(list(msg.buffers)), self.ns_per_node)
+        deadline = self.limits.check(cost, self._option(msg, "deadline_s"), self.jobs.slots if self.jobs else 1)
+        self._aside(msg, "surface_vol", "surface", functools.partial(surface_op.vol_reply, entry, cols, deadline),
+                    cols["n"], t0, deadline, pricing_thread=False)
         return None
 
     def _op_surface_price(self, msg: Message, t0: float) -> None:

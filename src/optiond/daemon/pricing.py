@@ -223,7 +223,8 @@ class PricingOps:
             if isinstance(prices, np.ndarray) and prices.ndim == 1:
                 n = max(n, prices.shape[0])
             msg_bytes = sum(len(b) for b in buffers)
-            cost = limits_mod.estimate(op, columns, method, n, msg_bytes, self.ns_per_node)
+            costed = columns if prices is None else {**columns, "price": prices}  # the spectral IV split reads them
+            cost = limits_mod.estimate(op, costed, method, n, msg_bytes, self.ns_per_node)
         deadline = self.limits.check(cost, self._option(msg, "deadline_s"), self.jobs.slots if self.jobs else 1)
         key = None
         if self.cache.max_entries > 0:

@@ -158,6 +158,14 @@ def price_cost(cols: Mapping[str, Any], message_bytes: int, ns_per_node: float) 
                                max(n, 1), message_bytes, ns_per_node)
 
 
+def vol_cost(cols: Mapping[str, Any], message_bytes: int, ns_per_node: float) -> costs.Cost:
+    """What a ``surface_vol`` request costs: a closed-form price a point (one SVI evaluation
+    or two and a square root; the daemon's cost model, :func:`optiond.limits.estimate`)."""
+    return limits_mod.estimate("price", {"kind": "put", "style": "european", "spot": 1.0, "strike": 1.0,
+                                         "expiry": 1.0, "rate": 0.0}, Method(name="black-scholes"),
+                               max(int(cols["n"]), 1), message_bytes, ns_per_node)
+
+
 # ---------------------------------------------------------------------------- the work
 
 
@@ -252,10 +260,13 @@ def put(objects: ObjectStore, content: Any) -> tuple[dict, list]:
     return entry_reply(*store(objects, name, surface)), []
 
 
-def vol_reply(entry: Entry, cols: Mapping[str, Any]) -> tuple[dict, list]:
-    """The daemon's ``surface_vol`` on the surface ``entry`` holds (:func:`optiond.surface.points.vols`)."""
+def vol_reply(entry: Entry, cols: Mapping[str, Any], deadline_s: float | None = None) -> tuple[dict, list]:
+    """The daemon's ``surface_vol`` on the surface ``entry`` holds (:func:`optiond.surface.points.vols`),
+    stopped with TimeoutError (a ``DeadlineExceeded`` reply) ``deadline_s`` seconds after it
+    starts (None: no deadline)."""
     t0 = time.perf_counter()
-    iv = points.vols(entry.payload, cols["strike"], cols["expiry"])
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
+    iv = points.vols(entry.payload, cols["strike"], cols["expiry"], deadline)
     buffers: list = []
     content = wire.implied_vol_body(iv, time.perf_counter() - t0, buffers)
     content["handle"] = entry.handle
@@ -281,4 +292,5 @@ def listing(objects: ObjectStore) -> dict:
 
 
 __all__ = ["KIND", "PRICE_COLUMNS", "REPLY_SLICES", "VOL_COLUMNS", "decode_points", "describe", "encode_fit",
-           "encode_points", "entry_reply", "fit", "fit_name", "listing", "price_cost", "price_reply", "put", "store", "vol_reply"]
+           "encode_points", "entry_reply", "fit", "fit_name", "listing", "price_cost", "price_reply", "put", "store", "vol_cost",
+           "vol_reply"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,13 +84,17 @@ class Surface:
     def _through_slices(self, y: Any, T: float) -> float:
         """``y`` (one value per slice) at ``T``: linear in T between the slices, extended along
         the nearest two slices' slope beyond them (flat with one slice)."""
+        return float(self._through_slices_at(y, np.array([T], dtype=np.float64))[0])
+
+    def _through_slices_at(self, y: Any, T: np.ndarray) -> np.ndarray:
+        """:meth:`_through_slices` at each of the times ``T`` (float array), one search for all."""
         Ts = np.array([s.T for s in self.slices])
         y = np.asarray(y, dtype=np.float64)
         if len(Ts) == 1:
-            return float(y[0])
-        j = int(np.clip(np.searchsorted(Ts, T), 1, len(Ts) - 1))
+            return np.full(np.shape(T), y[0])
+        j = np.clip(np.searchsorted(Ts, T), 1, len(Ts) - 1)
         slope = (y[j] - y[j - 1]) / (Ts[j] - Ts[j - 1])
-        return float(y[j - 1] + slope * (T - Ts[j - 1]))
+        return y[j - 1] + slope * (T - Ts[j - 1])
 
     def forward(self, T: float) -> float:
         """``F_T``: log-linear in T through the slices' forwards, extended along the nearest
@@ -129,6 +134,58 @@ class Surface:
         w = self.total_variance(k, T)
         with np.errstate(invalid="ignore"):
             return np.sqrt(np.where(w >= 0, w, np.nan) / T)
+
+    def vols(self, strike: Any, T: Any, deadline: float | None = None) -> np.ndarray:
+        """Implied volatility (annualised decimal) at each point ``(strike[i], T[i])``: what
+        :meth:`vol` gives each point alone, for any number of distinct ``T``.
+
+        Each point reads one slice (before the first or after the last) or two (between them,
+        weights ``1 - t`` and ``t``); the points are grouped by slice with one sort and every
+        slice's smile is evaluated once, on all the points that read it, so the work is
+        O(n log n) in the points whatever the number of distinct ``T``.
+
+        Args:
+            strike: K, currency units, and ``T``: years > 0; arrays of one shape (or
+                broadcasting), float.
+            deadline: a :func:`time.monotonic` instant, checked between slices; None: none.
+
+        Returns:
+            float64 array of the broadcast shape; NaN where the total variance is negative.
+
+        Raises:
+            TimeoutError: ``deadline`` passed before every slice was evaluated.
+        """
+        K, Tq = np.broadcast_arrays(np.asarray(strike, dtype=np.float64), np.asarray(T, dtype=np.float64))
+        shape, K, Tq = K.shape, K.ravel(), Tq.ravel()
+        n, sl = K.size, self.slices
+        Ts = np.array([s.T for s in sl])
+        k = np.log(K / np.exp(self._through_slices_at(np.log([s.forward for s in sl]), Tq)))
+        with np.errstate(invalid="ignore"):
+            first = Tq <= Ts[0]
+            last = ~first & (Tq >= Ts[-1])
+        inside = np.flatnonzero(~first & ~last)
+        j = np.searchsorted(Ts, Tq[inside])  # Ts[j - 1] < T < Ts[j]
+        t = (Tq[inside] - Ts[j - 1]) / (Ts[j] - Ts[j - 1])
+        ends = np.flatnonzero(first | last)
+        end_slice = np.where(first[ends], 0, len(sl) - 1)
+        # (point, slice, weight) of every read; sorted by slice, a point's lower slice comes first
+        point = np.concatenate([ends, inside, inside])
+        slice_ = np.concatenate([end_slice, j - 1, j])
+        weight = np.concatenate([Tq[ends] / Ts[end_slice], 1.0 - t, t])
+        order = np.argsort(slice_, kind="stable")
+        point, slice_, weight = point[order], slice_[order], weight[order]
+        bounds = np.searchsorted(slice_, np.arange(len(sl) + 1))
+        part = np.empty(point.size)
+        for i, s in enumerate(sl):
+            a, b = bounds[i], bounds[i + 1]
+            if a == b:
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"the surface's volatilities at {n} points took longer than the request's deadline")
+            part[a:b] = weight[a:b] * s.total_variance(k[point[a:b]])
+        w = np.bincount(point, weights=part, minlength=n)
+        with np.errstate(invalid="ignore"):
+            return np.sqrt(np.where(w >= 0, w, np.nan) / Tq).reshape(shape)
 
     # ------------------------------------------------------------------ JSON
 

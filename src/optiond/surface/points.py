@@ -135,13 +135,14 @@ def _points(surface: Surface, strike: Any, expiry: Any) -> tuple[np.ndarray, np.
     return K, T, errors
 
 
-def vols(surface: Surface, strike: Any, expiry: Any) -> ImpliedVol:
+def vols(surface: Surface, strike: Any, expiry: Any, deadline: float | None = None) -> ImpliedVol:
     """The surface's implied volatility at each ``(K, T)``.
 
     Args:
         surface: the fitted surface.
         strike: K, currency units: a scalar or shape (n,).
         expiry: T, years: a scalar or shape (n,) (scalars broadcast).
+        deadline: a :func:`time.monotonic` instant to stop at (None: none).
 
     Returns:
         :class:`optiond.models.ImpliedVol`: ``vol`` annualised decimals, :meth:`Surface.vol`
@@ -151,10 +152,11 @@ def vols(surface: Surface, strike: Any, expiry: Any) -> ImpliedVol:
 
     Raises:
         ValueError: ``strike`` and ``expiry`` of different lengths, or not 1-D.
+        TimeoutError: ``deadline`` passed first.
     """
     K, T, errors = _points(surface, strike, expiry)
     n = K.shape[0]
-    vol = fitted_vol(pd.DataFrame({"strike": K, "expiry_years": T}), surface)
+    vol = fitted_vol(pd.DataFrame({"strike": K, "expiry_years": T}), surface, deadline)
     status, error = object_full(n, "ok"), object_full(n, "")
     for i in np.flatnonzero(~np.isfinite(vol)).tolist():
         status[i] = "invalid"

@@ -38,15 +38,20 @@ def time_range(surface: Surface) -> tuple[float, float]:
     return surface.slices[0].T * (1 - T_SLACK), surface.slices[-1].T * (1 + T_SLACK)
 
 
-def fitted_vol(out: pd.DataFrame, surface: Surface) -> np.ndarray:
-    """``iv_fit`` per row, shape ``(n,)``, annualised decimal.
+def fitted_vol(out: pd.DataFrame, surface: Surface, deadline: float | None = None) -> np.ndarray:
+    """``iv_fit`` per row, shape ``(n,)``, annualised decimal (:meth:`Surface.vols`: each slice
+    evaluated once for all the rows, O(n log n) in the rows whatever the number of expiries).
 
     NaN where the row's strike or ``expiry_years`` is missing or not positive, where ``T`` lies
     outside ``[T_first, T_last]`` of the surface's slices (no extrapolation in time), or where
     the surface's total variance is negative.
 
+    Args:
+        deadline: a :func:`time.monotonic` instant to stop at (None: none).
+
     Raises:
         KeyError: ``out`` lacks ``strike`` or ``expiry_years``.
+        TimeoutError: ``deadline`` passed first.
     """
     K = pd.to_numeric(out["strike"], errors="coerce").to_numpy(dtype=np.float64)
     T = pd.to_numeric(out["expiry_years"], errors="coerce").to_numpy(dtype=np.float64)
@@ -57,9 +62,7 @@ def fitted_vol(out: pd.DataFrame, surface: Surface) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         ok = np.isfinite(K) & (K > 0) & np.isfinite(T) & (T >= t_lo) & (T <= t_hi) & (T > 0)
     rows = np.flatnonzero(ok)
-    for t in np.unique(T[rows]):  # one call per expiry: the forward and the slice weights are per T
-        r = rows[T[rows] == t]
-        vol[r] = surface.vol(K[r], float(t))
+    vol[rows] = surface.vols(K[rows], T[rows], deadline)
     return vol
 
 
