@@ -10,12 +10,13 @@ Unix-domain socket (its IPC listener asserts on ``EMFILE``). So the daemon:
 * keeps a *reserve* of descriptors for its own files, sockets, threads and libraries
   (:func:`reserve`: a quarter of the limit, at least :data:`RESERVE_MIN`): peers' connections
   may use the rest, the *budget*, all transports together;
-* caps the connections of each transport (``shell`` TCP, ``shell`` IPC, ``control``,
-  ``iopub``, ``hb``; by default an equal share of the budget each), so that a flood of one
-  port, or of all of them, leaves every other its share;
+* caps the connections of each transport (``shell``, ``control``, ``hb`` over TCP and their
+  Unix-socket twins ``shell_ipc``, ``control_ipc``, ``hb_ipc``, and ``iopub``; by default an
+  equal share of the budget each), so that a flood of one port, or of all of them, leaves
+  every other its share;
 * watches every listener with a ZeroMQ socket monitor (:class:`ConnectionGuard`): a connection
-  accepted over its transport's cap or over the budget, or given a descriptor in the reserve,
-  is *shed* at once (``shutdown(2)`` on its descriptor: libzmq sees the peer gone and closes
+  accepted over its transport's cap or over the budget (with no unproven one to displace,
+  below), or given a descriptor in the reserve, is *shed* at once (``shutdown(2)`` on its descriptor: libzmq sees the peer gone and closes
   it), counted and logged (at most one line a second). If an accept fails for want of
   descriptors all the same, unproven connections (below), else the newest of the fullest
   transport, are shed to make room;
