@@ -34,6 +34,7 @@ import pytest
 from conftest import start_daemon, stop_daemon
 
 from optiond.daemon import protocol
+from optiond.daemon.client import Client
 from optiond.daemon.protocol import DELIM, AuthenticationError, Session
 
 BIG = 16 * 1024 * 1024  # the smallest size of the messages seen hashed whole before this check
@@ -143,6 +144,57 @@ def test_a_large_unsigned_message_costs_the_peer_its_connection(tmp_path):
         _wait_until(lambda: server.status()["auth_failures"] >= before + 2)
         assert server.status()["auth_failures"] == before + 2 and shed() == 1
     finally:
+        ctx.term()
+        server.stop()
+        t.join(timeout=10)
+        server.close()
+
+
+def test_a_proven_connection_stays_and_a_newcomer_displaces_a_silent_one(tmp_path, monkeypatch):
+    """With a cap of 4 connections a port, over TCP: a signed client's connection (proven by
+    its first message) stays open while 12 silent key-less ZeroMQ peers come and go, and a new
+    signed client still gets in, in the place of the oldest silent one. (Before, the first
+    silent peers held the port and every newcomer was refused.)"""
+    import zmq
+    from zmq.utils.monitor import recv_monitor_message
+
+    from optiond.daemon import paths
+    from optiond.daemon.server import Server
+
+    monkeypatch.setenv("OPTIOND_TRANSPORT", "tcp")
+    conn = tmp_path / "daemon.json"
+    server = Server(conn, warmup=False, json_log=False, metrics_port=None, max_connections=4, persist_objects=False)
+    server.start()
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    ctx = zmq.Context()
+    ctx.setsockopt(zmq.LINGER, 0)
+    first = Client(conn, timeout=5.0, retries=0)
+    second = Client(conn, timeout=5.0, retries=1)
+    silent = []
+    try:
+        assert first.ping()["pid"] == server.pid
+        watched = first._socket(first._connection(), "shell")
+        mon = watched.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        url = paths.endpoint(paths.read_connection_file(conn))
+        for _ in range(12):
+            s = ctx.socket(zmq.DEALER)
+            s.connect(url)
+            silent.append(s)
+        _wait_until(lambda: server.guard.stats()["shed"]["shell"] >= 12)  # each of them came at least once
+        assert server.guard.stats()["unproven"]["shell"] == 3  # what the proven one leaves of the cap
+        assert second.ping()["pid"] == server.pid  # a newcomer, in the place of a silent one
+        assert first.ping()["pid"] == server.pid
+        st = server.guard.stats()
+        assert st["proven"]["shell"] == 2 and st["unproven"]["shell"] <= 2, st
+        assert not mon.poll(0), recv_monitor_message(mon)  # the first client's connection never dropped
+        watched.disable_monitor()
+        mon.close(linger=0)
+    finally:
+        first.close()
+        second.close()
+        for s in silent:
+            s.close()
         ctx.term()
         server.stop()
         t.join(timeout=10)
