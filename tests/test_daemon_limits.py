@@ -359,6 +359,7 @@ def test_silent_key_less_peers_cannot_lock_out_signed_clients_or_status(limited,
     info = json.loads(limited.connection_file.read_text())
     pid = limited.daemon_pid
     assert {"control_ipc", "hb_ipc", "shell_ipc"} <= set(info)
+    assert [paths.shell_endpoint(info, ch) for ch in ("control", "hb")] == [info["control_ipc"], info["hb_ipc"]]
     local = limited.client(timeout=5.0, retries=1)  # over the Unix sockets: outside the flood
     before = local.status()["connections"]
     n = before["cap"] + OVER_CAP
@@ -380,6 +381,7 @@ def test_silent_key_less_peers_cannot_lock_out_signed_clients_or_status(limited,
             assert time.monotonic() < deadline, st
             time.sleep(0.05)
         assert min(st["unproven"][t] for t in ("shell", "control", "hb")) >= st["cap"] // 2, st
+        assert local._heartbeat(local._connection(), 2.0)  # the heartbeat's Unix socket echoes
 
         monkeypatch.setenv("OPTIOND_TRANSPORT", "tcp")
         tcp = limited.client(timeout=2.0, retries=2)

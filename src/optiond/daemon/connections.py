@@ -16,10 +16,10 @@ Unix-domain socket (its IPC listener asserts on ``EMFILE``). So the daemon:
   every other its share;
 * watches every listener with a ZeroMQ socket monitor (:class:`ConnectionGuard`): a connection
   accepted over its transport's cap or over the budget (with no unproven one to displace,
-  below), or given a descriptor in the reserve, is *shed* at once (``shutdown(2)`` on its descriptor: libzmq sees the peer gone and closes
-  it), counted and logged (at most one line a second). If an accept fails for want of
-  descriptors all the same, unproven connections (below), else the newest of the fullest
-  transport, are shed to make room;
+  below), or given a descriptor in the reserve, is *shed* at once (``shutdown(2)`` on its
+  descriptor: libzmq sees the peer gone and closes it), counted and logged (at most one line
+  a second). If an accept fails for want of descriptors all the same, unproven connections
+  (below), else the newest of the fullest transport, are shed to make room;
 * tells *proven* connections from *unproven* ones. A connection is proven once a correctly
   signed message has come over it (:meth:`ConnectionGuard.mark_signed`, called by the
   daemon's receiving threads with the message's ``SRCFD``; only a key holder can send one);
