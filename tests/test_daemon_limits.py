@@ -9,7 +9,10 @@
   authenticated clients within 1 s over TCP (connected before) and the Unix socket (new), and
   ``/healthz``; once the flood ends a new TCP client is served;
 * 1,000 half-sent HTTP requests to its metrics port leave its thread count as it was and
-  ``/healthz`` answering.
+  ``/healthz`` answering;
+* silent, handshaken ZeroMQ peers over the cap on the shell, control and heartbeat ports do
+  not keep a signed TCP client, ``optiond status`` or the heartbeat out;
+* a subscriber without the key cannot read the events.
 
 Every loop is bounded in count and time; every connection goes to 127.0.0.1.
 """
@@ -25,11 +28,13 @@ import threading
 import time
 import urllib.request
 
+import numpy as np
 import pytest
 
 from conftest import start_daemon, stop_daemon
 
 from optiond.daemon import protocol
+from optiond.daemon.client import Client
 from optiond.daemon.protocol import DELIM, AuthenticationError, Session
 
 BIG = 16 * 1024 * 1024  # the smallest size of the messages seen hashed whole before this check
@@ -139,6 +144,57 @@ def test_a_large_unsigned_message_costs_the_peer_its_connection(tmp_path):
         _wait_until(lambda: server.status()["auth_failures"] >= before + 2)
         assert server.status()["auth_failures"] == before + 2 and shed() == 1
     finally:
+        ctx.term()
+        server.stop()
+        t.join(timeout=10)
+        server.close()
+
+
+def test_a_proven_connection_stays_and_a_newcomer_displaces_a_silent_one(tmp_path, monkeypatch):
+    """With a cap of 4 connections a port, over TCP: a signed client's connection (proven by
+    its first message) stays open while 12 silent key-less ZeroMQ peers come and go, and a new
+    signed client still gets in, in the place of the oldest silent one. (Before, the first
+    silent peers held the port and every newcomer was refused.)"""
+    import zmq
+    from zmq.utils.monitor import recv_monitor_message
+
+    from optiond.daemon import paths
+    from optiond.daemon.server import Server
+
+    monkeypatch.setenv("OPTIOND_TRANSPORT", "tcp")
+    conn = tmp_path / "daemon.json"
+    server = Server(conn, warmup=False, json_log=False, metrics_port=None, max_connections=4, persist_objects=False)
+    server.start()
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    ctx = zmq.Context()
+    ctx.setsockopt(zmq.LINGER, 0)
+    first = Client(conn, timeout=5.0, retries=0)
+    second = Client(conn, timeout=5.0, retries=1)
+    silent = []
+    try:
+        assert first.ping()["pid"] == server.pid
+        watched = first._socket(first._connection(), "shell")
+        mon = watched.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        url = paths.endpoint(paths.read_connection_file(conn))
+        for _ in range(12):
+            s = ctx.socket(zmq.DEALER)
+            s.connect(url)
+            silent.append(s)
+        _wait_until(lambda: server.guard.stats()["shed"]["shell"] >= 12)  # each of them came at least once
+        assert server.guard.stats()["unproven"]["shell"] == 3  # what the proven one leaves of the cap
+        assert second.ping()["pid"] == server.pid  # a newcomer, in the place of a silent one
+        assert first.ping()["pid"] == server.pid
+        st = server.guard.stats()
+        assert st["proven"]["shell"] == 2 and st["unproven"]["shell"] <= 2, st
+        assert not mon.poll(0), recv_monitor_message(mon)  # the first client's connection never dropped
+        watched.disable_monitor()
+        mon.close(linger=0)
+    finally:
+        first.close()
+        second.close()
+        for s in silent:
+            s.close()
         ctx.term()
         server.stop()
         t.join(timeout=10)
@@ -279,6 +335,127 @@ def test_1000_half_sent_http_requests_keep_the_thread_count(limited):
         for s in socks:
             s.close()
     assert limited.process.poll() is None
+
+
+#: silent peers per port beyond the per-transport cap (which the old guard filled, then
+#: refused every newcomer)
+OVER_CAP = 16
+
+
+@linux_only
+def test_silent_key_less_peers_cannot_lock_out_signed_clients_or_status(limited, monkeypatch, capsys):
+    """``cap + 16`` ZeroMQ DEALER sockets on each of the shell, control and heartbeat TCP
+    ports, handshaken and silent (and reconnecting every 100 ms when shed, as ZeroMQ does),
+    under an open-files limit of 1,024: a new signed client is served over TCP, its price is
+    the engine's, ``optiond status`` says running over TCP and over the Unix sockets, and the
+    heartbeat echoes over TCP. (Before, the first ``cap`` silent peers of a port held it and
+    every newcomer was shed.)"""
+    import zmq
+
+    from optiond import engine
+    from optiond.daemon import commands, paths
+    from optiond.models import Method
+
+    info = json.loads(limited.connection_file.read_text())
+    pid = limited.daemon_pid
+    assert {"control_ipc", "hb_ipc", "shell_ipc"} <= set(info)
+    assert [paths.shell_endpoint(info, ch) for ch in ("control", "hb")] == [info["control_ipc"], info["hb_ipc"]]
+    local = limited.client(timeout=5.0, retries=1)  # over the Unix sockets: outside the flood
+    before = local.status()["connections"]
+    n = before["cap"] + OVER_CAP
+    ctx = zmq.Context()
+    ctx.set(zmq.MAX_SOCKETS, 3 * n + 64)
+    ctx.setsockopt(zmq.LINGER, 0)
+    silent = []
+    try:
+        for port in ("shell_port", "control_port", "hb_port"):
+            for _ in range(n):
+                s = ctx.socket(zmq.DEALER)
+                s.connect(paths.endpoint(info, port))
+                silent.append(s)
+        deadline = time.monotonic() + 30.0
+        while True:  # the daemon has seen more than its cap of them on every port
+            st = local.status()["connections"]
+            if all(st["shed"][t] - before["shed"][t] >= OVER_CAP for t in ("shell", "control", "hb")):
+                break
+            assert time.monotonic() < deadline, st
+            time.sleep(0.05)
+        assert min(st["unproven"][t] for t in ("shell", "control", "hb")) >= st["cap"] // 2, st
+        assert local._heartbeat(local._connection(), 2.0)  # the heartbeat's Unix socket echoes
+
+        monkeypatch.setenv("OPTIOND_TRANSPORT", "tcp")
+        tcp = limited.client(timeout=2.0, retries=2)
+        try:
+            assert tcp._connection().endpoint("shell").startswith("tcp://")
+            assert tcp.ping()["pid"] == pid
+            cols = {"kind": "put", "style": "american", "spot": 100.0, "strike": [90.0, 100.0, 110.0],
+                    "expiry": 0.5, "rate": 0.03, "volatility": 0.25}
+            got = tcp.price_table(cols, Method(steps=200), fallback=False, timeout=60.0)  # (kernels may load)
+            assert got.via == "daemon"
+            np.testing.assert_array_equal(got.price, engine.price_table(cols, Method(steps=200)).price)
+            assert tcp._heartbeat(tcp._connection(), 2.0)  # the TCP heartbeat echoes
+            assert local.status()["connections"]["proven"]["shell"] >= 1  # its connection is proven
+        finally:
+            tcp.close()
+        args = ["status", "--json", "--connection-file", str(limited.connection_file)]
+        assert commands.main(args) == 0  # over the flooded TCP control port
+        assert json.loads(capsys.readouterr().out)["running"] is True
+        monkeypatch.delenv("OPTIOND_TRANSPORT")
+        assert commands.main(args) == 0  # over the control channel's Unix socket
+        st = json.loads(capsys.readouterr().out)
+        assert st["running"] is True and st["pid"] == pid
+        conns = st["connections"]
+        assert conns["proven"]["control_ipc"] >= 1, conns
+        print(f"\n{n} silent peers on each of 3 ports (cap {conns['cap']}): "
+              f"{sum(conns['shed'][t] for t in ('shell', 'control', 'hb'))} shed or displaced; "
+              f"signed TCP ping, price and status served")
+    finally:
+        for s in silent:
+            s.close(linger=0)
+        ctx.term()
+        local.close()
+    assert limited.process.poll() is None
+
+
+@linux_only
+def test_events_cannot_be_read_without_the_key(limited):
+    """A subscriber without the key never completes the handshake of the event (PUB) port,
+    so it reads nothing, while the key holder's subscription receives the signed events."""
+    import zmq
+    from zmq.utils.monitor import recv_monitor_message
+
+    from optiond.daemon import paths
+
+    info = json.loads(limited.connection_file.read_text())
+    assert info["iopub_security"] == "curve"
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    mon = sub.get_monitor_socket()
+    keyed = limited.client(timeout=5.0)
+    sub.connect(paths.endpoint(info, "iopub_port"))
+    failed = {zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+              zmq.EVENT_HANDSHAKE_FAILED_AUTH}
+    outcome = None
+    try:
+        with keyed.subscribe() as events:
+            assert events.wait_connected(10.0)  # the key holder reads the events
+            deadline = time.monotonic() + 10.0
+            while outcome is None and time.monotonic() < deadline:
+                if sub.poll(50):  # a status event goes to every new subscriber at once
+                    outcome = ("read", sub.recv_multipart()[0])
+                while outcome is None and mon.poll(0):
+                    ev = recv_monitor_message(mon)["event"]
+                    if ev in failed:
+                        outcome = ("refused", ev)
+    finally:
+        sub.disable_monitor()
+        mon.close(linger=0)
+        sub.close(linger=0)
+        ctx.term()
+        keyed.close()
+    assert outcome is not None and outcome[0] == "refused", outcome
 
 
 @linux_only

@@ -144,8 +144,8 @@ class _Connection:
     session: Session
 
     def endpoint(self, channel: str) -> str:
-        if channel == "shell":
-            return paths.shell_endpoint(self.info)
+        if channel in ("shell", "control", "hb"):  # the Unix socket where there is one
+            return paths.shell_endpoint(self.info, channel)
         return paths.endpoint(self.info, f"{channel}_port")
 
 

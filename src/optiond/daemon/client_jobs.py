@@ -30,7 +30,7 @@ import zmq
 
 from ..models import ImpliedVol, Method, Result
 from .client_replies import DaemonError, DaemonUnavailable, JobPending, _Unsendable
-from .protocol import Message, ProtocolError
+from .protocol import IOPUB_CURVE, Message, ProtocolError, iopub_curve_keys
 
 log = logging.getLogger("optiond.client")
 
@@ -299,7 +299,9 @@ class _NullContext:
 class Subscription:
     """The daemon's events, received in a thread of their own (see :meth:`Client.subscribe`).
 
-    Every event is signed by the daemon and checked here (forged ones are dropped). When no
+    Every event is signed by the daemon and checked here (forged ones are dropped), and where
+    the connection file says ``"iopub_security": "curve"`` it comes encrypted over a CURVE
+    connection (:func:`optiond.daemon.protocol.iopub_curve_keys`). When no
     event arrives for ``lost_after`` seconds a ``"lost"`` :class:`Event` is delivered once;
     the subscription then follows the connection file, so events resume from a restarted
     daemon. Events are passed to ``callback`` and also queued for :meth:`get` (the 10,000
@@ -359,6 +361,9 @@ class Subscription:
                         sock = self._client._ctx.socket(zmq.SUB)
                         sock.setsockopt(zmq.LINGER, 0)
                         sock.setsockopt(zmq.SUBSCRIBE, b"")
+                        if conn.info.get("iopub_security") == IOPUB_CURVE:  # encrypted: name the daemon's key
+                            sock.curve_serverkey = iopub_curve_keys(conn.info["key"].encode("ascii"))[0]
+                            sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
                         sock.connect(conn.endpoint("iopub"))
                 if sock is None or not sock.poll(100):
                     now = time.monotonic()

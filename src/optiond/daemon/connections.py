@@ -10,15 +10,33 @@ Unix-domain socket (its IPC listener asserts on ``EMFILE``). So the daemon:
 * keeps a *reserve* of descriptors for its own files, sockets, threads and libraries
   (:func:`reserve`: a quarter of the limit, at least :data:`RESERVE_MIN`): peers' connections
   may use the rest, the *budget*, all transports together;
-* caps the connections of each transport (``shell`` TCP, ``shell`` IPC, ``control``,
-  ``iopub``, ``hb``; by default an equal share of the budget each), so that a flood of one
-  port, or of all of them, leaves every other its share;
+* caps the connections of each transport (``shell``, ``control``, ``hb`` over TCP and their
+  Unix-socket twins ``shell_ipc``, ``control_ipc``, ``hb_ipc``, and ``iopub``; by default an
+  equal share of the budget each), so that a flood of one port, or of all of them, leaves
+  every other its share;
 * watches every listener with a ZeroMQ socket monitor (:class:`ConnectionGuard`): a connection
-  accepted over its transport's cap or over the budget, or given a descriptor in the reserve,
-  is *shed* at once (``shutdown(2)`` on its descriptor: libzmq sees the peer gone and closes
-  it), counted and logged (at most one line a second). The connections already served keep
-  being served. If an accept fails for want of descriptors all the same, the newest
-  connections of the fullest transport are shed to make room;
+  accepted over its transport's cap or over the budget (with no unproven one to displace,
+  below), or given a descriptor in the reserve, is *shed* at once (``shutdown(2)`` on its
+  descriptor: libzmq sees the peer gone and closes it), counted and logged (at most one line
+  a second). If an accept fails for want of descriptors all the same, unproven connections
+  (below), else the newest of the fullest transport, are shed to make room;
+* tells *proven* connections from *unproven* ones. A connection is proven once a correctly
+  signed message has come over it (:meth:`ConnectionGuard.mark_signed`, called by the
+  daemon's receiving threads with the message's ``SRCFD``; only a key holder can send one);
+  ``hb`` and ``iopub`` carry no signed message (an echo, subscriptions), so theirs stay
+  unproven. A proven connection is never shed to make room for an unproven one: a newcomer
+  over its transport's cap, or over the budget, *displaces* the oldest unproven connection
+  (of its transport; over the budget, of any), and is shed itself only when there is none
+  (the cap full of proven ones). So key-less peers that connect, complete the ZeroMQ
+  handshake and stay silent cannot keep a key holder out, however many they are: its new
+  connection is accepted at once and has until ``cap`` newer connections have come to send
+  its first signed message (milliseconds are enough), and a client connection of ``hb`` or
+  ``iopub`` that was displaced is opened again by its ZeroMQ socket (``RECONNECT_IVL``) and
+  displaces another in turn. (The unproven connections are not held to a pool smaller than
+  the cap: ZeroMQ peers that lose their connection reconnect every 100 ms, so a smaller pool
+  only makes them come back more often and leaves a newcomer less time to prove itself.)
+  The listeners' accept queue is :data:`LISTEN_BACKLOG` deep, so that a key holder's
+  connection request is not dropped while such peers reconnect by the thousand a second;
 * closes the connection of a peer that sends a large message (over 64 KiB) without a valid
   signature (:meth:`ConnectionGuard.drop`; a client holding the key never does; small ones are
   only dropped and counted, they cost next to nothing): what libzmq queued on
@@ -54,6 +72,12 @@ WINDOWS_BUDGET = 8192
 HANDSHAKE_IVL_MS = 10_000
 #: the soft limit is raised at most to this (a hard limit of "unlimited" is not a number)
 NOFILE_CEILING = 1 << 20
+#: the listeners' accept queue (libzmq's default is 100): when peers reconnect by the
+#: thousand a second, a key holder's connection request must not be dropped by a full queue
+#: (its SYN would be sent again only after a second)
+LISTEN_BACKLOG = 1024
+#: a connection proven before its accept event was seen counts as proven if that event comes within this (s)
+EARLY_MARK_S = 1.0
 
 _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPT_FAILED
 _OUT_OF_FDS = {errno.EMFILE, errno.ENFILE}
@@ -136,8 +160,9 @@ def shutdown_fd(fd: int, expected: tuple[str, Any] | list[tuple[str, Any]]) -> b
 
 
 class ConnectionGuard:
-    """Counts the connections of the daemon's ZeroMQ listeners and sheds those over the caps
-    (see the module docstring), from a thread of its own.
+    """Counts the connections of the daemon's ZeroMQ listeners, tells the proven from the
+    unproven, and sheds or displaces those over the caps (see the module docstring), from a
+    thread of its own.
 
     Args:
         ctx: the daemon's context (for the monitor sockets).
@@ -159,7 +184,15 @@ class ConnectionGuard:
         self._other = other_connections
         self._on_shed = on_shed
         self._stop = threading.Event()
-        self._monitors: list[tuple[zmq.Socket, zmq.Socket, dict[str, str], dict[int, tuple[str, float]]]] = []
+        self._monitors: list[tuple[zmq.Socket, zmq.Socket, dict[str, str]]] = []
+        #: every watched connection by descriptor: (transport, listener endpoint, accepted at)
+        self._conns: dict[int, tuple[str, str, float]] = {}
+        #: the descriptors of proven connections (read without the lock by the receiving threads)
+        self.signed: set[int] = set()
+        #: per transport, its unproven connections not yet shed, oldest first: {fd: accepted at}
+        self._unproven: dict[str, dict[int, float]] = {}
+        self._proven: dict[str, int] = {}
+        self._early: dict[int, float] = {}
         self.open: dict[str, int] = {}
         self.shed: dict[str, int] = {}
         self._keys: dict[str, tuple[str, Any]] = {}
@@ -174,10 +207,12 @@ class ConnectionGuard:
             mon.setsockopt(zmq.LINGER, 0)
             mon.setsockopt(zmq.RCVHWM, 0)  # an unbounded inproc pipe: no event is ever dropped
             mon.connect(addr)
-            self._monitors.append((sock, mon, dict(endpoints), {}))
+            self._monitors.append((sock, mon, dict(endpoints)))
             for ep, transport in endpoints.items():
                 self.open.setdefault(transport, 0)
                 self.shed.setdefault(transport, 0)
+                self._unproven.setdefault(transport, {})
+                self._proven.setdefault(transport, 0)
                 self._keys[ep] = _endpoint_key(ep)
         share = max(8, self.budget // max(1, len(self.open)))
         self.cap = max(1, int(max_connections)) if max_connections else share
@@ -185,13 +220,17 @@ class ConnectionGuard:
         self.thread.start()
 
     def stats(self) -> dict[str, Any]:
-        """``{"open": {transport: n}, "shed": {transport: n}, "cap", "budget", "fd_limit"}``."""
-        return {"open": dict(self.open), "shed": dict(self.shed), "cap": self.cap, "budget": self.budget,
-                "fd_limit": self.fd_limit}
+        """``{"open": {transport: n}, "shed": {transport: n}, "unproven": {transport: n},
+        "proven": {transport: n}, "cap", "budget", "fd_limit"}`` (``open`` counts connections
+        being shed until they are closed)."""
+        with self._lock:
+            unproven = {t: len(v) for t, v in self._unproven.items()}
+        return {"open": dict(self.open), "shed": dict(self.shed), "unproven": unproven,
+                "proven": dict(self._proven), "cap": self.cap, "budget": self.budget, "fd_limit": self.fd_limit}
 
     def _run(self) -> None:
         poller = zmq.Poller()
-        for _, mon, _, _ in self._monitors:
+        for _, mon, _ in self._monitors:
             poller.register(mon, zmq.POLLIN)
         while not self._stop.is_set():
             try:
@@ -202,7 +241,7 @@ class ConnectionGuard:
                 if entry[1] in ready:
                     try:
                         while True:
-                            self._event(entry, parse_monitor_message(entry[1].recv_multipart(zmq.NOBLOCK)))
+                            self._event(entry[2], parse_monitor_message(entry[1].recv_multipart(zmq.NOBLOCK)))
                     except zmq.Again:
                         pass
                     except zmq.ZMQError:
@@ -210,50 +249,114 @@ class ConnectionGuard:
                     except Exception:  # noqa: BLE001 (the guard must outlive any odd event)
                         log.warning("connection monitor: unexpected event", exc_info=True)
 
-    def _event(self, entry: tuple, ev: dict) -> None:
-        _, _, endpoints, conns = entry
+    def mark_signed(self, fd: int) -> None:
+        """The connection ``fd`` (a message's ``SRCFD``) brought a correctly signed message: it
+        is proven from now on (any thread; callers skip it when ``fd in self.signed``)."""
+        if fd < 0:
+            return
+        with self._lock:
+            if fd in self.signed:
+                return
+            known = self._conns.get(fd)
+            if known is None:  # its accept event is still queued: counted proven when it comes
+                self._early[fd] = time.monotonic()
+                return
+            self._prove(fd, known[0])
+
+    def _prove(self, fd: int, transport: str) -> None:  # under the lock
+        if self._unproven[transport].pop(fd, None) is None:
+            return  # already shed (a late message of a connection being closed): stays unproven
+        self.signed.add(fd)
+        self._proven[transport] += 1
+
+    def _event(self, endpoints: dict[str, str], ev: dict) -> None:
         kind, value = ev["event"], ev["value"]
         endpoint = ev["endpoint"].decode(errors="replace") if isinstance(ev["endpoint"], bytes) else ev["endpoint"]
         if kind == zmq.EVENT_DISCONNECTED:
-            gone = conns.pop(value, None)
-            if gone is not None:
-                with self._lock:
-                    self.open[gone[0]] -= 1
+            with self._lock:
+                gone = self._conns.get(value)
+                if gone is not None and gone[1] in endpoints:  # (not a newer connection of another listener)
+                    self._forget(value)
             return
         transport = endpoints.get(endpoint)
         if transport is None:
             return
         if kind == zmq.EVENT_ACCEPT_FAILED:
             if value in _OUT_OF_FDS:
-                self._make_room(endpoint)
+                self._make_room()
             return
         # EVENT_ACCEPTED: value is the new connection's descriptor
-        conns[value] = (transport, time.monotonic())
+        now = time.monotonic()
+        why = victim = None
         with self._lock:
+            if value in self._conns:  # its descriptor's last connection, of another listener, closed unseen
+                self._forget(value)
+            self._conns[value] = (transport, endpoint, now)
             self.open[transport] += 1
-            total = sum(self.open.values())
-        total += self._other()
-        why = None
-        if self.fd_line is not None and value >= self.fd_line:
-            why = "descriptor reserve reached"
-        elif self.open[transport] > self.cap:
-            why = f"over the {transport} cap of {self.cap}"
-        elif total > self.budget:
-            why = f"over the budget of {self.budget} connections"
+            self._unproven[transport][value] = now
+            early = self._early.pop(value, None)
+            if self._early:
+                self._early = {fd: t for fd, t in self._early.items() if now - t < EARLY_MARK_S}
+            if early is not None and now - early < EARLY_MARK_S:
+                self._prove(value, transport)
+            if self.fd_line is not None and value >= self.fd_line:
+                why = "descriptor reserve reached"
+                victim = self._oldest(list(self._unproven), value)
+            else:
+                live = self._proven[transport] + len(self._unproven[transport])
+                total = sum(self._proven.values()) + sum(len(v) for v in self._unproven.values()) + self._other()
+                if live > self.cap:
+                    victim = self._oldest([transport], value)
+                    why = None if victim is not None else f"over the {transport} cap of {self.cap}"
+                elif total > self.budget:
+                    victim = self._oldest(list(self._unproven), value)
+                    why = None if victim is not None else f"over the budget of {self.budget} connections"
+            if why is not None:
+                self._unproven[transport].pop(value, None)
+                if value in self.signed:  # proven early, but over the cap all the same
+                    self.signed.discard(value)
+                    self._proven[transport] -= 1
+        if victim is not None:
+            self._shed(victim[0], victim[1], victim[2], "displaced by a newer connection (the oldest unproven)")
         if why is not None:
             self._shed(transport, value, endpoint, why)
+
+    def _forget(self, fd: int) -> None:  # under the lock
+        transport = self._conns.pop(fd)[0]
+        self.open[transport] -= 1
+        if fd in self.signed:
+            self.signed.discard(fd)
+            self._proven[transport] -= 1
+        else:
+            self._unproven[transport].pop(fd, None)
+
+    def _oldest(self, transports: list[str], newcomer: int) -> tuple[str, int, str] | None:
+        """The oldest unproven connection of ``transports`` other than ``newcomer``, taken out
+        of the unproven (under the lock): ``(transport, fd, endpoint)``, or None."""
+        best = None
+        for t in transports:
+            for fd, t0 in self._unproven[t].items():  # oldest first
+                if fd != newcomer:
+                    if best is None or t0 < best[2]:
+                        best = (t, fd, t0)
+                    break
+        if best is None:
+            return None
+        self._unproven[best[0]].pop(best[1], None)
+        return best[0], best[1], self._conns[best[1]][1]
 
     def drop(self, fd: int) -> bool:
         """Close the peer connection ``fd`` (a message's ``SRCFD``) because it sent a message
         without a valid signature; any thread. Returns whether it was one of the watched
         listeners' connections and was closed."""
-        for _, _, endpoints, conns in list(self._monitors):
-            known = conns.get(fd)
+        with self._lock:
+            known = self._conns.get(fd)
             if known is not None:
-                ep = next((e for e, t in endpoints.items() if t == known[0]), None)
-                return ep is not None and self._shed(known[0], fd, ep, "a message without a valid signature")
+                self._unproven[known[0]].pop(fd, None)
+        if known is not None:
+            return self._shed(known[0], fd, known[1], "a message without a valid signature")
         # not counted in yet (its accept event still queued): any watched listener of ours
-        for _, _, endpoints, _ in list(self._monitors):
+        for _, _, endpoints in list(self._monitors):
             for ep, transport in endpoints.items():
                 if shutdown_fd(fd, self._keys[ep]):
                     self._count_shed(transport, "a message without a valid signature")
@@ -281,27 +384,31 @@ class ConnectionGuard:
                         extra={"event": "connections_shed", "shed": unlogged, "reason": why,
                                "open": dict(self.open)})
 
-    def _make_room(self, endpoint: str) -> None:
-        """An accept failed for want of descriptors: shed the newest connections of the
-        transport with the most (an eighth of them, at least 16)."""
-        best = max(((t, n) for t, n in self.open.items()), key=lambda x: x[1], default=(None, 0))
-        if best[0] is None or best[1] == 0:
+    def _make_room(self) -> None:
+        """An accept failed for want of descriptors: shed unproven connections, oldest first (an
+        eighth of them, at least 16), else the newest of the transport with the most."""
+        with self._lock:
+            unproven = sorted((t0, fd, t) for t, v in self._unproven.items() for fd, t0 in v.items())
+            pick = [(t, fd) for _, fd, t in unproven[:max(16, len(unproven) // 8)]]
+            if not pick:
+                best = max(self.open.items(), key=lambda x: x[1], default=(None, 0))
+                if best[0] is not None and best[1] > 0:
+                    mine = sorted(((t0, fd) for fd, (t, _, t0) in self._conns.items() if t == best[0]), reverse=True)
+                    pick = [(best[0], fd) for _, fd in mine[:max(16, len(mine) // 8)]]
+            for t, fd in pick:
+                self._unproven[t].pop(fd, None)
+            pick = [(t, fd, self._conns[fd][1]) for t, fd in pick]
+        if not pick:
             log.error("out of file descriptors with no peer connection to shed (fd limit %s)", self.fd_limit)
             return
-        for _, _, endpoints, conns in self._monitors:
-            mine = sorted(((t0, fd) for fd, (t, t0) in conns.items() if t == best[0]), reverse=True)
-            if not mine:
-                continue
-            ep = next(e for e, t in endpoints.items() if t == best[0])
-            for _, fd in mine[:max(16, len(mine) // 8)]:
-                self._shed(best[0], fd, ep, "out of file descriptors")
-            return
+        for t, fd, ep in pick:
+            self._shed(t, fd, ep, "out of file descriptors")
 
     def close(self) -> None:
         """Stop the monitors and the thread (before the context is destroyed)."""
         self._stop.set()
         self.thread.join(timeout=2)
-        for sock, mon, _, _ in self._monitors:
+        for sock, mon, _ in self._monitors:
             try:
                 sock.disable_monitor()
             except zmq.ZMQError:

@@ -30,8 +30,9 @@ outcome}``                             device (``cpu``, ``gpu:0`` ...) and outco
 ``auth_failures_total``,               messages dropped for a bad signature / answered with a
 ``malformed_messages_total``           protocol error
 ``connections{transport}``,            peer connections open now (``shell``, ``shell_ipc``,
-``connections_shed_total{transport}``  ``control``, ``iopub``, ``hb``, ``http``) and those closed
-                                       at once for being over the cap or the descriptor budget
+``connections_shed_total{transport}``  ``control``, ``control_ipc``, ``iopub``, ``hb``, ``hb_ipc``,
+                                       ``http``) and those closed for being over the cap or the
+                                       descriptor budget (or displaced there by a newer one)
 ``open_files_limit``                   the daemon's soft RLIMIT_NOFILE (POSIX)
 ``uptime_seconds``, ``ready``          seconds since start; 1 when ``/readyz`` says ready
 ``log_records_dropped_total``,         JSON log lines lost (queue full, or the file failing),
@@ -125,8 +126,8 @@ class _StateCollector:
                                   value=st["malformed"])
         conns = st.get("connections") or {}
         gauge = g("optiond_connections", "Peer connections open, by transport", labels=["transport"])
-        shed = CounterMetricFamily("optiond_connections_shed", "Peer connections closed at once for being over "
-                                   "their transport's cap or the descriptor budget", labels=["transport"])
+        shed = CounterMetricFamily("optiond_connections_shed", "Peer connections closed for being over (or "
+                                   "displaced at) their transport's cap or the descriptor budget", labels=["transport"])
         for t, n in (conns.get("open") or {}).items():
             gauge.add_metric([t], n)
         for t, n in (conns.get("shed") or {}).items():

@@ -154,21 +154,24 @@ MAX_IPC_PATH = 100
 TRANSPORT_ENV = "OPTIOND_TRANSPORT"
 
 
-def ipc_socket_path(conn_file: Path, pid: int) -> Path:
-    """Where the daemon's Unix-domain shell socket goes: beside the connection file when that
-    directory is private to the user (mode 0700, as :func:`write_connection_file` creates it)
-    and the path is short enough, else in a fresh private directory under the system temp
-    directory (``tempfile.mkdtemp``: mode 0700).
+def ipc_socket_path(conn_file: Path, pid: int, channel: str = "shell") -> Path:
+    """Where the daemon's Unix-domain socket of ``channel`` (``shell``, ``control``, ``hb``)
+    goes: beside the connection file (``<name>-<pid>.sock`` for the shell,
+    ``<name>-<pid>-<channel>.sock`` for the others) when that directory is private to the user
+    (mode 0700, as :func:`write_connection_file` creates it) and the path is short enough,
+    else in a fresh private directory under the system temp directory (``tempfile.mkdtemp``:
+    mode 0700).
 
     Raises:
         OSError: no directory could be created.
     """
     conn_file = Path(conn_file)
     private_dir(conn_file.parent)
-    path = conn_file.parent / f"{conn_file.stem}-{pid}.sock"
+    path = conn_file.parent / (f"{conn_file.stem}-{pid}.sock" if channel == "shell" else
+                               f"{conn_file.stem}-{pid}-{channel}.sock")
     private = stat.S_IMODE(os.stat(conn_file.parent).st_mode) & 0o077 == 0
     if not private or len(os.fsencode(path)) > MAX_IPC_PATH:
-        path = Path(tempfile.mkdtemp(prefix="optiond-")) / "shell.sock"
+        path = Path(tempfile.mkdtemp(prefix="optiond-")) / f"{channel}.sock"
     try:
         os.unlink(path)  # a stale socket of a killed daemon with this pid
     except FileNotFoundError:
@@ -191,15 +194,17 @@ def remove_ipc_socket(path: Path) -> None:
             pass
 
 
-def shell_endpoint(info: dict[str, Any]) -> str:
-    """The shell channel's URL for a client on this host: the daemon's Unix socket where it
-    offers one (``shell_ipc``), the socket file is there, and ``$OPTIOND_TRANSPORT`` is not
-    ``tcp``; else ``tcp://ip:shell_port``."""
-    ipc = info.get("shell_ipc")
+def shell_endpoint(info: dict[str, Any], channel: str = "shell") -> str:
+    """The URL of a channel (``shell``, ``control``, ``hb``) for a client on this host: the
+    daemon's Unix socket where it offers one (``<channel>_ipc``), the socket file is there,
+    and ``$OPTIOND_TRANSPORT`` is not ``tcp``; else ``tcp://ip:<channel>_port``. (Over the
+    Unix socket, which only this user can open, key-less peers flooding the TCP ports cannot
+    get in the way of ``optiond status`` or ``stop``.)"""
+    ipc = info.get(f"{channel}_ipc")
     if (isinstance(ipc, str) and ipc.startswith("ipc://") and os.name == "posix"
             and os.environ.get(TRANSPORT_ENV, "").lower() != "tcp" and os.path.exists(ipc[6:])):
         return ipc
-    return endpoint(info)
+    return endpoint(info, f"{channel}_port")
 
 
 class DaemonRunning(RuntimeError):

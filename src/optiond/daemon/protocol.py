@@ -309,6 +309,8 @@ class Message:
     #: message of a type in :attr:`Session.lazy_types`, which its handler decodes off the
     #: request loop
     lazy: bool = False
+    #: the descriptor of the connection it came over, when asked for (:meth:`Session.recv`), else -1
+    srcfd: int = -1
 
     @property
     def msg_type(self) -> str:
@@ -347,6 +349,26 @@ def unpackb(data: bytes) -> Any:
                                max_str_len=n, max_bin_len=n, max_array_len=n, max_map_len=n // 2, max_ext_len=0)
     except Exception as e:  # msgpack raises ValueError, ExtraData, StackError, FormatError, ...
         raise ProtocolError(f"undecodable frame ({type(e).__name__})") from None
+
+
+#: the connection file's ``iopub_security`` when the PUB socket is CURVE-encrypted (:func:`iopub_curve_keys`)
+IOPUB_CURVE = "curve"
+
+
+def iopub_curve_keys(key: bytes) -> tuple[bytes, bytes]:
+    """The CurveZMQ key pair of the daemon's event (PUB) socket, derived from the connection
+    file's ``key``: ``(public, secret)``, Z85-encoded (40 bytes each). The secret key is the
+    HMAC-SHA256 of a fixed label under ``key``; only a holder of ``key`` can compute the public
+    key a subscriber must name to complete the CURVE handshake, which the daemon never sends
+    (RFC 26, CurveZMQ), so a peer without it can neither subscribe nor read the events.
+
+    Raises:
+        zmq.ZMQError: this libzmq was built without CURVE (``zmq.has("curve")`` is False).
+    """
+    from zmq.utils import z85
+
+    secret = z85.encode(hmac.new(bytes(key), b"optiond iopub curve server key", hashlib.sha256).digest())
+    return zmq.curve_public(secret), secret
 
 
 def new_id() -> str:
@@ -646,13 +668,14 @@ class Session:
         send_frames(socket, [*identities, *self.serialize(header, content, parent, metadata, buffers)])
         return header
 
-    def _read(self, socket: zmq.Socket, flags: int) -> tuple[list[bytes], bytes | None, list[bytes] | None,
-                                                           str | None, bool, int]:
+    def _read(self, socket: zmq.Socket, flags: int, source: bool = False) -> tuple[
+            list[bytes], bytes | None, list[bytes] | None, str | None, bool, int]:
         """Read one multipart message and check its framing, limits and signature.
 
         Returns ``(identities, signature, signed_frames, oversize_reason, signature_ok,
         srcfd)`` (``srcfd``: the connection's descriptor for a message of more than
-        :data:`DIGEST_MIN_BYTES` whose signature is not good, else -1); for
+        :data:`DIGEST_MIN_BYTES` whose signature is not good, or with ``source`` for a message
+        whose signature is good, else -1); for
         a message over the limits only its first four signed frames (the header frames, for an
         error reply) are kept, but the signature is still checked so that an authenticated
         sender can be told why. The large frames are hashed only once the HMAC over the
@@ -686,8 +709,8 @@ class Session:
         if reason is not None:
             signed = [f for f in signed[:4] if len(f) <= MAX_HEADER_BYTES]
         good = bool(ok and ok[0])
-        return identities, signature, signed, reason, good, -1 if good or nbytes <= DIGEST_MIN_BYTES else \
-            source_fd(first[0])
+        return identities, signature, signed, reason, good, source_fd(first[0]) if (
+            source if good else nbytes > DIGEST_MIN_BYTES) else -1
 
     def _check(self, signature: bytes, signed: Sequence[Any]) -> tuple[bool, dict[int, bytes]] | None:
         """The HMAC check over the lengths, the small frames and the declared leaf manifest:
@@ -711,12 +734,14 @@ class Session:
             h.update(f)
         return hmac.compare_digest(signature[:MAC_HEX], h.hexdigest().encode("ascii")), manifest
 
-    def recv(self, socket: zmq.Socket, flags: int = 0) -> Message:
+    def recv(self, socket: zmq.Socket, flags: int = 0, source: bool = False) -> Message:
         """Receive, authenticate and decode one message.
 
         Args:
             socket: a ROUTER/DEALER (or SUB) socket.
             flags: ``zmq.NOBLOCK`` to raise :class:`zmq.Again` when nothing is waiting.
+            source: set :attr:`Message.srcfd` (the connection's descriptor, for a daemon that
+                tells signed peers' connections from the others).
 
         Returns:
             :class:`Message` (buffers as ``bytes``, those over :data:`COPY_THRESHOLD` bytes as
@@ -728,7 +753,7 @@ class Session:
             ProtocolError: an authenticated message that is too large or cannot be decoded;
                 ``.header`` is the request header where it could be read, for the error reply.
         """
-        identities, signature, frames, reason, ok, srcfd = self._read(socket, flags)
+        identities, signature, frames, reason, ok, srcfd = self._read(socket, flags, source)
         return self.decode(identities, signature, frames, reason, ok, srcfd)
 
     def decode(self, identities: list[bytes], signature: bytes | None, frames: list[bytes] | None,
@@ -762,7 +787,7 @@ class Session:
             raise ProtocolError(str(e), identities, header) from None
         if not (isinstance(parent, dict) and isinstance(metadata, dict) and isinstance(content, dict)):
             raise ProtocolError("parent header, metadata and content must be maps", identities, header)
-        return Message(header, parent, metadata, content, frames[4:], identities, frames[0], frames[3], lazy)
+        return Message(header, parent, metadata, content, frames[4:], identities, frames[0], frames[3], lazy, srcfd)
 
 
 def _check_header(h: Any) -> dict:

@@ -12,7 +12,10 @@ Sockets (all bound on ``tcp://127.0.0.1``, free ports, written to the connection
   queue, so the shell thread keeps answering small requests meanwhile;
 * ``control`` (ROUTER): ``ping``, ``status``, ``jobs``, ``cancel``, ``drain``, ``resume``
   and ``shutdown`` on a thread of its own, so a daemon busy with a long batch still answers;
-* ``iopub`` (XPUB): signed events, the first frame a topic: ``heartbeat`` (every
+* ``iopub`` (XPUB): signed events, CURVE-encrypted where libzmq has CURVE (a subscriber must
+  know the public key derived from the connection file's key, so a peer without the key can
+  neither subscribe nor read; the connection file then says ``"iopub_security": "curve"``),
+  the first frame a topic: ``heartbeat`` (every
   :data:`HEARTBEAT_S`, with the queue depth), ``status`` (state changes; one is sent to every
   new subscriber) and ``progress.<job_id>`` (job id, request msg_id, state, fraction done,
   ETA in seconds, rows done, chunks);
@@ -84,9 +87,9 @@ from .metrics import HTTP_MAX_CONNECTIONS, HttpEndpoint, Metrics
 from .object_ops import ObjectOps
 from .objects import ObjectError, ObjectStore
 from .pricing import CHAIN_RUNNERS, COALESCE_MIN, PricingOps
-from .protocol import (PROTOCOL_VERSION, REPLAY_WINDOW_S, SIGNATURE_SCHEME, AuthenticationError,
-                       Message, ProtocolError, Session, date_in_window, packb, readable, send_frames, spin_seconds,
-                       spin_until_readable, unpackb, utcnow)
+from .protocol import (IOPUB_CURVE, PROTOCOL_VERSION, REPLAY_WINDOW_S, SIGNATURE_SCHEME, AuthenticationError,
+                       Message, ProtocolError, Session, date_in_window, iopub_curve_keys, packb, readable, send_frames,
+                       spin_seconds, spin_until_readable, unpackb, utcnow)
 from .server_parts import ReplyMemory
 from .server_parts import _Counters, _invalid_details, _nbytes, _Refused, _Req, _short
 
@@ -141,10 +144,11 @@ class Server(PricingOps, ObjectOps, ControlOps):
             ``json_log=False`` writes none; ``access_log=False`` logs errors only, not every request.
         executor, ranks: the MPI pool (an ``MPIPoolExecutor`` at rank 0 and every rank's info
             from :func:`optiond.daemon.pool.bootstrap`), or None for this process alone.
-        ipc: also bind the shell channel to a Unix-domain socket (POSIX only; see
-            :func:`optiond.daemon.paths.ipc_socket_path`): local clients then skip the TCP
-            stack (about 50 us less per round trip on a 2-core machine). The socket file is
-            mode 0600 in a per-user 0700 directory; messages are signed as on TCP.
+        ipc: also bind the shell, control and heartbeat channels to Unix-domain sockets (POSIX
+            only; see :func:`optiond.daemon.paths.ipc_socket_path`): local clients then skip
+            the TCP stack (about 50 us less per round trip on a 2-core machine), and key-less
+            peers flooding the TCP ports cannot reach them. The socket files are mode 0600 in
+            a per-user 0700 directory; messages are signed as on TCP.
         max_connections: peer connections per transport at most (default: the descriptor
             budget shared equally, see :mod:`optiond.daemon.connections`); those over it are shed.
         replay_window_s: a request whose signed ``date`` is older than this (seconds) is
@@ -194,7 +198,7 @@ class Server(PricingOps, ObjectOps, ControlOps):
         self._json_log_on = json_log
         self._access_on = access_log
         self._ipc_on = ipc and os.name == "posix"
-        self._ipc_path: Path | None = None
+        self._ipc_paths: list[Path] = []
         self._max_connections = max_connections
         self.replay_window_s = float(replay_window_s)
         self.guard: connections.ConnectionGuard | None = None
@@ -285,20 +289,28 @@ class Server(PricingOps, ObjectOps, ControlOps):
         self._iopub.setsockopt(zmq.LINGER, 0)
         self._iopub.setsockopt(zmq.XPUB_VERBOSE, 1)  # hear every subscription: each gets a status
         self._iopub.setsockopt(zmq.SNDHWM, 10_000)
+        iopub_curve = zmq.has("curve")
+        if iopub_curve:  # events readable by key holders only (see protocol.iopub_curve_keys)
+            self._iopub.curve_server = True
+            self._iopub.curve_secretkey = iopub_curve_keys(self.key.encode("ascii"))[1]
+        else:
+            log.warning("this libzmq has no CURVE: the signed events on the PUB port are readable by any local peer")
         self._hb = ctx.socket(zmq.ROUTER)
         self._hb.setsockopt(zmq.LINGER, 0)
         self._hb.setsockopt(zmq.MAXMSGSIZE, 1024)
+        for sock in (self._shell, self._control, self._iopub, self._hb):  # before binding
+            sock.setsockopt(zmq.BACKLOG, connections.LISTEN_BACKLOG)
         ports = {name: sock.bind_to_random_port(url) for name, sock in
                  (("shell_port", self._shell), ("control_port", self._control), ("iopub_port", self._iopub),
                   ("hb_port", self._hb))}
-        shell_ipc = self._bind_ipc() if self._ipc_on else None
-        shell_eps = {f"{url}:{ports['shell_port']}": "shell"}
-        if shell_ipc:
-            shell_eps[shell_ipc] = "shell_ipc"
+        # the shell, control and heartbeat channels on Unix sockets too (POSIX): see _bind_ipc
+        ipc = {ch: self._bind_ipc(sock, ch) if self._ipc_on else None
+               for ch, sock in (("shell", self._shell), ("control", self._control), ("hb", self._hb))}
+        eps = {ch: {f"{url}:{ports[ch + '_port']}": ch, **({ipc[ch]: ch + "_ipc"} if ipc[ch] else {})}
+               for ch in ("shell", "control", "hb")}
         self.guard = connections.ConnectionGuard(
-            ctx, [(self._shell, shell_eps), (self._control, {f"{url}:{ports['control_port']}": "control"}),
-                  (self._iopub, {f"{url}:{ports['iopub_port']}": "iopub"}),
-                  (self._hb, {f"{url}:{ports['hb_port']}": "hb"})],
+            ctx, [(self._shell, eps["shell"]), (self._control, eps["control"]),
+                  (self._iopub, {f"{url}:{ports['iopub_port']}": "iopub"}), (self._hb, eps["hb"])],
             self.fd_limit, self._max_connections, other_connections=lambda: self.http.connections if self.http else 0)
         tag = f"{id(self)}-{secrets.token_hex(4)}"
         self._outbox_url = f"inproc://optiond-out-{tag}"
@@ -349,8 +361,11 @@ class Server(PricingOps, ObjectOps, ControlOps):
                      "pid": self.pid, "version": __version__, "protocol_version": PROTOCOL_VERSION,
                      "started": self.started_iso}
         self.info["max_message_bytes"] = self.session.max_bytes
-        if shell_ipc:
-            self.info["shell_ipc"] = shell_ipc
+        if iopub_curve:
+            self.info["iopub_security"] = IOPUB_CURVE
+        for ch, ep in ipc.items():
+            if ep:
+                self.info[f"{ch}_ipc"] = ep
         if self.http is not None:
             self.info["metrics_port"] = self.http.port
         paths.write_connection_file(self.connection_file, self.info)
@@ -360,17 +375,19 @@ class Server(PricingOps, ObjectOps, ControlOps):
                  self.json_log.path if self.json_log else "off")
         return self.info
 
-    def _bind_ipc(self) -> str | None:
-        """Bind the shell socket to a Unix-domain socket too; its ``ipc://`` URL, or None
-        where that cannot be done (the daemon then serves TCP only)."""
+    def _bind_ipc(self, sock: zmq.Socket, channel: str) -> str | None:
+        """Bind ``sock`` (the ``channel`` socket: shell, control or hb) to a Unix-domain
+        socket too; its ``ipc://`` URL, or None where that cannot be done (the channel is then
+        served over TCP only). Local clients use it first: only this user can open it, so
+        key-less peers flooding the TCP ports do not reach it."""
         try:
-            path = paths.ipc_socket_path(self.connection_file, self.pid)
-            self._shell.bind(f"ipc://{path}")
+            path = paths.ipc_socket_path(self.connection_file, self.pid, channel)
+            sock.bind(f"ipc://{path}")
             os.chmod(path, 0o600)
         except (OSError, zmq.ZMQError) as e:
-            log.warning("no Unix-domain socket for local clients (%s); serving TCP only", e)
+            log.warning("no Unix-domain socket for the %s channel (%s); serving it over TCP only", channel, e)
             return None
-        self._ipc_path = path
+        self._ipc_paths.append(path)
         return f"ipc://{path}"
 
     def _refuse_if_running(self) -> None:
@@ -450,8 +467,8 @@ class Server(PricingOps, ObjectOps, ControlOps):
         if self.http is not None:
             self.http.close()
         paths.remove_connection_file(self.connection_file, key=self.key)
-        if self._ipc_path is not None:
-            paths.remove_ipc_socket(self._ipc_path)
+        for path in self._ipc_paths:
+            paths.remove_ipc_socket(path)
         with self._sockets_lock:
             for s in self._thread_sockets:
                 s.close(linger=0)
@@ -605,8 +622,12 @@ class Server(PricingOps, ObjectOps, ControlOps):
         """One authenticated, decoded message from ``sock``; None when it was dropped (no valid
         signature: counted, never answered) or answered with a ProtocolError (counted). Never
         lets a peer's bytes raise; ``zmq.Again`` and ``zmq.ZMQError`` are the caller's."""
+        guard = self.guard
         try:
-            return session.recv(sock, flags)
+            msg = session.recv(sock, flags, guard is not None)
+            if msg.srcfd >= 0 and msg.srcfd not in guard.signed:  # a key holder's: never shed for key-less peers
+                guard.mark_signed(msg.srcfd)
+            return msg
         except zmq.ZMQError:
             raise
         except AuthenticationError as e:

@@ -7,7 +7,9 @@ install|start|stop|remove`` (pywin32's ``HandleCommandLine``). Imported only on 
 Open files: Windows has no ``RLIMIT_NOFILE`` (the systemd unit's ``LimitNOFILE``); a socket is
 a kernel handle, and a process may hold millions. The daemon caps its peer connections there at
 :data:`optiond.daemon.connections.WINDOWS_BUDGET` in all (an equal share per port, unless
-``optiond serve --max-connections`` says otherwise) and sheds those over the cap, as on Linux.
+``optiond serve --max-connections`` says otherwise) and sheds those over the cap, as on Linux:
+a key holder's connection (one that has sent a signed message) is never shed for the others,
+and a newcomer takes the place of the oldest of those (there is no Unix socket to fall back on).
 """
 
 from __future__ import annotations
