@@ -113,6 +113,18 @@ def calendar(p1: SVI, p2: SVI, k_min: float = 0.0, k_max: float = 0.0, *, tol: f
     return Check("calendar", bool(d[i] >= -tol), float(d[i]), float(k[i]), tol)
 
 
+def calendar_curves(c1, c2, k_min: float = 0.0, k_max: float = 0.0, *, tol: float = 0.0) -> Check:
+    """Calendar check between an earlier corrected slice ``c1`` and a later ``c2``
+    (:class:`optiond.surface.correction.Curve`): min over the grid of ``c2(x) - c1(x)``, the
+    undiscounted call prices over the forward at ``x = e^k`` (non-negative exactly where
+    ``w2(k) >= w1(k)``), and where it occurs."""
+    k = check_grid(k_min, k_max)
+    x = np.exp(k)
+    d = c2.calls(x) - c1.calls(x)
+    i = int(np.argmin(d))
+    return Check("calendar", bool(d[i] >= -tol), float(d[i]), float(k[i]), tol)
+
+
 def check_slice(p: SVI, k_min: float = 0.0, k_max: float = 0.0, *, tol: float = 0.0) -> dict[str, Check]:
     """The three per-slice checks: ``{"butterfly", "lee", "min_variance"}`` -> :class:`Check`."""
     return {"butterfly": butterfly(p, k_min, k_max, tol=tol), "lee": lee(p, tol=tol),
@@ -131,4 +143,4 @@ def check_surface(surface, *, tol: float = 0.0) -> dict:
     return {"slices": per, "calendar": cal, "ok": ok}
 
 
-__all__ = ["Check", "butterfly", "calendar", "check_grid", "check_span", "check_slice", "check_surface", "lee", "min_var"]
+__all__ = ["Check", "butterfly", "calendar", "calendar_curves", "check_grid", "check_span", "check_slice", "check_surface", "lee", "min_var"]
