@@ -23,6 +23,9 @@ not one concentrated on a few strikes. Solved by HiGHS (``scipy.optimize.milp``)
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,6 +111,27 @@ def call_constraints(x: np.ndarray, lipschitz: float | None = None) -> tuple[coo
     return A, np.array(lo), np.array(hi)
 
 
+@contextlib.contextmanager
+def quiet_stdout():
+    """File descriptor 1 sent to the null device for the block: HiGHS's MIP solver prints
+    debugging lines there itself (not through its ``disp`` option), which would mix into a
+    command's output. Not for threads that print meanwhile."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stdout (captured): nothing to guard
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), fd)
+            yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
 def achievable(x, iv_bid, iv_ask, T: float, *, lipschitz: float | None = None,
                time_limit: float = TIME_LIMIT) -> Achievable:
     """The most quotes of one expiry an arbitrage-free smile lies inside (module docstring).
@@ -151,9 +175,10 @@ def achievable(x, iv_bid, iv_ask, T: float, *, lipschitz: float | None = None,
                             np.r_[hi_c + 1.0, np.full(n, np.inf)])
     arb = LinearConstraint(np.hstack([A.toarray(), np.zeros((A.shape[0], n))]), alo, ahi)
     cost = np.r_[np.zeros(n), -np.ones(n)]
-    res = milp(cost, constraints=[band, arb], integrality=np.r_[np.zeros(n), np.ones(n)],
-               bounds=Bounds(np.r_[np.zeros(n), np.zeros(n)], np.r_[np.ones(n), np.ones(n)]),
-               options={"time_limit": float(time_limit)})
+    with quiet_stdout():
+        res = milp(cost, constraints=[band, arb], integrality=np.r_[np.zeros(n), np.ones(n)],
+                   bounds=Bounds(np.r_[np.zeros(n), np.zeros(n)], np.r_[np.ones(n), np.ones(n)]),
+                   options={"time_limit": float(time_limit)})
     if res.x is None:  # nothing found in the time (never infeasible: z = 0 and c intrinsic is a point)
         return Achievable(0, n, n, False, np.zeros(n, bool), np.full(n, np.nan))
     c = res.x[:n]
@@ -169,4 +194,4 @@ def achievable(x, iv_bid, iv_ask, T: float, *, lipschitz: float | None = None,
     return Achievable(count, n, max(min(ub, n), count), bool(res.status == 0), inside, calls)
 
 
-__all__ = ["Achievable", "TIME_LIMIT", "achievable", "call_constraints"]
+__all__ = ["Achievable", "TIME_LIMIT", "achievable", "call_constraints", "quiet_stdout"]

@@ -366,7 +366,7 @@ def _correct(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curve | N
         cprev = prev.calls(X)
         cprev = cprev + CALENDAR_MARGIN * np.maximum(cprev - np.maximum(1.0 - X, 0.0), 0.0)
         lb[:N] = (cprev - P) / scale
-        lb[[0, N - 1]] = np.minimum(lb[[0, N - 1]], 0.0)
+        lb[[0, N - 1]] = 0.0  # the end nodes stay on the prior (the floor keeps the calendar there)
     if caps:  # the first later expiry quoted at a node caps this one's unquoted wings there
         kX = np.log(X)
         free = (kX < k_lo) | (kX > k_hi)
@@ -377,7 +377,7 @@ def _correct(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curve | N
             if where.any():
                 top[where] = cap.calls(X[where])
                 free &= ~where
-        ub[:N] = np.where(np.isfinite(top), np.maximum((top - P) / scale, lb[:N]), np.inf)
+        ub[:N] = np.where(np.isfinite(top), np.maximum((top - P) / scale, lb[:N]), ub[:N])
     E = np.concatenate(rows)
     A = coo_matrix((E[:, 2], (E[:, 0].astype(np.int64), E[:, 1].astype(np.int64))), shape=(r0, nv)).tocsr()
     con = LinearConstraint(A, np.concatenate(rlo), np.concatenate(rhi))
@@ -403,6 +403,9 @@ def _convex(X: np.ndarray, c: np.ndarray, d0: float, dN: float) -> np.ndarray:
     out = np.empty_like(c)
     out[0] = c[0]
     out[1:] = c[0] + np.cumsum(s * h)
+    # the clip's change (the LP's tolerance) as a ramp: both ends on their values again
+    out += (c[-1] - out[-1]) * (X - X[0]) / (X[-1] - X[0])
+    out[-1] = c[-1]
     return out
 
 

@@ -587,8 +587,7 @@ def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote
         curve, cinfo = correct_slice(p, T, np.exp(k[used]), w["bid"][used], w["ask"][used], w["mid"][used],
                                      prev=prev_curve, caps=caps)
         info["checks"] = dict(info["checks"])
-        info["checks"]["butterfly_curve"] = arbitrage.Check("butterfly_curve", curve.min_density() >= 0.0,
-                                                            curve.min_density())
+        info["checks"]["butterfly_curve"] = arbitrage.curve_butterfly(curve)
         if prev_curve is not None:  # the curve never goes below the earlier one (its floor): by construction
             info["checks"]["calendar"] = arbitrage.Check("calendar", curve.floor is prev_curve, 0.0)
         stats = _slice_stats(curve.total_variance, T, k, w["mid"], w["bid"], w["ask"], used, info, w["k_min"],
