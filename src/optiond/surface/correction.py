@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, isotonic_regression, milp
@@ -64,6 +65,10 @@ SMOOTH_WEIGHT = 0.02
 WING_WEIGHT = 0.05
 CALENDAR_WEIGHT = 1e3
 CALENDAR_WING_WEIGHT = 1e2
+#: rounds of reweighting the quotes' distances outside their bands by 1 / (distance + eps)
+#: (in half-spreads): the L1 fit's count of quotes inside towards the most
+REWEIGHT = 2
+REWEIGHT_EPS = 0.2
 #: wing nodes beyond the outermost quotes (log-moneyness steps); the last is the junction
 WING = (0.05, 0.1, 0.2, 0.35, 0.5)
 #: the spacing of the wing nodes that extend a slice to the earlier curve's ends (log-moneyness)
@@ -234,8 +239,21 @@ def _chain_calls(x, X, C, S, D, off, P, levels):
         out[i] = best
     return out
 
+def bid_calls(k, iv_bid, iv_mid, T: float) -> Callable[[np.ndarray], np.ndarray]:
+    """An expiry's bids as a function of ``x = K / F``: the bid implied volatility (the mid
+    where there is no bid) interpolated linearly in ``k = ln x`` between the quotes ``k``
+    (shape (n,)), as an undiscounted call over the forward at ``T``; what a cap at ``x`` needs
+    (an earlier expiry below it never lifts this one above its bids)."""
+    k = np.asarray(k, dtype=np.float64)
+    iv = np.where(np.isfinite(iv_bid), iv_bid, iv_mid)
+    o = np.argsort(k)
+    k, iv = k[o], iv[o]
+    sq = math.sqrt(T)
+    return lambda x: black_call(x, np.interp(np.log(x), k, iv) * sq)
+
+
 def correct_slice(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curve | None = None,
-                  caps: list[tuple[Curve, tuple[float, float]]] | None = None) -> tuple[Curve, dict]:
+                  caps: list[tuple[Callable, tuple[float, float]]] | None = None) -> tuple[Curve, dict]:
     """One expiry's corrected curve (module docstring): the LP (:func:`_correct`), then
     :attr:`Curve.floor` set to ``prev`` (the calendar condition, exactly).
 
@@ -259,7 +277,7 @@ def correct_slice(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curv
 
 
 def _correct(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curve | None = None,
-             caps: list[tuple[Curve, tuple[float, float]]] | None = None) -> tuple[Curve, dict]:
+             caps: list[tuple[Callable, tuple[float, float]]] | None = None) -> tuple[Curve, dict]:
     """One expiry's corrected curve (module docstring).
 
     Args:
@@ -269,10 +287,11 @@ def _correct(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curve | N
         iv_bid, iv_ask, iv_mid: the quotes' implied volatilities (annualised decimals), shape
             (n,); NaN bid or ask: open on that side.
         prev: the earlier expiry's corrected curve: a lower bound at every node (calendar).
-        caps: the later expiries' curves fitted alone with their quoted ``(k_min, k_max)``, in
-            order of T: at a node this expiry has no quote around, the first of them quoted
-            there is an upper bound (a sparse expiry's wings borrow from the next expiry quoted
-            there instead of bending it through the calendar).
+        caps: the later expiries' bids as undiscounted calls over the forward (a function of
+            ``x``, :func:`bid_calls`) with their quoted ``(k_min, k_max)``, in order of T: at a
+            node this expiry has no quote around, the first of them quoted there is an upper
+            bound (a sparse expiry's wings borrow from the next expiry quoted there instead of
+            lifting it above its bids through the calendar).
 
     Returns:
         ``(Curve, info)``: ``info`` has ``status`` (HiGHS's), ``calendar_slack`` (the largest
@@ -375,7 +394,7 @@ def _correct(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curve | N
         for cap, (c_lo, c_hi) in caps:
             where = free & (kX >= c_lo) & (kX <= c_hi)
             if where.any():
-                top[where] = cap.calls(X[where])
+                top[where] = cap(X[where])
                 free &= ~where
         ub[:N] = np.where(np.isfinite(top), np.maximum((top - P) / scale, lb[:N]), ub[:N])
     E = np.concatenate(rows)
@@ -387,6 +406,18 @@ def _correct(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curve | N
         lb[1:N - 1], ub[1:N - 1] = -np.inf, np.inf
         res = milp(cost, constraints=[con], bounds=Bounds(lb, ub))
         bounded = False
+    for _ in range(int(REWEIGHT)):  # reweighted L1 (Candes, Wakin & Boyd 2008): towards the most quotes inside
+        if res.x is None:
+            break
+        cq = P[q] + scale * res.x[q]
+        v = (np.maximum(np.nan_to_num(cq - hi, nan=0.0), 0.0) + np.maximum(np.nan_to_num(lo - cq, nan=0.0), 0.0)) / half
+        if not np.any(v > 1e-6):  # every quote inside already
+            break
+        wq = w_q / (v + REWEIGHT_EPS)
+        cost[o_b:o_b + n] = cost[o_b + n:o_b + 2 * n] = (1 + MID_WEIGHT) * wq
+        again = milp(cost, constraints=[con], bounds=Bounds(lb, ub))
+        if again.x is not None:
+            res = again
     y = np.zeros(N) if res.x is None else res.x[:N]
     c = P + scale * y
     c = _convex(X, c, Pd[0], Pd[-1])
@@ -409,4 +440,4 @@ def _convex(X: np.ndarray, c: np.ndarray, d0: float, dN: float) -> np.ndarray:
     return out
 
 
-__all__ = ["Curve", "correct_slice", "prior_calls"]
+__all__ = ["Curve", "bid_calls", "correct_slice", "prior_calls"]

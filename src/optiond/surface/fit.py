@@ -76,7 +76,7 @@ from scipy.optimize import minimize
 
 from ..chain import labels
 from . import arbitrage, report, solver
-from .correction import Curve, correct_slice
+from .correction import Curve, bid_calls, correct_slice
 from .model import Slice, Surface
 from .svi import SVI, density_g, min_variance, total_variance
 
@@ -571,19 +571,17 @@ def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote
         info["borrowed"] = 0 if extra is None else int(extra[0].size)
         w["p"], w["info"] = p, info
         prev, prev_range = p, (w["k_min"], w["k_max"])
-    # the corrections towards every quote but the outliers: each expiry alone first (the caps
-    # of the expiry before it), then in order of T, each above the one before (the calendar)
-    alone = []
+    # the corrections towards every quote but the outliers, in order of T: each above the one
+    # before (the calendar), its unquoted wings below the bids of the next expiry quoted there
     for w in work:
         used = ~w["out"]
         w["used"] = used
         w["range"] = (float(w["k"][used].min()), float(w["k"][used].max()))
-        alone.append(correct_slice(w["p"], w["T"], np.exp(w["k"][used]), w["bid"][used], w["ask"][used],
-                                   w["mid"][used])[0])
+        w["bids"] = bid_calls(w["k"][used], w["bid"][used], w["mid"][used], w["T"])
     prev_curve: Curve | None = None
     for i, w in enumerate(work):
         used, k, T, p, info = w["used"], w["k"], w["T"], w["p"], w["info"]
-        caps = [(alone[j], work[j]["range"]) for j in range(i + 1, len(work))]
+        caps = [(work[j]["bids"], work[j]["range"]) for j in range(i + 1, len(work))]
         curve, cinfo = correct_slice(p, T, np.exp(k[used]), w["bid"][used], w["ask"][used], w["mid"][used],
                                      prev=prev_curve, caps=caps)
         info["checks"] = dict(info["checks"])
