@@ -203,3 +203,23 @@ def test_bad_curve_in_a_document_is_refused():
     doc["slices"][0]["curve"]["x"] = doc["slices"][0]["curve"]["x"][::-1]
     with pytest.raises(ValueError, match="increasing"):
         Surface.from_dict(doc)
+
+
+def test_yardstick_and_warnings_per_expiry():
+    from optiond.surface.report import confidence, warning_lines, yardstick
+
+    df = chain(SVI_TRUTH)
+    s = fit_surface(df)
+    yardstick(s, df)
+    # the truth lies inside every band: every near-the-money quote is achievable, and the fit is there
+    assert all(x.stats["achievable_near"] == 1.0 and x.stats["achievable_near_optimal"] for x in s.slices)
+    assert s.stats["achievable_near"] == 1.0 and s.stats["warnings"] == []
+    s.slices[1].stats["inside_share_near"] = 0.9  # 10 points below: a warning for that expiry alone
+    assert warning_lines(s) == ["e2: inside 90% of the quotes near the money, 10 points below the achievable 100%"]
+    # the confidence is not the inside share: a wider market or fewer quotes lower it, all inside
+    k = np.linspace(-0.3, 0.3, 31)
+    iv = np.full(31, 0.2)
+    c1, _ = confidence(0.5, 0.2, k, iv - 0.002, iv + 0.002, iv)
+    c2, _ = confidence(0.5, 0.2, k, iv - 0.02, iv + 0.02, iv)
+    c3, _ = confidence(0.5, 0.2, k[10:20], iv[10:20] - 0.002, iv[10:20] + 0.002, iv[10:20])
+    assert 1.0 > c1 > c2 > 0 and c1 > c3 > 0

@@ -175,11 +175,12 @@ def surface_paths_problem(surface_path: str | None, plot_dir: str | None) -> str
 def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path: str | None,
                     plot_dir: str | None, method: str = chain_job.DEFAULT_METHOD,
                     accuracy: str = chain_job.DEFAULT_ACCURACY, plot_formats: tuple[str, ...] = ("png",),
-                    yardstick: bool = True) -> tuple[pd.DataFrame, Any, list]:
+                    yardstick: bool = False) -> tuple[pd.DataFrame, Any, list]:
     """Fit the priced chain's surface (:func:`optiond.surface.points.fit_chain`: the fit with
     each expiry's spot, which American prices on the published surface need), measure it
-    against the best achievable inside share per expiry (:func:`optiond.surface.report.yardstick`,
-    unless ``yardstick`` is False), add the theo
+    against the best achievable inside share per expiry when ``yardstick``
+    (:func:`optiond.surface.report.yardstick`: a MILP per expiry, seconds each on a large
+    chain), add the theo
     columns (:func:`optiond.surface.theo.apply_surface`, priced on ``pricer`` by the chain's
     ``method`` and ``accuracy``), write the JSON
     to ``surface_path`` and the pictures into ``plot_dir`` in ``plot_formats`` (each if given).
@@ -290,7 +291,8 @@ def cmd_chain(args: argparse.Namespace) -> int:
         try:
             out, surface, plots = surface_outputs(out, pricer, steps=args.steps, surface_path=args.surface,
                                                   plot_dir=args.plot, method=args.method, accuracy=args.accuracy,
-                                                  plot_formats=("png", "svg") if args.plot_svg else ("png",))
+                                                  plot_formats=("png", "svg") if args.plot_svg else ("png",),
+                                                  yardstick=args.yardstick)
         except (ImportError, ValueError) as e:
             print(f"optiond chain: surface: {' '.join(str(e).split())}", file=sys.stderr)
             return 2
@@ -419,6 +421,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "range marked, ATM term structure, heatmap over log-moneyness and T); DIR is created if "
                         "needed")
     c.add_argument("--plot-svg", action="store_true", help="with --plot, write each picture as SVG too")
+    c.add_argument("--yardstick", action="store_true",
+                   help="with --surface or --plot, measure each expiry's best achievable share of near-the-money "
+                        "quotes inside their spread (a mixed-integer LP per expiry: seconds each on a large chain) "
+                        "and list it, and a warning for each expiry more than 5 points below it, in the summary")
     c.add_argument("--json", action="store_true", help="print the summary as JSON")
     _add_greeks_flag(c)
     _add_pricer_flags(c)

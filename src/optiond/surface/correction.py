@@ -4,38 +4,44 @@ Finance 9(4): call prices at the strikes under convexity, monotonicity and calen
 constraints), and the convex curve through the corrected prices.
 
 **The curve.** A corrected slice is a set of nodes ``x_0 < ... < x_N`` (``x = K / F_T``: the
-quoted strikes, and wing nodes beyond the outermost quotes up to :data:`WING` in
-log-moneyness) with undiscounted call prices over the forward ``c_j``
-(:mod:`optiond.surface.calls`). Between the nodes the curve is Schumaker's (1983, "On
-shape-preserving quadratic spline interpolation", SIAM J. Numer. Anal. 20(4)) C1 quadratic
-spline with node slopes ``d_j`` inside ``[s_{j-1}, s_j]`` (the chords' slopes, their
-length-weighted mean) and one knot per interval where the slope equals the chord's: convex
-wherever the chords are, so its density (``c''``, piecewise constant) is never negative.
-Beyond the end nodes the curve is the SVI prior's own (Lee's wings: the prior passes Lee's
-moment bound), joined with equal value and slope. So every corrected slice is free of
-butterfly arbitrage by construction, and its wings are the prior's.
+quoted strikes, wing nodes beyond the outermost quotes at :data:`WING` in log-moneyness, and
+nodes every :data:`EXTEND_STEP` out to the neighbouring expiries' ranges) with undiscounted
+call prices over the forward ``c_j`` (:mod:`optiond.surface.calls`). Between the nodes the
+curve is Schumaker's (1983, "On shape-preserving quadratic spline interpolation", SIAM J.
+Numer. Anal. 20(4)) C1 quadratic spline with node slopes ``d_j`` inside ``[s_{j-1}, s_j]``
+(the chords' slopes, their length-weighted mean) and one knot per interval where the slope
+equals the chord's: convex wherever the chords are, so its density (``c''``, piecewise
+constant) is never negative. Beyond the end nodes the curve is the SVI prior's own (Lee's
+wings: the prior passes Lee's moment bound), joined with equal value and slope. So every
+corrected slice is free of butterfly arbitrage by construction, and its wings are the prior's.
 
-**The programme** (one LP per expiry, HiGHS through ``scipy.optimize.linprog``; every term in
-the quote's own half-spreads, an L1 objective): over ``c_j``,
+**The programme** (one LP per expiry and its reweighting rounds, HiGHS through
+``scipy.optimize.milp`` without integer variables; an L1 objective, each quote's terms in its
+own half-spreads), over ``c_j``:
 
-* at each quote, the distance above its ask and below its bid, weight 1, then the distance
-  to its mid, weight :data:`MID_WEIGHT` (the fit stays inside ``[bid, ask]`` first);
+* at each quote, the distance above its ask and below its bid, weight 1, and the distance to
+  its mid, weight :data:`MID_WEIGHT` (the fit stays inside ``[bid, ask]`` first); then
+  :data:`REWEIGHT` rounds with each quote's distance outside its band weighted by
+  ``1 / (distance + REWEIGHT_EPS)`` of the round before (reweighted L1, Candes, Wakin & Boyd
+  2008, "Enhancing sparsity by reweighted l1 minimization", J. Fourier Anal. Appl. 14): the
+  L1 fit spreads a violation over many quotes, the reweighted one keeps more of them inside;
 * the change of the correction's slope at each node (``c - c_prior``'s second difference
   times the local spacing), weight :data:`SMOOTH_WEIGHT`: where the quotes say nothing the
   correction stays linear and the prior's shape stays;
 * at the wing nodes, the distance to the prior, weight :data:`WING_WEIGHT`;
-* constraints: chord slopes in ``[-1, 0]`` and non-decreasing, the end nodes on the prior
-  with slopes that join it convexly (``s_0 >= c_prior'(x_0)``, ``s_{N-1} <= c_prior'(x_N)``);
-* calendar against the earlier expiry's corrected curve: ``c_j >= c_prev(x_j)`` at every node,
-  with a slack of weight :data:`CALENDAR_WEIGHT` where both expiries are quoted and
-  :data:`CALENDAR_WING_WEIGHT` where either is extrapolated: a sparse expiry's wings do not
-  bend its neighbour's quotes.
+* constraints: chord slopes non-decreasing, the end nodes on the prior with slopes that join
+  it convexly (``s_0 >= c_prior'(x_0)``, ``s_{N-1} <= c_prior'(x_N)``, so every slope lies in
+  the prior's ``[-1, 0]``);
+* calendar: ``c_j >= c_prev(x_j)`` (plus :data:`CALENDAR_MARGIN` of the earlier curve's time
+  value) at every node against the earlier expiry's corrected curve; and at a node this
+  expiry has no quote around, ``c_j`` at most the bid of the first later expiry quoted there
+  (``caps``): a sparse expiry's wings borrow from the next expiry quoted there instead of
+  lifting it above its bids. Where these bounds cannot hold together the LP is solved without
+  them (``info["bounds_held"]`` False).
 
 The curve never goes below the earlier expiry's (:attr:`Curve.floor`: the larger of the two
-prices), so the calendar condition holds exactly, not to the LP's tolerance or only at the
-nodes; the LP's calendar rows (with a margin of :data:`CALENDAR_MARGIN` of the earlier
-curve's time value, and one round that adds the grid points where the curves still cross as
-nodes) keep that floor from binding but between nodes and in the far wings.
+prices, itself convex, decreasing with slopes in ``[-1, 0]``), so the calendar condition holds
+exactly everywhere, not to the LP's tolerance or only at the nodes.
 
 The LP's solution is made exactly convex afterwards (a weighted isotonic regression of the
 chord slopes, ``scipy.optimize.isotonic_regression``, which keeps the end values), so the
@@ -49,9 +55,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from numba import njit
 from scipy.optimize import Bounds, LinearConstraint, isotonic_regression, milp
 from scipy.sparse import coo_matrix
-from numba import njit
 from scipy.special import ndtr
 
 from .calls import black_call, implied_total_sd
@@ -63,8 +69,6 @@ _SQRT2 = math.sqrt(2.0)
 MID_WEIGHT = 0.05
 SMOOTH_WEIGHT = 0.02
 WING_WEIGHT = 0.05
-CALENDAR_WEIGHT = 1e3
-CALENDAR_WING_WEIGHT = 1e2
 #: rounds of reweighting the quotes' distances outside their bands by 1 / (distance + eps)
 #: (in half-spreads): the L1 fit's count of quotes inside towards the most
 REWEIGHT = 2

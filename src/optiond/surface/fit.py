@@ -1,7 +1,17 @@
-"""The fit of a priced chain: one raw-SVI slice per expiry, without static arbitrage.
+"""The fit of a priced chain: per expiry a raw-SVI prior without static arbitrage, then its
+arbitrage-free correction towards every quote (:mod:`optiond.surface.correction`).
 
-Per expiry (:func:`fit_slice`), on the out-of-the-money quote of each strike (the call for
-``K >= F_T``, the put below) whose mid implied volatility solved:
+:func:`fit_surface` fits the priors in order of T (below), each under the calendar condition
+against the one before; an expiry quoted less than :data:`SPARSE_SD` ATM standard deviations
+from the money on a side fits its prior with the nearest expiry's quotes on that side too
+(:func:`_borrowed`: its wing's shape borrowed, not extrapolated from a few quotes near the
+money). Then, in order of T, each expiry's correction towards every quote but the outliers
+(:func:`optiond.surface.correction.correct_slice`: above the earlier expiry's curve, its
+unquoted wings under the bids of the next expiry quoted there). The slice's statistics are
+the corrected curve's; ``prior_inside_share_near`` is the prior's own share.
+
+The prior of one expiry (:func:`fit_slice`), on the out-of-the-money quote of each strike (the
+call for ``K >= F_T``, the put below) whose mid implied volatility solved:
 
 1. **The range fitted**: ``|k| <= max(RANGE_SD * sigma_atm * sqrt(T), RANGE_MIN)`` with
    ``sigma_atm`` the mid IV interpolated at ``k = 0``, less the outliers (:func:`outliers`: a
@@ -44,12 +54,10 @@ Per expiry (:func:`fit_slice`), on the out-of-the-money quote of each strike (th
    conditions as inequality constraints.
 
 Measured on the bundled chains (the chain job's output; two-sided out-of-the-money quotes
-with ``|k| < 0.1``): every slice passes every check of
-:func:`~optiond.surface.arbitrage.check_surface` at tolerance 0 (butterfly, Lee, minimum
-variance, calendar); inside the fitted bid/ask SPX 2025-10-01 62.6 % (13 expiries, median RMS
-error over the fitted range 0.040 vol points), QQQ 2026-02-13 49.2 % (29 expiries, 0.127) and
-SPY 2026-02-13 21.7 % (32 expiries, 0.117). The fit is deterministic: two fits of one chain
-give the same parameters to the bit.
+with ``|k| < 0.1``; bench/surface.py): the priors alone lie inside the fitted bid/ask for SPX
+2025-10-01 62.6 %, QQQ 2026-02-13 47.3 % and SPY 2026-02-13 21.6 %; the corrected surface
+for 100 %, 90.5 % and 71.4 %. The fit is deterministic: two fits of one chain give the same
+parameters to the bit.
 
 Why per-expiry SVI with the calendar as a constraint, not SSVI (Gatheral & Jacquier 2014, §4):
 SSVI ties every expiry's skew and curvature to one function of the ATM total variance, and
@@ -60,9 +68,9 @@ binds.
 What the bundled chains allow (priced by the chain job; measured): the quotes of SPY and QQQ
 2026-02-13 carry butterfly arbitrage themselves, 12.2 % and 5.0 % of consecutive-strike
 triplets cost less than nothing at bid/ask (SPX 2025-10-01: none), so no arbitrage-free smile
-lies inside every spread there; an unconstrained band fit reaches about SPX 75 %, QQQ 55 % and
-SPY 22 % on its best range. Statistics per expiry (:func:`fit_surface`) say how close the fit
-comes.
+lies inside every spread there: the most any arbitrage-free smile reaches near the money
+(:mod:`optiond.surface.achievable`) is about 76 % on SPY and 92 % on QQQ. Statistics per
+expiry (:func:`fit_surface`, :mod:`optiond.surface.report`) say how close the fit comes.
 """
 
 from __future__ import annotations

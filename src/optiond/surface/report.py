@@ -18,8 +18,6 @@ yardstick, :mod:`optiond.surface.achievable`) and the warnings a desk should rea
 from __future__ import annotations
 
 import math
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
@@ -139,10 +137,6 @@ def warning_lines(surface) -> list[str]:
                            f"({cover[0]:.1f} / {cover[1]:.1f} ATM standard deviations): the {' and '.join(thin)} "
                            f"wing{'s are' if len(thin) > 1 else ' is'} extrapolated")
     return out
-
-
-def json_stats(parts: dict[str, Any]) -> dict[str, Any]:
-    return {k: float(v) for k, v in parts.items()}
 
 
 __all__ = ["confidence", "warning_lines", "wing_cover", "yardstick"]
