@@ -262,17 +262,14 @@ def correct_slice(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curv
     :attr:`Curve.floor` set to ``prev`` (the calendar condition, exactly).
 
     Args, Returns, Raises: as :func:`_correct`; ``info`` also has ``floor_gap`` (how far the
-    floor lifts the curve on :func:`optiond.surface.arbitrage.check_grid` over both curves'
-    nodes, call over F) and ``floor_share`` (the share of that grid where it does).
+    floor lifts the curve at both curves' nodes and the midpoints between them, call over F)
+    and ``floor_share`` (the share of those points where it does).
     """
-    from .arbitrage import check_grid
-
     curve, info = _correct(prior, T, x, iv_bid, iv_ask, iv_mid, prev=prev, caps=caps)
     if prev is None:
         return curve, info
-    lo = min(curve.k_range()[0], prev.k_range()[0])
-    hi = max(curve.k_range()[1], prev.k_range()[1])
-    xs = np.exp(check_grid(lo, hi))
+    xs = np.union1d(curve.x, prev.x)  # both curves' nodes and the midpoints between them
+    xs = np.r_[xs, 0.5 * (xs[1:] + xs[:-1])]
     gap = prev.calls(xs) - curve.own_calls(xs)
     info["floor_gap"] = float(max(np.max(gap), 0.0))
     info["floor_share"] = float(np.mean(gap > 0.0))
