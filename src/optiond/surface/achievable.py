@@ -169,29 +169,45 @@ def achievable(x, iv_bid, iv_ask, T: float, *, lipschitz: float | None = None,
     sq = np.sqrt(T)
     lo_c, hi_c = black_call(xs, b[o] * sq), black_call(xs, a[o] * sq)
     A, alo, ahi = call_constraints(xs, lipschitz)
-    # variables: c (n), z (n); c_i + z_i <= hi_i + 1 ; c_i - z_i >= lo_i - 1
+    # in units of the median half-spread above the intrinsic value, c = floor + scale u: the
+    # solver's tolerances are then shares of a spread, not of the forward
+    floor = np.maximum(1.0 - xs, 0.0)
+    scale = max(float(np.median(0.5 * (hi_c - lo_c))), 1e-12)
+    lu, hu = (lo_c - floor) / scale, (hi_c - floor) / scale
+    top = (1.0 - floor) / scale
+    Af = A @ floor
+    arb_lo, arb_hi = (alo - Af) / scale, (ahi - Af) / scale
+    m_up, m_lo = np.maximum(top - hu, 0.0), np.maximum(lu, 0.0)  # the big-Ms: u in [0, top]
+    # variables: u (n), z (n); u_i + m_up z_i <= hu_i + m_up ; u_i - m_lo z_i >= lu_i - m_lo
     I = np.eye(n)
-    band = LinearConstraint(np.block([[I, I], [I, -I]]), np.r_[np.full(n, -np.inf), lo_c - 1.0],
-                            np.r_[hi_c + 1.0, np.full(n, np.inf)])
-    arb = LinearConstraint(np.hstack([A.toarray(), np.zeros((A.shape[0], n))]), alo, ahi)
+    band = LinearConstraint(np.block([[I, np.diag(m_up)], [I, -np.diag(m_lo)]]),
+                            np.r_[np.full(n, -np.inf), lu - m_lo], np.r_[hu + m_up, np.full(n, np.inf)])
+    arb = LinearConstraint(np.hstack([A.toarray(), np.zeros((A.shape[0], n))]), arb_lo, arb_hi)
     cost = np.r_[np.zeros(n), -np.ones(n)]
     with quiet_stdout():
         res = milp(cost, constraints=[band, arb], integrality=np.r_[np.zeros(n), np.ones(n)],
-                   bounds=Bounds(np.r_[np.zeros(n), np.zeros(n)], np.r_[np.ones(n), np.ones(n)]),
+                   bounds=Bounds(np.zeros(2 * n), np.r_[top, np.ones(n)]),
                    options={"time_limit": float(time_limit)})
     if res.x is None:  # nothing found in the time (never infeasible: z = 0 and c intrinsic is a point)
         return Achievable(0, n, n, False, np.zeros(n, bool), np.full(n, np.nan))
-    c = res.x[:n]
-    tol = 1e-9
-    inside_sorted = (c >= lo_c - tol) & (c <= hi_c + tol)
+    u = res.x[:n]
+    z = res.x[n:] > 0.5
+    # polish: the quotes it counts as bounds on u, an LP (the big-M rows hold only to the
+    # integrality tolerance times M)
+    with quiet_stdout():
+        pol = milp(np.zeros(n), constraints=[LinearConstraint(A.toarray(), arb_lo, arb_hi)],
+                   bounds=Bounds(np.where(z, lu, 0.0), np.where(z, hu, top)))
+    if pol.x is not None:
+        u = pol.x
+    tol = 1e-6  # a millionth of a half-spread
+    inside_sorted = (u >= lu - tol) & (u <= hu + tol)
     inside = np.empty(n, bool)
     inside[o] = inside_sorted
     calls = np.empty(n)
-    calls[o] = c
+    calls[o] = floor + scale * u
     bound = getattr(res, "mip_dual_bound", None)
     ub = n if bound is None or not np.isfinite(bound) else int(np.floor(-bound + 1e-6))
     count = int(inside.sum())
     return Achievable(count, n, max(min(ub, n), count), bool(res.status == 0), inside, calls)
-
 
 __all__ = ["Achievable", "TIME_LIMIT", "achievable", "call_constraints", "quiet_stdout"]
