@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from scipy.special import ndtr
 
-from optiond.surface import SVI, Surface, check_surface, fit_surface
+from optiond.surface import SVI, Surface, check_surface, fit_surface, load
 from optiond.surface.correction import Curve
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "data"
@@ -77,7 +77,7 @@ def test_synthetic_recovery_lies_inside_every_spread(truth, tmp_path):
     s = fit_surface(df)
     path = tmp_path / "s.json"
     s.to_json(str(path))
-    back = Surface.from_json(str(path))
+    back = load(str(path))
     assert inside_all(df, back).all()
     assert back.stats["inside_share_near"] == 1.0 and all(x.stats["inside_share"] == 1.0 for x in back.slices)
     assert check_surface(back)["ok"]

@@ -24,8 +24,8 @@ and an arbitrage-free correction of its call prices towards the quotes.
 
 from .arbitrage import Check, butterfly, calendar, check_slice, check_surface
 from .fit import fit_surface
-from .model import SCHEMA, SCHEMA_VERSION, Slice, Surface
+from .model import SCHEMA, SCHEMA_VERSION, Slice, Surface, load
 from .svi import SVI
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "SVI", "Check", "Slice", "Surface", "butterfly", "calendar", "check_slice",
-           "check_surface", "fit_surface"]
+           "check_surface", "fit_surface", "load"]

@@ -236,6 +236,18 @@ class Surface:
         return cls.from_dict(json.loads(text))
 
 
+def load(path: str) -> Surface:
+    """The surface a JSON file holds (:meth:`Surface.from_json`; schema 1.x or 2.x): then
+    ``.vol(K, T)``, ``.total_variance(k, T)``, ``.density(K, T)``, ``.extrapolated(K, T)``.
+
+    Raises:
+        OSError: the file cannot be read. ValueError: not JSON, or not an ``optiond.surface``
+        document of a version this reader reads.
+    """
+    with open(path, encoding="utf-8") as f:
+        return Surface.from_json(f.read())
+
+
 def json_ready(obj: Any) -> Any:
     """JSON-ready: NumPy scalars and arrays as Python numbers and lists, NaN and inf as None."""
     if isinstance(obj, dict):
@@ -253,4 +265,4 @@ def json_ready(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "Slice", "Surface", "json_ready"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "Slice", "Surface", "json_ready", "load"]
