@@ -111,6 +111,8 @@ class Curve:
     prior: SVI
     #: the earlier expiry's curve this one never goes below (calendar, exactly), or None
     floor: "Curve | None" = None
+    #: read from a document whose curve had a floor, not linked yet (:class:`~optiond.surface.model.Surface` links it)
+    floored: bool = False
 
     def __post_init__(self) -> None:
         self.x = np.asarray(self.x, dtype=np.float64)
@@ -187,7 +189,7 @@ class Curve:
             raise ValueError("a curve needs x and c of one length, at least 2")
         if not (np.all(np.isfinite(x)) and np.all(x > 0) and np.all(np.diff(x) > 0) and np.all(np.isfinite(c))):
             raise ValueError("a curve needs finite x > 0, increasing, and finite c")
-        return cls(x, c, prior)
+        return cls(x, c, prior, floored=bool(d.get("floor", False)))
 
 
 

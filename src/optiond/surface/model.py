@@ -101,7 +101,7 @@ class Surface:
         if any(b <= a for a, b in zip(Ts, Ts[1:])):
             raise ValueError("a surface needs one slice per expiry with distinct times to expiry")
         for a, b in zip(self.slices, self.slices[1:]):  # a curve's floor: the earlier slice's curve
-            if b.curve is not None and getattr(b.curve, "_floored", False):
+            if b.curve is not None and b.curve.floored and b.curve.floor is None:
                 if a.curve is None:
                     raise ValueError(f"slice {b.expiry!r}: its curve is floored by the earlier slice, which has none")
                 b.curve.floor = a.curve
@@ -220,9 +220,7 @@ class Surface:
         for s in d["slices"]:
             p = SVI(**s["svi"])
             c = s.get("curve")
-            curve = None if c is None else Curve.from_dict(c, p)
-            if curve is not None:
-                curve._floored = bool(c.get("floor", False))  # linked to the earlier slice's curve below
+            curve = None if c is None else Curve.from_dict(c, p)  # a floor: linked by __post_init__
             slices.append(Slice(s["expiry"], float(s["T"]), float(s["forward"]), float(s["rate"]), p,
                                 dict(s.get("stats", {})), None if s.get("spot") is None else float(s["spot"]), curve))
         return cls(d["underlying"], d["quote_time"], slices, d.get("method", "svi"), dict(d.get("stats", {})))
