@@ -74,7 +74,7 @@ def test_surface_json_theo_columns_and_plots(capsys, small_chain, tmp_path):
     assert priced.sum() > 0.9 * inside.sum()
     np.testing.assert_allclose(df.loc[priced, "edge"], df.loc[priced, "mid"] - df.loc[priced, "theo"], rtol=1e-12)
     for f in ("smiles", "term_structure", "heatmap"):
-        assert (plots / f"spy_{f}.png").stat().st_size > 5000 and (plots / f"spy_{f}.svg").stat().st_size > 5000
+        assert (plots / f"spy_{f}.png").stat().st_size > 5000 and not (plots / f"spy_{f}.svg").exists()
     lines = out.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("surface SPY (svi): "))
     table = lines[head + 2:head + 2 + len(surface.slices)]  # after the column header: one line per expiry
@@ -94,6 +94,14 @@ def test_summary_lines_read_the_fit_statistics():
     head, cols, row = surface_lines(s)
     assert head == ("surface SPY (svi): 1 expiries, fitted IV inside the quoted spread 100% of two-sided quotes with "
                     "|k|<0.1, median rms 0.43 vol pts, no arbitrage")
-    assert row.split() == ["2026-08-14", "0.5000", "20%", "97%", "0.43", "1.23", "0.90"]
+    assert row.split() == ["2026-08-14", "0.5000", "20%", "-", "-", "97%", "0.43", "1.23", "0.90"]
+    # with the yardstick: the near-the-money share beside the achievable one, and the warnings
+    s.stats.update(achievable_near=1.0, warnings=["2026-08-14: inside 80% of the quotes near the money, 20 points "
+                                                  "below the achievable 100%"])
+    s.slices[0].stats.update(inside_share_near=0.8, achievable_near=1.0)
+    lines = surface_lines(s)
+    assert "|k|<0.1 (achievable 100%)" in lines[0]
+    assert lines[2].split() == ["2026-08-14", "0.5000", "20%", "80%", "100%", "97%", "0.43", "1.23", "0.90"]
+    assert lines[3] == "  warning 2026-08-14: inside 80% of the quotes near the money, 20 points below the achievable 100%"
     s.stats, s.slices[0].stats = {}, {}  # a surface without statistics: dashes
-    assert surface_lines(s)[2].split() == ["2026-08-14", "0.5000", "20%", "-", "-", "-", "-"]
+    assert surface_lines(s)[2].split() == ["2026-08-14", "0.5000", "20%", "-", "-", "-", "-", "-", "-"]

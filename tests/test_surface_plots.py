@@ -43,8 +43,10 @@ def chain_out(surface):
     return pd.DataFrame(rows)
 
 
-def test_files_written_png_and_svg(surface, chain_out, tmp_path):
-    paths = plot_surface(chain_out, surface, tmp_path / "new" / "dir")
+def test_files_written_png_by_default_and_svg_on_request(surface, chain_out, tmp_path):
+    png = plot_surface(chain_out, surface, tmp_path / "png")
+    assert sorted(p.name for p in png) == sorted(f"test_{f}.png" for f in FIGURES)
+    paths = plot_surface(chain_out, surface, tmp_path / "new" / "dir", ("png", "svg"))
     assert sorted(p.name for p in paths) == sorted(f"test_{f}.{e}" for f in FIGURES for e in ("png", "svg"))
     for p in paths:
         data = p.read_bytes()

@@ -1,5 +1,5 @@
 """Volatilities and prices at points (K, T) of a surface (optiond.surface.points), the
-surface's rate and spot in T, its schema 1.1 (spots) and the check of a surface document.
+surface's rate and spot in T, its schema (spots since 1.1) and the check of a surface document.
 
 References are written out here, independent of the package: raw SVI (Gatheral 2004) with
 the total variance linear in T between slices at fixed log-moneyness, the forward and the
@@ -90,10 +90,10 @@ def test_forward_rate_and_spot_in_t():
     assert surface(spot=None).spot(0.5) is None
 
 
-def test_schema_1_1_keeps_the_spot_and_a_1_0_document_reads_without_one():
+def test_schema_keeps_the_spot_and_a_1_0_document_reads_without_one():
     s = surface()
     doc = json.loads(s.to_json())
-    assert doc["version"] == "1.1" and [x["spot"] for x in doc["slices"]] == [S0, S0]
+    assert doc["version"] == "2.0" and [x["spot"] for x in doc["slices"]] == [S0, S0]
     assert Surface.from_json(s.to_json()).slices[0].spot == S0
     old = dict(doc, version="1.0", slices=[{k: v for k, v in x.items() if k != "spot"} for x in doc["slices"]])
     back = Surface.from_dict(old)
@@ -150,7 +150,7 @@ def test_price_rows_with_a_bad_kind_style_or_point_are_marked_alone():
 @pytest.mark.parametrize("mutate,needle", [
     (lambda d: "{not json", "not JSON"),
     (lambda d: dict(d, schema="other"), "not an optiond.surface"),
-    (lambda d: dict(d, version="2.0"), "not an optiond.surface"),
+    (lambda d: dict(d, version="3.0"), "not an optiond.surface"),
     (lambda d: {k: v for k, v in d.items() if k != "slices"}, "missing field 'slices'"),
     (lambda d: dict(d, slices=[]), "no slice"),
     (lambda d: dict(d, slices=[dict(d["slices"][0], T=-0.5)]), "T must be a finite number > 0"),

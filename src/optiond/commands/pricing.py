@@ -195,12 +195,16 @@ def surface_paths_problem(surface_path: str | None, plot_dir: str | None) -> str
 
 def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path: str | None,
                     plot_dir: str | None, method: str = chain_job.DEFAULT_METHOD,
-                    accuracy: str = chain_job.DEFAULT_ACCURACY) -> tuple[pd.DataFrame, Any, list]:
+                    accuracy: str = chain_job.DEFAULT_ACCURACY, plot_formats: tuple[str, ...] = ("png",),
+                    yardstick: bool = False) -> tuple[pd.DataFrame, Any, list]:
     """Fit the priced chain's surface (:func:`optiond.surface.points.fit_chain`: the fit with
-    each expiry's spot, which American prices on the published surface need), add the theo
+    each expiry's spot, which American prices on the published surface need), measure it
+    against the best achievable inside share per expiry when ``yardstick``
+    (:func:`optiond.surface.report.yardstick`: a MILP per expiry, seconds each on a large
+    chain), add the theo
     columns (:func:`optiond.surface.theo.apply_surface`, priced on ``pricer`` by the chain's
     ``method`` and ``accuracy``), write the JSON
-    to ``surface_path`` and the pictures into ``plot_dir`` (each if given).
+    to ``surface_path`` and the pictures into ``plot_dir`` in ``plot_formats`` (each if given).
 
     Returns:
         ``(out with the theo columns, the surface, the picture paths)``.
@@ -214,6 +218,10 @@ def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path:
     from ..surface.theo import apply_surface
 
     surface = fit_chain(out)
+    if yardstick:
+        from ..surface.report import yardstick as measure
+
+        measure(surface, out)
     out = apply_surface(out, surface, pricer, steps=steps, method=method, accuracy=accuracy)
     if surface_path:
         surface.to_json(surface_path)
@@ -223,7 +231,7 @@ def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path:
             from ..surface.plots import plot_surface
         except ImportError as e:
             raise ImportError(f"--plot needs matplotlib ({e})") from e
-        plots = plot_surface(out, surface, plot_dir)
+        plots = plot_surface(out, surface, plot_dir, plot_formats)
     return out, surface, plots
 
 
@@ -233,25 +241,34 @@ def _pct(x: Any) -> str:
 
 def surface_lines(surface: Any) -> list[str]:
     """The fit in a few lines: the whole surface (expiries, share of two-sided out-of-the-money
-    mids whose fitted IV lies inside ``[iv_bid, iv_ask]``, RMS error in vol points, arbitrage
-    checks), then one line per expiry (ATM vol, in-spread share, RMS error out of and in the
-    money, confidence). Reads
-    the statistics :func:`optiond.surface.fit.fit_surface` records; a missing one prints ``-``."""
+    mids whose fitted IV lies inside ``[iv_bid, iv_ask]`` near the money and the best share
+    any arbitrage-free smile reaches there where measured, RMS error in vol points, arbitrage
+    checks), then one line per expiry (ATM vol, in-spread share near the money and its
+    achievable share, in-spread share over every quote fitted, RMS error out of and in the
+    money, confidence), then a ``warning`` line for each expiry the fit's statistics flag
+    (:func:`optiond.surface.report.warning_lines`). Reads the statistics
+    :func:`optiond.surface.fit.fit_surface` records; a missing one prints ``-``."""
     st = surface.stats or {}
 
     def num(x: Any, fmt: str) -> str:
         return format(x, fmt) if isinstance(x, (int, float)) and math.isfinite(x) else "-"
 
     arb = st.get("arbitrage_free")
+    best = st.get("achievable_near")
     lines = [f"surface {surface.underlying} ({surface.method}): {len(surface.slices)} expiries, "
-             f"fitted IV inside the quoted spread {_pct(st.get('inside_share_near'))} of two-sided quotes with |k|<0.1, "
-             f"median rms {num(st.get('rms_vol_pts'), '.2f')} vol pts"
+             f"fitted IV inside the quoted spread {_pct(st.get('inside_share_near'))} of two-sided quotes with |k|<0.1"
+             + (f" (achievable {_pct(best)})" if best is not None else "")
+             + f", median rms {num(st.get('rms_vol_pts'), '.2f')} vol pts"
              + ("" if arb is None else f", {'no arbitrage' if arb else 'ARBITRAGE'}")]
-    lines.append(f"  {'expiry':<10} {'T':>7} {'atm iv':>6} {'in spr':>6} {'rms':>5} {'itm':>5} {'conf':>4}")
+    lines.append(f"  {'expiry':<10} {'T':>7} {'atm iv':>6} {'near':>5} {'achv':>5} {'in spr':>6} {'rms':>5} {'itm':>5} "
+                 f"{'conf':>4}")
     for s in surface.slices:
-        lines.append(f"  {s.expiry:<10} {s.T:>7.4f} {_pct(s.atm_vol()):>6} {_pct(s.stats.get('inside_share')):>6} "
-                     f"{num(s.stats.get('rms_vol_pts'), '.2f'):>5} {num(s.stats.get('rms_vol_pts_itm'), '.2f'):>5} "
-                     f"{num(s.stats.get('confidence'), '.2f'):>4}")
+        ss = s.stats or {}
+        lines.append(f"  {s.expiry:<10} {s.T:>7.4f} {_pct(s.atm_vol()):>6} {_pct(ss.get('inside_share_near')):>5} "
+                     f"{_pct(ss.get('achievable_near')):>5} {_pct(ss.get('inside_share')):>6} "
+                     f"{num(ss.get('rms_vol_pts'), '.2f'):>5} {num(ss.get('rms_vol_pts_itm'), '.2f'):>5} "
+                     f"{num(ss.get('confidence'), '.2f'):>4}")
+    lines += [f"  warning {w}" for w in st.get("warnings") or []]
     return lines
 
 
@@ -301,7 +318,9 @@ def cmd_chain(args: argparse.Namespace) -> int:
     if args.surface or args.plot:
         try:
             out, surface, plots = surface_outputs(out, pricer, steps=args.steps, surface_path=args.surface,
-                                                  plot_dir=args.plot, method=args.method, accuracy=args.accuracy)
+                                                  plot_dir=args.plot, method=args.method, accuracy=args.accuracy,
+                                                  plot_formats=("png", "svg") if args.plot_svg else ("png",),
+                                                  yardstick=args.yardstick)
         except (ImportError, ValueError) as e:
             print(f"optiond chain: surface: {' '.join(str(e).split())}", file=sys.stderr)
             return 2
@@ -425,11 +444,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--steps", type=int, default=chain_job.DEFAULT_STEPS,
                    help=f"CRR steps for American contracts on the tree (default {chain_job.DEFAULT_STEPS})")
     c.add_argument("--surface", metavar="FILE.json",
-                   help="fit the volatility surface (one arbitrage-free SVI slice per expiry), write it here "
+                   help="fit the volatility surface (per expiry an SVI prior and an arbitrage-free correction "
+                        "towards the quotes), write it here "
                         "(schema optiond.surface) and add iv_fit, theo, edge and theo_<greek> to the output CSV")
     c.add_argument("--plot", metavar="DIR",
-                   help="fit the surface and write its pictures here (PNG and SVG: smiles per expiry, ATM "
-                        "term structure, heatmap over log-moneyness and T); DIR is created if needed")
+                   help="fit the surface and write its pictures here (PNG: smiles per expiry with the fitted "
+                        "range marked, ATM term structure, heatmap over log-moneyness and T); DIR is created if "
+                        "needed")
+    c.add_argument("--plot-svg", action="store_true", help="with --plot, write each picture as SVG too")
+    c.add_argument("--yardstick", action="store_true",
+                   help="with --surface or --plot, measure each expiry's best achievable share of near-the-money "
+                        "quotes inside their spread (a mixed-integer LP per expiry: seconds each on a large chain) "
+                        "and list it, and a warning for each expiry more than 5 points below it, in the summary")
     c.add_argument("--json", action="store_true", help="print the summary as JSON")
     _add_greeks_flag(c)
     _add_pricer_flags(c)

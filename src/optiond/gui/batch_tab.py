@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QDoubleS
 from .. import chain as chain_job
 from ..dividends import read_dividend_file
 from ..files import write_with
-from ..surface.svi import implied_vol
 from . import backend
 from .qtmodels import DataFrameModel, ResultsProxy, ordered_columns
 from .workers import BatchRunner
@@ -589,7 +588,9 @@ class BatchTab(QWidget):
             k = s.log_moneyness[np.isfinite(s.log_moneyness)]
             a, b = (k.min(), k.max()) if k.size >= 2 else tuple(sl.stats.get("fit_k_range") or (-0.1, 0.1))
             kk = np.linspace(a - 0.05 * (b - a), b + 0.05 * (b - a), 200)
-            p.plot(kk if log_x else sl.forward * np.exp(kk), 100 * implied_vol(sl.svi, kk, sl.T), name="SVI fit",
+            with np.errstate(invalid="ignore"):  # the slice's smile: its corrected curve where it has one
+                fit = np.sqrt(np.maximum(sl.total_variance(kk), 0.0) / sl.T)
+            p.plot(kk if log_x else sl.forward * np.exp(kk), 100 * fit, name="SVI fit",
                    pen=pg.mkPen((198, 40, 40), width=2))
         if np.isfinite(s.forward):
             p.addItem(pg.InfiniteLine(0.0 if log_x else s.forward, angle=90,

@@ -1,4 +1,5 @@
-"""The volatility surface: an arbitrage-free fit of a priced chain, one raw-SVI slice per expiry.
+"""The volatility surface: an arbitrage-free fit of a priced chain, per expiry a raw-SVI prior
+and an arbitrage-free correction of its call prices towards the quotes.
 
 * :mod:`.svi`: raw SVI (Gatheral 2004) in total variance, its derivatives, Gatheral &
   Jacquier's density function g and Lee's wing slopes;
@@ -11,15 +12,20 @@
 * :mod:`.plots`: the smiles, term structure and heatmap pictures (matplotlib; imported only
   where used).
 
-* :mod:`.fit`: the fit of a priced chain (:func:`fit_surface`): one raw-SVI slice per expiry
+* :mod:`.fit`: the fit of a priced chain (:func:`fit_surface`): one raw-SVI prior per expiry
   from a quasi-explicit start, no butterfly, Lee, minimum-variance or calendar arbitrage
-  (the checks as constraints).
+  (the checks as constraints), then its correction;
+* :mod:`.correction`: the correction towards every quote (an LP on call prices, HiGHS) and the
+  convex call curve through it, the prior's wings beyond the quotes, the calendar exact;
+* :mod:`.achievable`: the most quotes of an expiry any arbitrage-free smile lies inside (a
+  MILP, the yardstick); :mod:`.report`: confidence, wing cover and warnings per expiry;
+* :mod:`.calls`: undiscounted call prices over the forward (Black) and their inverse.
 """
 
 from .arbitrage import Check, butterfly, calendar, check_slice, check_surface
 from .fit import fit_surface
-from .model import SCHEMA, SCHEMA_VERSION, Slice, Surface
+from .model import SCHEMA, SCHEMA_VERSION, Slice, Surface, load
 from .svi import SVI
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "SVI", "Check", "Slice", "Surface", "butterfly", "calendar", "check_slice",
-           "check_surface", "fit_surface"]
+           "check_surface", "fit_surface", "load"]

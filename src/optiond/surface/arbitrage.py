@@ -113,22 +113,53 @@ def calendar(p1: SVI, p2: SVI, k_min: float = 0.0, k_max: float = 0.0, *, tol: f
     return Check("calendar", bool(d[i] >= -tol), float(d[i]), float(k[i]), tol)
 
 
+def calendar_curves(c1, c2, k_min: float = 0.0, k_max: float = 0.0, *, tol: float = 0.0) -> Check:
+    """Calendar check between an earlier corrected slice ``c1`` and a later ``c2``
+    (:class:`optiond.surface.correction.Curve`): min over the grid of ``c2(x) - c1(x)``, the
+    undiscounted call prices over the forward at ``x = e^k`` (non-negative exactly where
+    ``w2(k) >= w1(k)``), and where it occurs."""
+    k = check_grid(k_min, k_max)
+    x = np.exp(k)
+    d = c2.calls(x) - c1.calls(x)
+    i = int(np.argmin(d))
+    return Check("calendar", bool(d[i] >= -tol), float(d[i]), float(k[i]), tol)
+
+
 def check_slice(p: SVI, k_min: float = 0.0, k_max: float = 0.0, *, tol: float = 0.0) -> dict[str, Check]:
     """The three per-slice checks: ``{"butterfly", "lee", "min_variance"}`` -> :class:`Check`."""
     return {"butterfly": butterfly(p, k_min, k_max, tol=tol), "lee": lee(p, tol=tol),
             "min_variance": min_var(p, tol=tol)}
 
 
+def curve_butterfly(curve, *, tol: float = 0.0) -> Check:
+    """Butterfly check of a corrected slice (:class:`optiond.surface.correction.Curve`): the
+    smallest second derivative of its call prices between its end nodes (piecewise constant,
+    exact); beyond them the curve is its SVI prior, which :func:`check_slice` checks."""
+    v = curve.min_density()
+    return Check("butterfly_curve", v >= -tol, v, None, tol)
+
+
 def check_surface(surface, *, tol: float = 0.0) -> dict:
     """All checks of a :class:`~optiond.surface.model.Surface`: ``{"slices": [per-slice
     checks], "calendar": [Check between slice i and i + 1], "ok": bool}``. The quoted range of a
-    slice is read from its ``stats["k_min"]``, ``stats["k_max"]`` (0 when absent)."""
+    slice is read from its ``stats["k_min"]``, ``stats["k_max"]`` (0 when absent). A slice with
+    a corrected curve adds :func:`curve_butterfly` to its prior's checks, and the calendar
+    between two such slices is :func:`calendar_curves` over both curves' node ranges."""
     rng = [(float(s.stats.get("k_min", 0.0)), float(s.stats.get("k_max", 0.0))) for s in surface.slices]
     per = [check_slice(s.svi, *r, tol=tol) for s, r in zip(surface.slices, rng)]
-    cal = [calendar(a.svi, b.svi, min(ra[0], rb[0]), max(ra[1], rb[1]), tol=tol)
-           for a, b, ra, rb in zip(surface.slices, surface.slices[1:], rng, rng[1:])]
+    for d, s in zip(per, surface.slices):
+        if s.curve is not None:
+            d["butterfly_curve"] = curve_butterfly(s.curve, tol=tol)
+    cal = []
+    for a, b, ra, rb in zip(surface.slices, surface.slices[1:], rng, rng[1:]):
+        if a.curve is not None and b.curve is not None:
+            lo = min(ra[0], rb[0], a.curve.k_range()[0], b.curve.k_range()[0])
+            hi = max(ra[1], rb[1], a.curve.k_range()[1], b.curve.k_range()[1])
+            cal.append(calendar_curves(a.curve, b.curve, lo, hi, tol=tol))
+        else:
+            cal.append(calendar(a.svi, b.svi, min(ra[0], rb[0]), max(ra[1], rb[1]), tol=tol))
     ok = all(c.ok for d in per for c in d.values()) and all(c.ok for c in cal)
     return {"slices": per, "calendar": cal, "ok": ok}
 
 
-__all__ = ["Check", "butterfly", "calendar", "check_grid", "check_span", "check_slice", "check_surface", "lee", "min_var"]
+__all__ = ["Check", "butterfly", "calendar", "calendar_curves", "curve_butterfly", "check_grid", "check_span", "check_slice", "check_surface", "lee", "min_var"]

@@ -1,7 +1,17 @@
-"""The fit of a priced chain: one raw-SVI slice per expiry, without static arbitrage.
+"""The fit of a priced chain: per expiry a raw-SVI prior without static arbitrage, then its
+arbitrage-free correction towards every quote (:mod:`optiond.surface.correction`).
 
-Per expiry (:func:`fit_slice`), on the out-of-the-money quote of each strike (the call for
-``K >= F_T``, the put below) whose mid implied volatility solved:
+:func:`fit_surface` fits the priors in order of T (below), each under the calendar condition
+against the one before; an expiry quoted less than :data:`SPARSE_SD` ATM standard deviations
+from the money on a side fits its prior with the nearest expiry's quotes on that side too
+(:func:`_borrowed`: its wing's shape borrowed, not extrapolated from a few quotes near the
+money). Then, in order of T, each expiry's correction towards every quote but the outliers
+(:func:`optiond.surface.correction.correct_slice`: above the earlier expiry's curve, its
+unquoted wings under the bids of the next expiry quoted there). The slice's statistics are
+the corrected curve's; ``prior_inside_share_near`` is the prior's own share.
+
+The prior of one expiry (:func:`fit_slice`), on the out-of-the-money quote of each strike (the
+call for ``K >= F_T``, the put below) whose mid implied volatility solved:
 
 1. **The range fitted**: ``|k| <= max(RANGE_SD * sigma_atm * sqrt(T), RANGE_MIN)`` with
    ``sigma_atm`` the mid IV interpolated at ``k = 0``, less the outliers (:func:`outliers`: a
@@ -44,12 +54,10 @@ Per expiry (:func:`fit_slice`), on the out-of-the-money quote of each strike (th
    conditions as inequality constraints.
 
 Measured on the bundled chains (the chain job's output; two-sided out-of-the-money quotes
-with ``|k| < 0.1``): every slice passes every check of
-:func:`~optiond.surface.arbitrage.check_surface` at tolerance 0 (butterfly, Lee, minimum
-variance, calendar); inside the fitted bid/ask SPX 2025-10-01 62.6 % (13 expiries, median RMS
-error over the fitted range 0.040 vol points), QQQ 2026-02-13 49.2 % (29 expiries, 0.127) and
-SPY 2026-02-13 21.7 % (32 expiries, 0.117). The fit is deterministic: two fits of one chain
-give the same parameters to the bit.
+with ``|k| < 0.1``; bench/surface.py): the priors alone lie inside the fitted bid/ask for SPX
+2025-10-01 62.6 %, QQQ 2026-02-13 47.3 % and SPY 2026-02-13 21.6 %; the corrected surface
+for 100 %, 90.5 % and 71.4 %. The fit is deterministic: two fits of one chain give the same
+parameters to the bit.
 
 Why per-expiry SVI with the calendar as a constraint, not SSVI (Gatheral & Jacquier 2014, §4):
 SSVI ties every expiry's skew and curvature to one function of the ATM total variance, and
@@ -60,9 +68,9 @@ binds.
 What the bundled chains allow (priced by the chain job; measured): the quotes of SPY and QQQ
 2026-02-13 carry butterfly arbitrage themselves, 12.2 % and 5.0 % of consecutive-strike
 triplets cost less than nothing at bid/ask (SPX 2025-10-01: none), so no arbitrage-free smile
-lies inside every spread there; an unconstrained band fit reaches about SPX 75 %, QQQ 55 % and
-SPY 22 % on its best range. Statistics per expiry (:func:`fit_surface`) say how close the fit
-comes.
+lies inside every spread there: the most any arbitrage-free smile reaches near the money
+(:mod:`optiond.surface.achievable`) is 77.3 % on SPY and 92.2 % on QQQ. Statistics per
+expiry (:func:`fit_surface`, :mod:`optiond.surface.report`) say how close the fit comes.
 """
 
 from __future__ import annotations
@@ -75,7 +83,8 @@ import pandas as pd
 from scipy.optimize import minimize
 
 from ..chain import labels
-from . import arbitrage, solver
+from . import arbitrage, report, solver
+from .correction import Curve, bid_calls, correct_slice
 from .model import Slice, Surface
 from .svi import SVI, density_g, min_variance, total_variance
 
@@ -113,6 +122,9 @@ TOL = 1e-8
 #: that fails them is refitted on the checks' grid)
 SOLVE_POINTS = 101
 SOLVE_WINGS = 41
+#: a side quoted less than this many ATM standard deviations from the money borrows its
+#: prior's shape from the nearest expiry quoted there (:func:`_borrowed`)
+SPARSE_SD = 1.0
 #: fewest quotes a slice needs
 MIN_QUOTES = 5
 #: an outlier's distance to the median of its neighbours: relative, and in spreads
@@ -410,14 +422,14 @@ def otm_mask(rows: pd.DataFrame, forward, kind: np.ndarray | None = None) -> np.
     return np.where(K >= forward, kind == "call", (kind == "put") & (K < forward))
 
 
-def _slice_stats(p: SVI, T: float, k: np.ndarray, mid: np.ndarray, bid: np.ndarray, ask: np.ndarray,
+def _slice_stats(w_of, T: float, k: np.ndarray, mid: np.ndarray, bid: np.ndarray, ask: np.ndarray,
                  fitted: np.ndarray, info: dict, k_min: float, k_max: float, k_itm: np.ndarray,
                  mid_itm: np.ndarray) -> dict[str, Any]:
-    f = np.sqrt(np.maximum(total_variance(p, k), 0.0) / T)
+    f = np.sqrt(np.maximum(w_of(k), 0.0) / T)
     lo_k, hi_k = float(k[fitted].min()), float(k[fitted].max())
     # the in-the-money contracts' own mid IVs over the fitted range (the fit never saw them)
     in_range = (k_itm >= lo_k) & (k_itm <= hi_k)
-    err_itm = (np.sqrt(np.maximum(total_variance(p, k_itm[in_range]), 0.0) / T) - mid_itm[in_range]) * 100.0
+    err_itm = (np.sqrt(np.maximum(w_of(k_itm[in_range]), 0.0) / T) - mid_itm[in_range]) * 100.0
     err = (f - mid) * 100.0
     two = np.isfinite(bid) & np.isfinite(ask)
     inside = two & (f >= bid - 1e-12) & (f <= ask + 1e-12)
@@ -433,16 +445,60 @@ def _slice_stats(p: SVI, T: float, k: np.ndarray, mid: np.ndarray, bid: np.ndarr
     ok = all(c.ok for c in checks.values())
     n = int(fitted.sum())
     inside_fit = share(fitted)
-    confidence = (0.0 if not np.isfinite(inside_fit) else inside_fit) * min(1.0, n / 10.0) * (1.0 if ok else 0.5)
+    atm = float(np.sqrt(max(float(w_of(np.zeros(1))[0]), 0.0) / T))
+    conf, parts = report.confidence(T, atm, k[fitted], bid[fitted], ask[fitted], f[fitted])
     return {"quotes": int(k.size), "fitted_quotes": n, "k_min": k_min, "k_max": k_max,
-            "fit_k_range": [lo_k, hi_k],
+            "fit_k_range": [lo_k, hi_k], "wing_sd": report.wing_cover(T, atm, lo_k, hi_k),
+            "confidence_parts": parts,
             "rms_vol_pts": rms(fitted), "max_vol_pts": float(np.max(np.abs(err[fitted]))),
             "itm_quotes": int(in_range.sum()),
             "rms_vol_pts_itm": float(np.sqrt(np.mean(err_itm ** 2))) if err_itm.size else float("nan"),
             "rms_vol_pts_near": rms(near), "rms_vol_pts_all": rms(np.ones_like(fitted)),
-            "inside_share": inside_fit, "inside_share_near": share(near), "confidence": confidence,
+            "inside_share": inside_fit, "inside_share_near": share(near), "confidence": conf,
             "near_two_sided": int((near & two).sum()), "near_inside": int(inside[near].sum()),
             "arbitrage_free": ok, "checks": {name: c.to_dict() for name, c in checks.items()}, "nfev": info["nfev"]}
+
+
+def _borrowed(work: list[dict], i: int) -> tuple[np.ndarray, ...] | None:
+    """Quotes a sparse expiry's prior borrows: where expiry ``i`` is quoted less than
+    :data:`SPARSE_SD` ATM standard deviations from the money on a side, the nearest expiry
+    (the next one first) quoted beyond that, its quotes there up to the prior's fitted range
+    (``RANGE_SD`` standard deviations), at their implied volatilities (a flat term structure
+    at fixed ``k``); ``(k, mid, bid, ask)`` or None."""
+    w = work[i]
+    sd = w["atm"] * math.sqrt(w["T"])
+    if not (sd > 0):
+        return None
+    used = ~w["out"]
+    lo, hi = float(w["k"][used].min()), float(w["k"][used].max())
+    reach = max(RANGE_SD * sd, RANGE_MIN)
+    sides = [(-reach, lo) if lo > -SPARSE_SD * sd else None, (hi, reach) if hi < SPARSE_SD * sd else None]
+    if sides == [None, None]:
+        return None
+    out = []
+    for side in sides:
+        if side is None:
+            continue
+        for j in sorted(range(len(work)), key=lambda j: (abs(j - i), -j)):
+            if j == i:
+                continue
+            v = work[j]
+            sel = ~v["out"] & (v["k"] > side[0]) & (v["k"] < side[1])
+            if sel.sum() >= 2:
+                out.append([v["k"][sel], v["mid"][sel], v["bid"][sel], v["ask"][sel]])
+                break
+    if not out:
+        return None
+    return tuple(np.concatenate([o[m] for o in out]) for m in range(4))
+
+
+def _prior_share(p: SVI, T: float, k: np.ndarray, bid: np.ndarray, ask: np.ndarray) -> float:
+    """The SVI prior's share of two-sided quotes with ``|k| < NEAR_K`` inside their band."""
+    near = (np.abs(k) < NEAR_K) & np.isfinite(bid) & np.isfinite(ask)
+    if not near.any():
+        return float("nan")
+    f = np.sqrt(np.maximum(total_variance(p, k[near]), 0.0) / T)
+    return float(np.mean((f >= bid[near] - 1e-12) & (f <= ask[near] + 1e-12)))
 
 
 def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote_time: str | None = None) -> Surface:
@@ -478,6 +534,7 @@ def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote
     calendar_ok = True
     prev: SVI | None = None
     prev_range: tuple[float, float] | None = None
+    work: list[dict] = []
 
     def col(name: str) -> np.ndarray:
         return pd.to_numeric(chain_out[name], errors="coerce").to_numpy(dtype=np.float64)
@@ -509,15 +566,47 @@ def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote
         if fitted.sum() < MIN_QUOTES:
             fitted = np.argsort(np.argsort(np.abs(k))) < MIN_QUOTES  # the nearest quotes
         k_min, k_max = float(k.min()), float(k.max())
-        p, info = fit_slice(k[fitted], mid[fitted], bid[fitted], ask[fitted], T, prev=prev, k_grid=(k_min, k_max),
-                            prev_k_grid=prev_range)
         qi = g[itm[g]]
-        stats = _slice_stats(p, T, k, mid, bid, ask, fitted, info, k_min, k_max, np.log(K_all[qi] / F), mid_all[qi])
-        stats["outliers"] = int(out.sum())
+        work.append(dict(e=e, T=T, F=F, k=k, mid=mid, bid=bid, ask=ask, out=out, fitted=fitted, atm=atm,
+                         k_min=k_min, k_max=k_max, k_itm=np.log(K_all[qi] / F), mid_itm=mid_all[qi]))
+    for i, w in enumerate(work):
+        k, fitted = w["k"], w["fitted"]
+        kf, mf, bf, af = k[fitted], w["mid"][fitted], w["bid"][fitted], w["ask"][fitted]
+        extra = _borrowed(work, i)
+        if extra is not None:  # a sparse expiry's prior borrows its wings' shape from a neighbour
+            kf, mf, bf, af = (np.r_[a, b] for a, b in zip((kf, mf, bf, af), extra))
+        p, info = fit_slice(kf, mf, bf, af, w["T"], prev=prev, k_grid=(w["k_min"], w["k_max"]), prev_k_grid=prev_range)
+        info["borrowed"] = 0 if extra is None else int(extra[0].size)
+        w["p"], w["info"] = p, info
+        prev, prev_range = p, (w["k_min"], w["k_max"])
+    # the corrections towards every quote but the outliers, in order of T: each above the one
+    # before (the calendar), its unquoted wings below the bids of the next expiry quoted there
+    for w in work:
+        used = ~w["out"]
+        w["used"] = used
+        w["range"] = (float(w["k"][used].min()), float(w["k"][used].max()))
+        w["bids"] = bid_calls(w["k"][used], w["bid"][used], w["mid"][used], w["T"])
+    prev_curve: Curve | None = None
+    for i, w in enumerate(work):
+        used, k, T, p, info = w["used"], w["k"], w["T"], w["p"], w["info"]
+        caps = [(work[j]["bids"], work[j]["range"]) for j in range(i + 1, len(work))]
+        curve, cinfo = correct_slice(p, T, np.exp(k[used]), w["bid"][used], w["ask"][used], w["mid"][used],
+                                     prev=prev_curve, caps=caps)
+        info["checks"] = dict(info["checks"])
+        info["checks"]["butterfly_curve"] = arbitrage.curve_butterfly(curve)
+        if prev_curve is not None:  # the curve never goes below the earlier one (its floor): by construction
+            info["checks"]["calendar"] = arbitrage.Check("calendar", curve.floor is prev_curve, 0.0)
+        stats = _slice_stats(curve.total_variance, T, k, w["mid"], w["bid"], w["ask"], used, info, w["k_min"],
+                             w["k_max"], w["k_itm"], w["mid_itm"])
+        stats["outliers"] = int(w["out"].sum())
+        stats["prior_k_range"] = [float(k[w["fitted"]].min()), float(k[w["fitted"]].max())]
+        stats["prior_inside_share_near"] = _prior_share(p, T, k, w["bid"], w["ask"])
+        stats["correction"] = cinfo
         if "calendar" in info["checks"]:
             calendar_ok &= info["checks"]["calendar"].ok
-        slices.append(Slice(str(names[e]), T, F, float(rate_all[first[e]]), p, stats))
-        prev, prev_range = p, (k_min, k_max)
+        e = w["e"]
+        slices.append(Slice(str(names[e]), T, w["F"], float(rate_all[first[e]]), p, stats, curve=curve))
+        prev_curve = curve
     if not slices:
         raise ValueError("no expiry has enough quotes to fit")
     und = underlying or (str(chain_out["underlying"].iloc[0]) if "underlying" in chain_out.columns else "")
@@ -530,6 +619,7 @@ def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote
                      "arbitrage_free": all(s.stats["arbitrage_free"] for s in slices), "calendar_ok": calendar_ok,
                      "inside_share_near": sum(s.stats["near_inside"] for s in slices) / two if two else float("nan"),
                      "rms_vol_pts": float(np.median([s.stats["rms_vol_pts"] for s in slices]))}
+    surface.stats["warnings"] = report.warning_lines(surface)
     return surface
 
 

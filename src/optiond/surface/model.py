@@ -11,6 +11,12 @@ last slice's ``k``-shape at ``w T / T_n``.
 Schema 1.1 adds each slice's ``spot`` (the underlying price the chain job priced that expiry
 on), which an American price at the surface's volatility needs; a 1.0 document reads with no
 spot (``None``), and a 1.0 reader skips the field.
+
+Schema 2.0 adds each slice's ``curve`` (:class:`optiond.surface.correction.Curve`: the nodes
+``x = K / F_T`` and undiscounted call prices over the forward of the arbitrage-free correction
+towards the quotes; the SVI slice is its prior and its wings beyond the nodes). A slice with a
+curve is that curve; one without (a 1.x document) is its SVI slice. A 1.x reader would read a
+2.0 document's priors only, so the major version changed; this reader reads both.
 """
 
 from __future__ import annotations
@@ -24,11 +30,15 @@ from typing import Any
 import numpy as np
 
 from ..files import write_atomic
+from .calls import black_call
+from .correction import Curve
 from .svi import SVI, total_variance
 
 #: the JSON schema's name and version (a reader refuses another major version)
 SCHEMA = "optiond.surface"
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "2.0"
+#: the major versions a reader accepts
+READS = ("1", "2")
 
 
 @dataclass
@@ -45,6 +55,8 @@ class Slice:
             bid/ask, confidence in [0, 1], the arbitrage checks' results, quotes used).
         spot: the underlying price the expiry was priced on (currency units; the implied spot
             of an American chain), or None where unknown (a schema 1.0 document).
+        curve: the arbitrage-free correction towards the quotes (the slice's smile where
+            given; ``svi`` is then its prior and its wings), or None (the SVI slice alone).
     """
 
     expiry: str
@@ -54,9 +66,19 @@ class Slice:
     svi: SVI
     stats: dict = field(default_factory=dict)
     spot: float | None = None
+    curve: Curve | None = None
 
     def total_variance(self, k) -> np.ndarray:
+        """``w(k)`` at log-moneyness ``k`` (any shape): the curve's where there is one."""
+        if self.curve is not None:
+            return self.curve.total_variance(k)
         return total_variance(self.svi, k)
+
+    def fitted_range(self) -> tuple[float, float] | None:
+        """The quoted ``(k_min, k_max)`` the slice was fitted on (``stats["fit_k_range"]``), or
+        None where unknown; beyond it the slice is extrapolated."""
+        r = self.stats.get("fit_k_range") if self.stats else None
+        return (float(r[0]), float(r[1])) if r and len(r) == 2 and None not in r else None
 
     def atm_vol(self) -> float:
         """The at-the-money (``k = 0``) implied volatility, annualised decimal; NaN where the
@@ -80,6 +102,11 @@ class Surface:
         Ts = [s.T for s in self.slices]
         if any(b <= a for a, b in zip(Ts, Ts[1:])):
             raise ValueError("a surface needs one slice per expiry with distinct times to expiry")
+        for a, b in zip(self.slices, self.slices[1:]):  # a curve's floor: the earlier slice's curve
+            if b.curve is not None and b.curve.floored and b.curve.floor is None:
+                if a.curve is None:
+                    raise ValueError(f"slice {b.expiry!r}: its curve is floored by the earlier slice, which has none")
+                b.curve.floor = a.curve
 
     def _through_slices(self, y: Any, T: float) -> float:
         """``y`` (one value per slice) at ``T``: linear in T between the slices, extended along
@@ -187,13 +214,49 @@ class Surface:
         with np.errstate(invalid="ignore"):
             return np.sqrt(np.where(w >= 0, w, np.nan) / Tq).reshape(shape)
 
+    def extrapolated(self, strike, T: float) -> np.ndarray:
+        """Whether the surface is extrapolated at ``strike`` (array, currency units) and ``T``:
+        ``k = ln(K / F_T)`` outside the quoted range a slice was fitted on
+        (:meth:`Slice.fitted_range`), for the slice at ``T`` or either slice ``T`` lies between
+        (the nearest slice before the first or after the last); False where a slice has no
+        range recorded. Shape of ``strike``, bool."""
+        k = np.log(np.asarray(strike, dtype=np.float64) / self.forward(T))
+        s = self.slices
+        Ts = np.array([x.T for x in s])
+        j = int(np.searchsorted(Ts, T))
+        near = [s[min(j, len(s) - 1)]] if j == 0 or j >= len(s) or Ts[j] == T else [s[j - 1], s[j]]
+        out = np.zeros(k.shape, dtype=bool)
+        for x in near:
+            r = x.fitted_range()
+            if r is not None:
+                out |= (k < r[0]) | (k > r[1])
+        return out
+
+    def density(self, strike, T: float) -> np.ndarray:
+        """The risk-neutral density of the underlying at ``T`` at ``strike`` (array, currency
+        units; per unit of currency): ``d^2 C / dK^2`` of the undiscounted call
+        ``C = F_T c(K / F_T, sqrt(w))`` at the surface's total variance, by central
+        differences with a step of ``1e-4 K`` (Breeden & Litzenberger 1978). NaN where the
+        total variance is not positive."""
+        K = np.asarray(strike, dtype=np.float64)
+        F = self.forward(T)
+        h = 1e-4 * K
+
+        def call(k_abs):
+            w = self.total_variance(np.log(k_abs / F), T)
+            with np.errstate(invalid="ignore"):
+                return F * black_call(k_abs / F, np.sqrt(np.where(w > 0, w, np.nan)))
+
+        return (call(K + h) - 2.0 * call(K) + call(K - h)) / (h * h)
+
     # ------------------------------------------------------------------ JSON
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "version": SCHEMA_VERSION, "underlying": self.underlying,
                 "quote_time": self.quote_time, "method": self.method, "stats": self.stats,
                 "slices": [{"expiry": s.expiry, "T": s.T, "forward": s.forward, "rate": s.rate, "spot": s.spot,
-                            "svi": s.svi._asdict(), "stats": s.stats} for s in self.slices]}
+                            "svi": s.svi._asdict(), "curve": None if s.curve is None else s.curve.to_dict(),
+                            "stats": s.stats} for s in self.slices]}
 
     def to_json(self, path: str | None = None) -> str:
         text = json.dumps(json_ready(self.to_dict()), indent=1, allow_nan=False)
@@ -208,11 +271,15 @@ class Surface:
         Raises:
             ValueError: not an ``optiond.surface`` document, or another major version.
         """
-        if d.get("schema") != SCHEMA or str(d.get("version", "")).split(".")[0] != SCHEMA_VERSION.split(".")[0]:
-            raise ValueError(f"not an {SCHEMA} {SCHEMA_VERSION} document")
-        slices = [Slice(s["expiry"], float(s["T"]), float(s["forward"]), float(s["rate"]), SVI(**s["svi"]),
-                        dict(s.get("stats", {})), None if s.get("spot") is None else float(s["spot"]))
-                  for s in d["slices"]]
+        if d.get("schema") != SCHEMA or str(d.get("version", "")).split(".")[0] not in READS:
+            raise ValueError(f"not an {SCHEMA} document of version {' or '.join(v + '.x' for v in READS)}")
+        slices = []
+        for s in d["slices"]:
+            p = SVI(**s["svi"])
+            c = s.get("curve")
+            curve = None if c is None else Curve.from_dict(c, p)  # a floor: linked by __post_init__
+            slices.append(Slice(s["expiry"], float(s["T"]), float(s["forward"]), float(s["rate"]), p,
+                                dict(s.get("stats", {})), None if s.get("spot") is None else float(s["spot"]), curve))
         return cls(d["underlying"], d["quote_time"], slices, d.get("method", "svi"), dict(d.get("stats", {})))
 
     @classmethod
@@ -222,6 +289,18 @@ class Surface:
             with open(text_or_path, encoding="utf-8") as f:
                 text = f.read()
         return cls.from_dict(json.loads(text))
+
+
+def load(path: str) -> Surface:
+    """The surface a JSON file holds (:meth:`Surface.from_json`; schema 1.x or 2.x): then
+    ``.vol(K, T)``, ``.total_variance(k, T)``, ``.density(K, T)``, ``.extrapolated(K, T)``.
+
+    Raises:
+        OSError: the file cannot be read. ValueError: not JSON, or not an ``optiond.surface``
+        document of a version this reader reads.
+    """
+    with open(path, encoding="utf-8") as f:
+        return Surface.from_json(f.read())
 
 
 def json_ready(obj: Any) -> Any:
@@ -246,4 +325,4 @@ def json_ready(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "Slice", "Surface", "json_ready"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "Slice", "Surface", "json_ready", "load"]

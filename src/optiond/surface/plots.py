@@ -1,14 +1,16 @@
-"""Pictures of a fitted surface against the chain it was fitted on (matplotlib, PNG and SVG).
+"""Pictures of a fitted surface against the chain it was fitted on (matplotlib, PNG; SVG on request).
 
-Three figures, each written as ``<underlying>_<name>.png`` and ``.svg``:
+Three figures, each written as ``<underlying>_<name>.png`` (and ``.svg``):
 
 * ``smiles``: small multiples, one smile per expiry in log-moneyness ``k = ln(K / F_T)``: the
   bid/ask implied-vol bar (``iv_bid`` .. ``iv_ask``) of every out-of-the-money contract (puts
   below the forward, calls at or above it), the mid's implied vol (``iv``) as a dot, the fitted
-  smile ``sqrt(w(k) / T)`` as a line and the forward (``k = 0``) as a vertical line;
+  smile ``sqrt(w(k) / T)`` as a line, dashed and on a shaded ground beyond the quotes it was
+  fitted on (extrapolated), the forward (``k = 0``) as a vertical line, the y-range the 2nd to
+  98th percentile of the quotes' bands (an outlier does not squash the smile);
 * ``term_structure``: the ATM volatility ``sqrt(w(0) / T)`` and the ATM skew
-  ``d sigma / dk`` at ``k = 0``, ``w'(0) / (2 sqrt(w(0) T))`` (from the raw-SVI derivative,
-  Gatheral 2004), per slice against ``T``;
+  ``d sigma / dk`` at ``k = 0``, ``w'(0) / (2 sqrt(w(0) T))``, per slice against the days to
+  expiry on a log axis;
 * ``heatmap``: the surface's implied volatility over ``(k, T)`` (:func:`surface_grid`; between
   slices the surface's own interpolation in total variance).
 
@@ -29,10 +31,11 @@ from matplotlib.figure import Figure
 from ..files import write_with
 from .fit import otm_mask
 from .model import Surface
-from .svi import derivatives, implied_vol
 
-#: the file formats each figure is written in
+#: the file formats a figure can be written in, and the default (SVG on request: a smile SVG of
+#: a large chain is megabytes and takes most of the command's time)
 FORMATS = ("png", "svg")
+DEFAULT_FORMATS = ("png",)
 #: the figures' names (file ``<underlying>_<name>.<format>``)
 FIGURES = ("smiles", "term_structure", "heatmap")
 #: default half-width of the log-moneyness range where the chain gives none
@@ -104,12 +107,13 @@ def surface_grid(surface: Surface, k: np.ndarray | None = None, T: np.ndarray | 
 
 def atm_term_structure(surface: Surface) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per slice ``(T, atm_vol, atm_skew)``: ``sqrt(w(0) / T)`` and ``d sigma / dk`` at
-    ``k = 0``, ``w'(0) / (2 sqrt(w(0) T))`` (NaN where ``w(0) <= 0``); shapes ``(n_slices,)``."""
+    ``k = 0``, ``w'(0) / (2 sqrt(w(0) T))`` with ``w'(0)`` the central difference over
+    ``k = +-1e-5`` of the slice's total variance (NaN where ``w(0) <= 0``); shapes ``(n_slices,)``."""
     T = np.array([s.T for s in surface.slices])
     w, w1 = np.empty_like(T), np.empty_like(T)
     for i, s in enumerate(surface.slices):
-        w0, d1, _ = derivatives(s.svi, 0.0)
-        w[i], w1[i] = w0, d1
+        lo, mid, hi = np.asarray(s.total_variance(np.array([-1e-5, 0.0, 1e-5])), dtype=np.float64)
+        w[i], w1[i] = mid, (hi - lo) / 2e-5
     with np.errstate(invalid="ignore", divide="ignore"):
         pos = np.where(w > 0, w, np.nan)
         return T, np.sqrt(pos / T), w1 / (2.0 * np.sqrt(pos * T))
@@ -156,12 +160,27 @@ def smiles_figure(out: pd.DataFrame, surface: Surface, k_lim: tuple[float, float
                   label="bid/ask IV")
         ax.plot(q["k"], 100 * q["iv"], ".", color="C0", markersize=2, label="mid IV")
         kk = np.linspace(a - pad, b + pad, 200)
-        ax.plot(kk, 100 * implied_vol(s.svi, kk, s.T), color="C3", linewidth=1.2, label="fit")
+        with np.errstate(invalid="ignore"):
+            fit = 100 * np.sqrt(np.maximum(s.total_variance(kk), 0.0) / s.T)
+        fr = s.fitted_range() or (float(kk[0]), float(kk[-1]))
+        inside = (kk >= fr[0]) & (kk <= fr[1])
+        ax.plot(np.where(inside, kk, np.nan), fit, color="C3", linewidth=1.2, label="fit")
+        ax.plot(np.where(inside, np.nan, kk), fit, color="C3", linewidth=1.0, linestyle="--", label="extrapolated")
+        for x0, x1 in ((kk[0], fr[0]), (fr[1], kk[-1])):
+            if x1 > x0:
+                ax.axvspan(x0, x1, color="0.9", zorder=0)
         ax.axvline(0.0, color="k", linestyle=":", linewidth=0.8, label="forward")
+        ys = np.r_[bars["iv_bid"].to_numpy(), bars["iv_ask"].to_numpy()] * 100
+        ys = ys[np.isfinite(ys)]
+        if ys.size >= 4:  # outliers clipped from the y-range
+            y0, y1 = np.percentile(ys, [2.0, 98.0])
+            m = 0.15 * max(y1 - y0, 1.0)
+            ax.set_ylim(y0 - m, y1 + m)
         ax.set_title(f"{s.expiry}  T={s.T:.3f}", fontsize=8)
         ax.tick_params(labelsize=7)
-    finish_smiles(fig, axes, n, 4)
-    fig.suptitle(f"{surface.underlying} {surface.quote_time}: smiles, out-of-the-money quotes", fontsize=10)
+    finish_smiles(fig, axes, n, 5)
+    fig.suptitle(f"{surface.underlying} {surface.quote_time}: smiles, out-of-the-money quotes (shaded: beyond the "
+                 f"quotes fitted)", fontsize=10)
     return fig
 
 
@@ -171,11 +190,15 @@ def term_structure_figure(surface: Surface) -> Figure:
     fig = Figure(figsize=(9, 3.6), layout="constrained")
     FigureCanvasAgg(fig)
     a1, a2 = fig.subplots(1, 2)
-    a1.plot(T, 100 * vol, "o-", markersize=3)
-    a1.set(xlabel="T (years)", ylabel="ATM IV (%)", title="ATM volatility sqrt(w(0)/T)")
-    a2.plot(T, skew, "o-", markersize=3, color="C2")
+    days = 365.0 * T
+    a1.plot(days, 100 * vol, "o-", markersize=3)
+    a1.set(xlabel="days to expiry", ylabel="ATM IV (%)", title="ATM volatility sqrt(w(0)/T)")
+    a2.plot(days, skew, "o-", markersize=3, color="C2")
     a2.axhline(0.0, color="k", linewidth=0.6)
-    a2.set(xlabel="T (years)", ylabel="d sigma / dk", title="ATM skew at k = 0")
+    a2.set(xlabel="days to expiry", ylabel="d sigma / dk", title="ATM skew at k = 0")
+    if len(T) > 1 and T.min() > 0:
+        a1.set_xscale("log")
+        a2.set_xscale("log")
     fig.suptitle(f"{surface.underlying} {surface.quote_time}: term structure", fontsize=10)
     return fig
 
@@ -197,8 +220,10 @@ def heatmap_figure(surface: Surface, k_lim: tuple[float, float] = (-DEFAULT_K_HA
     return fig
 
 
-def plot_surface(out: pd.DataFrame, surface: Surface, directory: str | Path) -> list[Path]:
-    """Write :data:`FIGURES` in :data:`FORMATS` into ``directory`` (created with its parents).
+def plot_surface(out: pd.DataFrame, surface: Surface, directory: str | Path,
+                 formats: tuple[str, ...] = DEFAULT_FORMATS) -> list[Path]:
+    """Write :data:`FIGURES` in ``formats`` (of :data:`FORMATS`; default PNG) into ``directory``
+    (created with its parents).
 
     Args:
         out: the chain job's output the surface was fitted on (columns ``expiry, type, strike,
@@ -216,6 +241,9 @@ def plot_surface(out: pd.DataFrame, surface: Surface, directory: str | Path) -> 
         ValueError: a surface without slices.
         KeyError: ``out`` lacks a column above.
     """
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        raise ValueError(f"picture formats must be among {FORMATS}, got {list(formats)}")
     if not surface.slices:
         raise ValueError("the surface has no slices")
     d = Path(directory)
@@ -226,7 +254,7 @@ def plot_surface(out: pd.DataFrame, surface: Surface, directory: str | Path) -> 
     stem = "".join(c if c.isalnum() else "_" for c in (surface.underlying or "surface").lower())
     paths = []
     for name in FIGURES:
-        for fmt in FORMATS:
+        for fmt in formats:
             p = d / f"{stem}_{name}.{fmt}"
             write_with(p, lambda f, fig=figs[name], fmt=fmt: fig.savefig(
                 f, format=fmt, dpi=110, metadata={"Date": None} if fmt == "svg" else None), binary=True)

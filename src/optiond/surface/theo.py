@@ -26,7 +26,7 @@ from .model import Surface
 #: the Greeks at ``iv_fit``, named ``theo_<greek>`` (units of :class:`optiond.models.Result`)
 THEO_GREEKS = tuple(f"theo_{g}" for g in GREEK_FIELDS)
 #: the columns :func:`apply_surface` appends, in order
-THEO_COLUMNS = ("iv_fit", "theo", "edge") + THEO_GREEKS
+THEO_COLUMNS = ("iv_fit", "extrapolated", "theo", "edge") + THEO_GREEKS
 #: relative slack on the surface's time range: a row's ``T`` this close to the first or last
 #: slice's counts as inside (the chain's clock and the surface's are the same numbers)
 T_SLACK = 1e-9
@@ -66,6 +66,29 @@ def fitted_vol(out: pd.DataFrame, surface: Surface, deadline: float | None = Non
     return vol
 
 
+def extrapolated_rows(out: pd.DataFrame, surface: Surface) -> np.ndarray:
+    """Per row, whether ``iv_fit`` is the surface's extrapolation beyond the quotes it was fitted
+    on (:meth:`Surface.extrapolated` at the row's strike and ``expiry_years``); False where
+    ``iv_fit`` is NaN (:func:`fitted_vol`'s rule). Shape ``(n,)``, bool.
+
+    Raises:
+        KeyError: ``out`` lacks ``strike`` or ``expiry_years``.
+    """
+    K = pd.to_numeric(out["strike"], errors="coerce").to_numpy(dtype=np.float64)
+    T = pd.to_numeric(out["expiry_years"], errors="coerce").to_numpy(dtype=np.float64)
+    flag = np.zeros(len(out), dtype=bool)
+    if not surface.slices:
+        return flag
+    t_lo, t_hi = time_range(surface)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(K) & (K > 0) & np.isfinite(T) & (T >= t_lo) & (T <= t_hi) & (T > 0)
+    rows = np.flatnonzero(ok)
+    for t in np.unique(T[rows]):
+        r = rows[T[rows] == t]
+        flag[r] = surface.extrapolated(K[r], float(t))
+    return flag
+
+
 def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | None = None,
                   steps: int = DEFAULT_STEPS, method: str = DEFAULT_METHOD,
                   accuracy: str = DEFAULT_ACCURACY) -> pd.DataFrame:
@@ -84,7 +107,9 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
             (:func:`optiond.chain.american_method`; defaults the chain job's).
 
     Returns:
-        the frame with ``iv_fit`` (annualised decimal, :func:`fitted_vol`), ``theo`` (the model
+        the frame with ``iv_fit`` (annualised decimal, :func:`fitted_vol`), ``extrapolated``
+        (:func:`extrapolated_rows`: ``iv_fit`` lies beyond the quotes fitted; pandas' nullable
+        boolean, NA where ``iv_fit`` is NaN), ``theo`` (the model
         price at ``iv_fit``, currency units), ``edge = mid - theo`` and ``theo_delta``,
         ``theo_gamma``, ``theo_theta``, ``theo_vega``, ``theo_rho`` (the Greeks at ``iv_fit``,
         units of :class:`optiond.models.Result`). NaN where ``iv_fit`` is NaN, where the row has
@@ -128,6 +153,9 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
             cols[f"theo_{g}"][r[ok]] = np.asarray(getattr(res, g))[ok]
     result = out.copy()
     result["iv_fit"] = iv_fit
+    flag = pd.array(extrapolated_rows(out, surface), dtype="boolean")
+    flag[~np.isfinite(iv_fit)] = pd.NA
+    result["extrapolated"] = flag
     result["theo"] = cols["theo"]
     result["edge"] = num["mid"] - cols["theo"]
     for g in THEO_GREEKS:
@@ -137,4 +165,4 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
     return result
 
 
-__all__ = ["THEO_COLUMNS", "THEO_GREEKS", "apply_surface", "fitted_vol", "time_range"]
+__all__ = ["THEO_COLUMNS", "THEO_GREEKS", "apply_surface", "extrapolated_rows", "fitted_vol", "time_range"]
