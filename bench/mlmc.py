@@ -21,8 +21,19 @@ NVRTC compile); ``wall_s`` the median of ``--repeat`` further calls. ``--through
 single-launch rates per level and layout; ``--variants`` re-times the eps = 0.001 cases with
 other layouts (team_levels), register budgets and the fast (fp32 Box–Muller) variant.
 
+``--study`` (CPU): the accuracy of the adaptive algorithm itself over many seeds instead of the
+cases above: Giles' case (S = K = 100, T = 1, r = 0.05, sigma = 0.2), a call and a put, each
+eps of ``--study-eps`` run with seeds 1 .. ``--study-seeds`` (64), against Black–Scholes:
+``rms_over_eps`` (sqrt of the mean squared error, over eps: at most 1 when the algorithm keeps
+its promise), ``bias_over_eps`` (mean error), ``std_error_over_spread`` (the root mean square
+of the reported ``std_error`` over the standard deviation of the estimates across seeds: 1
+when ``std_error`` is honest), the mean bias estimate, levels and model cost; ``pooled``: the
+same two ratios over all rows (each row's squares in units of its eps), whose sampling noise is
+smaller than a row's (a row's spread of 64 estimates is itself uncertain by about 9 %).
+
 Usage::
 
+    python bench/mlmc.py --study [--study-eps 0.02 0.01 0.005] [--study-seeds 64]
     python bench/mlmc.py --device cpu [--eps 0.005 0.0025]
     python bench/mlmc.py --device gpu --repeat 5 --throughput --variants
     python bench/mlmc.py --device gpu --level0 both --eps 0.001
@@ -107,6 +118,33 @@ def one_case(name, eps, device, seed, repeat, gpu_options=None, exact_level0=Tru
     return row
 
 
+STUDY_CASE = (100.0, 100.0, 1.0, 0.05, 0.0, 0.2)  # spot, strike, expiry, rate, dividend yield, volatility
+STUDY_EPS = (0.02, 0.01, 0.005)
+
+
+def seed_study(payoff: str, eps: float, seeds: int) -> dict:
+    """One row of ``--study``: ``seeds`` independent runs (seeds 1 .. seeds) of one payoff at ``eps``."""
+    spot, strike, expiry, rate, q, vol = STUDY_CASE
+    exact = float(bs_price_greeks(np.array([1 if payoff == "call" else 0]), spot, strike, expiry, rate, q, vol)
+                  ["price"][0])
+    t0 = time.perf_counter()
+    runs = [mlmc_price(payoff, spot, strike, expiry, rate, q, vol, eps, seed=s) for s in range(1, seeds + 1)]
+    wall = time.perf_counter() - t0
+    p = np.array([r.price for r in runs])
+    se = np.array([r.std_error for r in runs])
+    err = p - exact
+    spread = float(p.std(ddof=1))
+    levels = [r.levels for r in runs]
+    return {"payoff": payoff, "eps": eps, "seeds": seeds, "black_scholes": exact,
+            "rms_over_eps": float(np.sqrt(np.mean(err ** 2)) / eps), "bias_over_eps": float(err.mean() / eps),
+            "std_error_over_spread": float(np.sqrt(np.mean(se ** 2)) / spread), "spread_over_eps": spread / eps,
+            "mean_std_error_over_eps": float(se.mean() / eps),
+            "rms_std_error_over_eps": float(np.sqrt(np.mean(se ** 2)) / eps),
+            "bias_estimate_over_eps": float(np.mean([r.bias for r in runs]) / eps),
+            "levels_min": min(levels), "levels_max": max(levels),
+            "mean_model_cost": float(np.mean([r.total_cost for r in runs])), "wall_s": wall}
+
+
 def throughput(levels=(0, 2, 4, 6, 7, 8, 10, 12, 14), seconds=0.2, **gpu_options):
     """Single-launch rates of the level kernel: fine path steps per second (CUDA events)."""
     from optiond.kernels.mlmc.gpu import GPUSampler
@@ -147,7 +185,30 @@ def main(argv=None) -> int:
     ap.add_argument("--level0", choices=("exact", "sampled", "both"), default="exact",
                     help="level 0 by its exact mean (default), sampled (the seed's algorithm), or both")
     ap.add_argument("--out", help="also write the JSON here")
+    ap.add_argument("--study", action="store_true", help="the many-seed accuracy study (CPU) instead of the cases")
+    ap.add_argument("--study-eps", type=float, nargs="+", default=list(STUDY_EPS))
+    ap.add_argument("--study-seeds", type=int, default=64)
     args = ap.parse_args(argv)
+    if args.study:
+        rows = []
+        for payoff in ("call", "put"):
+            for eps in args.study_eps:
+                rows.append(seed_study(payoff, eps, args.study_seeds))
+                r = rows[-1]
+                print(f"# {payoff:4s} eps={eps:<7g} rms/eps={r['rms_over_eps']:.3f} bias/eps={r['bias_over_eps']:+.3f} "
+                      f"std_error/spread={r['std_error_over_spread']:.3f} L={r['levels_min']}..{r['levels_max']} "
+                      f"wall={r['wall_s']:.1f} s", file=sys.stderr, flush=True)
+        pooled = {"rms_over_eps": float(np.sqrt(np.mean([r["rms_over_eps"] ** 2 for r in rows]))),
+                  "std_error_over_spread": float(np.sqrt(np.mean([r["rms_std_error_over_eps"] ** 2 for r in rows])
+                                                         / np.mean([r["spread_over_eps"] ** 2 for r in rows])))}
+        text = json.dumps({"bench": "mlmc_seed_study", "case": dict(zip(
+            ("spot", "strike", "expiry", "rate", "dividend_yield", "volatility"), STUDY_CASE)), "rows": rows,
+            "pooled": pooled}, indent=1)
+        print(text)
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(text)
+        return 0
 
     report = {"bench": "mlmc", "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
               "target_fine_steps_per_s": TARGET_STEPS_PER_S, "rows": []}

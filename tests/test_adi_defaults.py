@@ -52,6 +52,30 @@ def test_default_european_hard_sets_vs_analytic():
     assert res.diagnostics["adi_time_steps"] == [800] * 6 + [50] * 6 and res.diagnostics["adi_richardson"]
 
 
+#: (kappa, xi, rho, T, K, kind): the worst of the 648-option grid of hard sets in
+#: optiond.kernels.adi.defaults (spot domain, 6.14e-3), the worst discretisation case (4.2e-3),
+#: and the vol-of-vol 1.5 sets of kappa 1 and 2
+HARD_GRID_WORST = [(0.5, 1.5, 0.0, 2.0, 100.0, "call"), (0.5, 0.5, -0.9, 2.0, 120.0, "call"),
+                   (1.0, 1.5, -0.9, 1.0, 80.0, "put"), (2.0, 1.5, -0.9, 2.0, 120.0, "call")]
+
+
+def test_default_european_bound_holds_and_is_the_measured_worst():
+    """The bound the docstrings state (defaults.EUROPEAN_BOUND, over kappa 0.5-2, xi 0.5-1.5,
+    rho -0.9-0, T 0.25-2, K/S 0.8-1.2) holds on the worst sets of its grid, and is their
+    measured worst, not a figure from easier sets (the earlier docstrings said 6.3e-4 while
+    these rows erred up to 6.1e-3): lower it when the default improves."""
+    kappa, xi, rho, T, K, kind = (np.array(c) for c in zip(*HARD_GRID_WORST))
+    n = len(HARD_GRID_WORST)
+    cols = dict(kind=kind, style="european", spot=100.0, strike=K, expiry=T, rate=0.03, dividend_yield=0.01, v0=0.04,
+                kappa=kappa, long_run_variance=0.04, xi=xi, correlation=rho, method="adi")
+    res = engine.price_table(cols, Method(name="adi", device="cpu"))
+    ref = analytic.heston_batch((kind == "call").astype(np.int8), np.full(n, 100.0), K, T, np.full(n, 0.03),
+                                np.full(n, 0.01), np.full(n, 0.04), kappa, np.full(n, 0.04), xi, rho, greeks=False)[0]
+    err = np.abs(res.price - ref)
+    assert err.max() <= defaults.EUROPEAN_BOUND, dict(zip(HARD_GRID_WORST, err))
+    assert err[0] > 0.9 * defaults.EUROPEAN_BOUND, err  # the stated bound is the measured worst
+
+
 def test_single_grid_earlier_default_misses_the_hard_sets():
     """The same rows on one 200 x 100 grid with 100 steps (the earlier default) err by more than
     10x the tolerance at T = 10, K = 200: the tests above can fail."""

@@ -457,6 +457,72 @@ def test_metrics_and_probes(client):
     assert _get(url + "/nothing")[0] == 404
 
 
+def _observed(metrics) -> tuple[float, float]:
+    """Requests counted and latencies observed so far in ``metrics``."""
+    n = sum(s.value for f in metrics.requests.collect() for s in f.samples if s.name == "optiond_requests_total")
+    h = sum(s.value for f in metrics.latency.collect() for s in f.samples
+            if s.name == "optiond_request_duration_seconds_count")
+    return n, h
+
+
+def test_every_reply_is_counted_before_it_is_sent(tmp_path, monkeypatch):
+    """The request counter and the latency histogram hold a request before its reply leaves
+    (for every kind of reply: priced inline, from the cache, refused as invalid, a protocol
+    error, a shell and a control op, a job's acceptance and its result through the outbox),
+    so a scrape made once a client holds its reply always sees it. Checked at the send
+    itself, in this process: nothing depends on how the threads are scheduled."""
+    from optiond.daemon import server_parts
+    from optiond.daemon.server import Server
+
+    server = Server(tmp_path / "daemon.json", warmup=False, json_log=False, metrics_port=None, ipc=False)
+    at_send: list[tuple[float, float]] = []
+    real = server_parts.send_frames
+
+    def spy(sock, frames, flags=0):
+        at_send.append(_observed(server.metrics))
+        real(sock, frames, flags)
+
+    monkeypatch.setattr(server_parts, "send_frames", spy)
+    server.start()
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    c = Client(tmp_path / "daemon.json", timeout=30.0)
+    try:
+        cols, method = table(2, seed=51), Method(steps=30)
+        c.price_table(cols, method, fallback=False)
+        c.price_table(cols, method, fallback=False)  # from the reply cache
+        with pytest.raises(InvalidInputError):
+            c.price_table({"kind": "put"}, fallback=False)
+        c.ping()
+        c.status()
+        job = c.submit_table(table(3, seed=52), method)
+        assert_same(c.result(job, timeout=30), engine.price_table(table(3, seed=52), method))
+        info = paths.read_connection_file(tmp_path / "daemon.json")
+        session = Session(info["key"].encode())
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        try:
+            s.connect(paths.endpoint(info))
+            protocol.send_frames(s, session.serialize(session.header("no_such_request"), {}))
+            assert s.poll(20_000) and session.recv(s).content["ename"] == "ProtocolError"
+        finally:
+            s.close()
+            ctx.term()
+        assert len(at_send) >= 8
+        for k, (n, h) in enumerate(at_send, start=1):
+            assert n >= k and h >= k, (k, at_send)  # the k-th reply sent: k requests counted already
+        assert _observed(server.metrics) == (len(at_send), len(at_send))
+        outcomes = {s.labels["outcome"] for f in server.metrics.requests.collect() for s in f.samples
+                    if s.name == "optiond_requests_total"}
+        assert {"ok", "cached", "invalid", "protocol_error"} <= outcomes
+    finally:
+        c.close()
+        server.stop()
+        t.join(timeout=10)
+        server.close()
+
+
 def test_drain_refuses_new_work_then_resume(client):
     url = client.status()["metrics_url"]
     try:

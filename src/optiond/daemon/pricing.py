@@ -42,8 +42,8 @@ from .jobs import FINAL_STATES, Job, Waiter
 from .objects import ObjectError
 from ..limits import LimitExceeded
 from .protocol import (PROTOCOL_VERSION, Message, ProtocolError, Session, date_in_window, decode_column,
-                       is_array_spec, send_frames)
-from .server_parts import _Counters, _invalid_details, _nbytes, _Refused, _Req, _short
+                       is_array_spec)
+from .server_parts import _Counters, _invalid_details, _nbytes, _Refused, _Req, _short, answer
 
 log = logging.getLogger("optiond.daemon")
 
@@ -242,10 +242,8 @@ class PricingOps:
         if job_id:
             content["job_id"] = job_id
         frames = session.serialize(session.header(op + "_reply"), content, msg.raw_header, None, entry.buffers)
-        send_frames(self._shell, [*msg.identities, *frames])
-        self._shell_counters.outcomes["cached"] += 1
-        dt = time.perf_counter() - t0
-        self.metrics.observe(op, entry.model, _device_label(entry.device), "cached", dt)
+        dt = answer(self._shell, [*msg.identities, *frames], self.metrics, self._shell_counters, op, entry.model,
+                    _device_label(entry.device), "cached", t0)
         self._access(msg.header, op, entry.model, entry.device, int(entry.content.get("n", 0)), dt, "cached", job_id)
 
     @staticmethod
@@ -470,10 +468,8 @@ class PricingOps:
             frames = session.serialize(session.header(op + "_reply"), content, msg.raw_header, None, buffers)
             if once:
                 self._replies.keep_once((msg.header["session"], msg.header["msg_id"]), frames)
-            self._thread_socket("outbox", self._outbox_url).send_multipart([*msg.identities, *frames],
-                                                                           copy=len(buffers) == 0)
-            dt = time.perf_counter() - t0
-            self.metrics.observe(op, model, _device_label(device), outcome, dt)
+            dt = answer(self._thread_socket("outbox", self._outbox_url), [*msg.identities, *frames], self.metrics,
+                        None, op, model, _device_label(device), outcome, t0)
             self._access(msg.header, op, model, device, n, dt, outcome, None, None if error is None else _short(error))
         except Exception:  # noqa: BLE001 (a socket closed by a stopping daemon: nobody to answer)
             log.debug("%s reply not sent", op, exc_info=True)
@@ -556,7 +552,9 @@ class PricingOps:
                            "fraction": job.fraction, "eta_s": job.eta_s(self.jobs.slots),
                            "error": f"job {job.id} is {job.state} ({job.fraction:.0%} done)"}
             frames = session.serialize(session.header(waiter.reply_type), content, waiter.parent)
-            send_frames(self._shell, [*waiter.identities, *frames])
+            self._shell_counters.errors += 1
+            answer(self._shell, [*waiter.identities, *frames], self.metrics, self._shell_counters, "result", "-", "-",
+                   "pending", waiter.received)
         self._parked = keep
 
     # ------------------------------------------------------------------ jobs
@@ -667,18 +665,17 @@ class PricingOps:
         device = content.get("device", "-")
         for w in waiters:
             frames = session.serialize(session.header(w.reply_type), content, w.parent, None, buffers)
-            try:
-                out.send_multipart([*w.identities, *frames], copy=len(buffers) == 0)
-            except zmq.ZMQError:
-                log.debug("could not queue a job reply", exc_info=True)
             if job.state == "done" and w.reply_type != "result_reply":
                 self._replies.keep((w.session, w.msg_id), [*frames], _nbytes(buffers))
-            counters.outcomes[outcome] += 1
             if job.state != "done":
                 counters.errors += 1
-            dt = time.perf_counter() - w.received
-            self.metrics.observe(job.op if w.reply_type != "result_reply" else "result", job.cost.model,
-                                 _device_label(device), outcome, dt)
+            try:
+                dt = answer(out, [*w.identities, *frames], self.metrics, counters,
+                            job.op if w.reply_type != "result_reply" else "result", job.cost.model,
+                            _device_label(device), outcome, w.received)
+            except zmq.ZMQError:
+                log.debug("could not queue a job reply", exc_info=True)
+                dt = time.perf_counter() - w.received
             self._access({"msg_id": w.msg_id, "session": w.session}, job.op, job.cost.model, device, job.n, dt,
                          outcome, job.id, None if job.state == "done" else _short(content.get("error", "")))
         self._inflight_reqs.pop((job.client, job.msg_id), None)
@@ -784,9 +781,7 @@ class PricingOps:
             self._fail(session, sock, self._shell_counters, msg, req.op, req.op + "_reply", "ProtocolError",
                        f"reply could not be encoded: {e}", "failed", req.t0)
             return
-        send_frames(sock, [*msg.identities, *frames])
         c = self._shell_counters
-        c.outcomes["ok"] += 1
         if gpu_fallback:
             c.gpu_fallbacks += 1
             self.metrics.gpu_fallbacks.inc()
@@ -795,8 +790,8 @@ class PricingOps:
         if req.key is not None:
             cached = content if not req.job_id else {k: v for k, v in content.items() if k != "job_id"}
             self.cache.put(req.key, Entry(cached, buffers, req.cost.model, device, size + 512))
-        dt = time.perf_counter() - req.t0
-        self.metrics.observe(req.op, req.cost.model, _device_label(device), "ok", dt)
+        dt = answer(sock, [*msg.identities, *frames], self.metrics, c, req.op, req.cost.model, _device_label(device),
+                    "ok", req.t0)
         self._access(msg.header, req.op, req.cost.model, device, req.n, dt, "ok", req.job_id)
 
     def _fast_price(self, session: Session, sock: zmq.Socket, msg: Message, counters: _Counters, t0: float) -> bool:
@@ -865,12 +860,9 @@ class PricingOps:
         out = wire.one_option_body("cpu", time.perf_counter() - t0)
         out["status"] = "ok"
         frames = session.serialize(session.header("price_reply"), out, msg.raw_header, None, buffers)
-        send_frames(sock, [*msg.identities, *frames])
-        counters.outcomes["ok"] += 1
         self._replies.keep(rkey, frames, _ONE_BYTES)
         if key is not None:
             self.cache.put(key, Entry(out, buffers, "binomial", "cpu", _ONE_BYTES + 512))
-        dt = time.perf_counter() - t0
-        self.metrics.observe("price", "binomial", "cpu", "ok", dt)
+        dt = answer(sock, [*msg.identities, *frames], self.metrics, counters, "price", "binomial", "cpu", "ok", t0)
         self._access(header, "price", "binomial", "cpu", 1, dt, "ok")
         return True

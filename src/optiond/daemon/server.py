@@ -90,7 +90,7 @@ from .pricing import CHAIN_RUNNERS, COALESCE_MIN, PricingOps
 from .protocol import (IOPUB_CURVE, PROTOCOL_VERSION, REPLAY_WINDOW_S, SIGNATURE_SCHEME, AuthenticationError,
                        Message, ProtocolError, Session, date_in_window, iopub_curve_keys, packb, readable, send_frames,
                        spin_seconds, spin_until_readable, unpackb, utcnow)
-from .server_parts import ReplyMemory
+from .server_parts import ReplyMemory, answer
 from .server_parts import _Counters, _invalid_details, _nbytes, _Refused, _Req, _short
 
 log = logging.getLogger("optiond.daemon")
@@ -636,7 +636,6 @@ class Server(PricingOps, ObjectOps, ControlOps):
                 self.guard.drop(e.srcfd)
         except ProtocolError as e:
             counters.malformed += 1
-            counters.outcomes["protocol_error"] += 1
             self._reply_error(session, sock, counters, e.identities, e.header, "ProtocolError", str(e))
         except Exception:  # never let a peer kill the loop
             counters.malformed += 1
@@ -736,15 +735,24 @@ class Server(PricingOps, ObjectOps, ControlOps):
 
     def _reply_error(self, session: Session, sock: zmq.Socket, counters: _Counters, identities: list[bytes],
                      parent: Any, ename: str, error: str, reply_type: str = "error_reply",
-                     extra: dict | None = None) -> None:
+                     extra: dict | None = None, op: str = "-", outcome: str = "protocol_error",
+                     t0: float | None = None, model: str = "-") -> float:
+        """Answer with an error (counted and observed first, see :func:`answer`); returns the
+        latency observed. A message without a return address is only counted."""
         counters.errors += 1
         content = {"status": "error", "ename": ename, "error": _short(error), **(extra or {})}
-        if not identities:
-            return
+        t0 = time.perf_counter() if t0 is None else t0
         try:
-            send_frames(sock, [*identities, *session.serialize(session.header(reply_type), content, parent or {})])
-        except (zmq.ZMQError, TypeError):
+            frames = [*identities, *session.serialize(session.header(reply_type), content, parent or {})]
+        except TypeError:
+            log.debug("could not encode an error reply", exc_info=True)
+            frames = []
+        try:
+            return answer(sock if identities and frames else None, frames, self.metrics, counters, op, model, "-",
+                          outcome, t0)
+        except zmq.ZMQError:
             log.debug("could not send an error reply", exc_info=True)
+            return time.perf_counter() - t0
 
     def _handle(self, session: Session, sock: zmq.Socket, msg: Message, ops: dict[str, Handler],
                 counters: _Counters, t0: float) -> _Req | None:
@@ -754,23 +762,20 @@ class Server(PricingOps, ObjectOps, ControlOps):
         handler = ops.get(op)
         if handler is None:
             known = ", ".join(f"{o}_request" for o in ops)
-            counters.outcomes["protocol_error"] += 1
             self._reply_error(session, sock, counters, msg.identities, msg.raw_header, "ProtocolError",
                               f"unknown msg_type {msg_type[:40]!r}; expected one of {known}")
             return None
         reply_type = op + "_reply"
         if msg.header["version"].split(".")[0] != PROTOCOL_VERSION.split(".")[0]:
-            counters.outcomes["protocol_error"] += 1
             self._reply_error(session, sock, counters, msg.identities, msg.raw_header, "ProtocolError",
                               f"protocol version {msg.header['version'][:20]!r} not supported (daemon speaks "
-                              f"{PROTOCOL_VERSION})", reply_type)
+                              f"{PROTOCOL_VERSION})", reply_type, op=op, t0=t0)
             return None
         if not date_in_window(msg.header.get("date"), self.replay_window_s):
-            counters.outcomes["stale"] += 1
             self._reply_error(session, sock, counters, msg.identities, msg.raw_header, "StaleMessage",
                               f"message dated {str(msg.header.get('date'))[:40]!r} is outside the daemon's "
                               f"{self.replay_window_s:g} s replay window (a replay, or a clock far off); "
-                              f"send it again", reply_type)
+                              f"send it again", reply_type, op=op, outcome="stale", t0=t0)
             return None
         if op in ONCE_OPS:
             first = self._replies.once((msg.header["session"], msg.header["msg_id"]))
@@ -825,24 +830,20 @@ class Server(PricingOps, ObjectOps, ControlOps):
             self._fail(session, sock, counters, msg, op, reply_type, "ProtocolError",
                        f"reply could not be encoded: {e}", "failed", t0)
             return None
-        send_frames(sock, [*msg.identities, *frames])
-        counters.outcomes["ok"] += 1
-        dt = time.perf_counter() - t0
         if op in ONCE_OPS:
             self._replies.keep_once((msg.header["session"], msg.header["msg_id"]), frames)
         if pricing:  # a submit: the job is accepted
             self._replies.keep(rkey, frames, _nbytes(buffers))
+        dt = answer(sock, [*msg.identities, *frames], self.metrics, counters, op, model, device, "ok", t0)
+        if pricing:
             self._access(msg.header, op, "-", "-", int(content.get("n", 0)), dt, "accepted", content.get("job_id"))
-        self.metrics.observe(op, model, device, "ok", dt)
         return None
 
     def _fail(self, session: Session, sock: zmq.Socket, counters: _Counters, msg: Message, op: str, reply_type: str,
               ename: str, error: str, outcome: str, t0: float, extra: dict | None = None, model: str = "-",
               n: int = 0) -> None:
-        self._reply_error(session, sock, counters, msg.identities, msg.raw_header, ename, error, reply_type, extra)
-        counters.outcomes[outcome] += 1
-        dt = time.perf_counter() - t0
-        self.metrics.observe(op, model, "-", outcome, dt)
+        dt = self._reply_error(session, sock, counters, msg.identities, msg.raw_header, ename, error, reply_type, extra,
+                               op, outcome, t0, model)
         self._access(msg.header, op, model, "-", n, dt, outcome, error=_short(error))
 
     def _access(self, h: dict, op: str, model: str, device: str, n: int, seconds: float, outcome: str,

@@ -1,6 +1,7 @@
 """What the daemon's modules share: short error texts, the size of a reply's buffers, the
-per-thread counters, the refusal raised before any work, a decoded pricing request on its
-way through the shell thread, and the replies kept for copies of their requests.
+per-thread counters, the one function that sends a reply (:func:`answer`), the refusal
+raised before any work, a decoded pricing request on its way through the shell thread, and
+the replies kept for copies of their requests.
 
 :mod:`optiond.daemon.server` (sockets, threads, life cycle, the request loops),
 :mod:`optiond.daemon.pricing` (the pricing pipeline) and :mod:`optiond.daemon.control_ops`
@@ -18,7 +19,7 @@ from typing import Any
 
 from ..costs import Cost
 from ..models import Method
-from .protocol import FUTURE_SLACK_S, Message
+from .protocol import FUTURE_SLACK_S, Message, send_frames
 
 log = logging.getLogger("optiond.daemon")
 
@@ -69,6 +70,43 @@ class _Counters:
                                                    "reason": reason, "total": self.auth_failures})
             self._auth_logged_at = now
             self._auth_unlogged = 0
+
+
+def answer(sock: Any, frames: list, metrics: Any, counters: _Counters | None, op: str, model: str, device: str,
+           outcome: str, t0: float) -> float:
+    """Send one reply, observed first: every request the daemon answers is answered here
+    (a copy of one answered already gets the first reply again, counted as ``replayed``).
+
+    The request is counted (``counters.outcomes``, which ``status`` adds up, and the
+    ``requests_total`` counter and ``request_duration_seconds`` histogram of ``metrics``)
+    *before* its frames are handed to the socket, so whatever a client does once it holds
+    the reply (a scrape of ``/metrics``, a ``status``) already sees it, however the threads
+    are scheduled.
+
+    Args:
+        sock: the socket the reply leaves by (a ROUTER, or the outbox a thread hands its
+            replies to); None: nobody to answer (a message without a return address), the
+            request is only counted.
+        frames: the routing identities, then the signed message's frames.
+        metrics: the daemon's :class:`optiond.daemon.metrics.Metrics`.
+        counters: the calling thread's counters (None: a thread without any).
+        op, model, device, outcome: the labels of the observation.
+        t0: when the request was received (``time.perf_counter``).
+
+    Returns:
+        Seconds from ``t0`` to the observation (the latency observed).
+
+    Raises:
+        zmq.ZMQError: the send failed (the request stays counted: it was answered as far as
+        the daemon goes).
+    """
+    if counters is not None:
+        counters.outcomes[outcome] += 1
+    dt = time.perf_counter() - t0
+    metrics.observe(op, model, device, outcome, dt)
+    if sock is not None:
+        send_frames(sock, frames)
+    return dt
 
 
 class _Refused(Exception):

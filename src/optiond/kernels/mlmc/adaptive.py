@@ -6,8 +6,9 @@ simulation", Operations Research 56(3), §5 (the numerical algorithm), in the fo
 ``mlmc.m``:
 
 1. start with levels ``0 .. L_min`` and ``N0`` samples on each;
-2. sample the extra ``dN_l``; from the sums estimate per level the mean ``m_l`` and variance
-   ``V_l`` of ``Y_l = P_l - P_{l-1}`` and the cost ``C_l`` per sample;
+2. sample the extra ``dN_l``; from the sums estimate per level the mean ``m_l`` and the
+   unbiased sample variance ``V_l`` (Bessel's ``N_l/(N_l - 1)``) of ``Y_l = P_l - P_{l-1}``,
+   and the cost ``C_l`` per sample;
 3. set the optimal sample counts (Giles 2008 eq. (12), Giles 2015 eq. (2.8)) for a sampling
    variance of ``(1 - theta) eps^2``:
 
@@ -19,7 +20,20 @@ simulation", Operations Research 56(3), §5 (the numerical algorithm), in the fo
    the last three levels scaled to level L as in the Python ``mlmc.py`` of Giles' group):
    ``rem = max_{k<3} m_{L-k} 2^{-k alpha} / (2^alpha - 1)``; if ``rem > sqrt(theta) eps``,
    add level ``L+1`` (variance extrapolated with beta, cost from :func:`level_cost`), up to ``L_max`` (then
-   the result carries a warning and ``converged = False``);
+   the result carries a warning and ``converged = False``). The new level gets at least ``n0``
+   samples before its own estimates are used, like the first levels: Giles (2008) §5 step 2
+   ("estimate V_L using an initial N_L samples"). Without that floor (Giles' ``mlmc.m``, which
+   this module followed before) the optimal count of the finest level is a few tens of samples
+   (19 for the call at eps = 0.02), so its ``m_L`` (the bias test's input, ±50 % noise there)
+   and ``V_L`` were guesses: the finest level was chosen by noise (three different L over the
+   seeds), runs whose top-level means came out low stopped early with a low price, and
+   ``std_error`` was 0.86-0.91 of the spread of the estimates across 256 seeds (now
+   0.97-0.99; ``bench/mlmc.py --study`` has the 64-seed figures). The mean error that
+   remains, -0.4 to -0.6 eps, is the truncation bias the split allows (at most
+   ``sqrt(theta) eps``, estimated by ``rem`` to within the noise of the seeds). The floor
+   costs ``n0 C_L`` a level: on that call 4.3e5 model path steps at eps = 0.01 (was 1.0e5)
+   and 1.06e6 at eps = 0.005 (was 4.4e5); it grows like 1/eps against the optimal counts'
+   1/eps^2, so its share falls as eps does;
 5. repeat until no extra samples are needed; then the estimated MSE ``Σ V_l/N_l + rem^2`` is
    at most ``eps^2``.
 
@@ -118,7 +132,7 @@ class MLMCResult:
 
     Per-level arrays have shape (levels,) = (L + 1,), index l = level:
 
-    * ``n_samples``: N_l; ``mean``/``variance``: sample mean and variance of ``Y_l = P_l -
+    * ``n_samples``: N_l; ``mean``/``variance``: sample mean and unbiased variance of ``Y_l = P_l -
       P_{l-1}`` (``P_0`` at level 0); ``mean_fine``/``var_fine``: of ``P_l``;
       ``kurtosis``: of ``Y_l`` (0 at level 0); ``consistency``: Giles' check
       ``|m_l - (E P_l - E P_{l-1})| / (3 (sd's / sqrt N))`` (0 at level 0, > 1 is suspicious);
@@ -129,7 +143,7 @@ class MLMCResult:
       mean_fine[0] =`` the exact ``E[P_0]``, ``variance[0] = var_fine[0] = 0``, ``seconds[0] = 0``,
       ``sums[0] = 0``.
 
-    Scalars: ``price`` (Σ_l mean_l, currency units), ``std_error`` (sqrt Σ V_l/N_l), ``bias``
+    Scalars: ``price`` (Σ_l mean_l, currency units), ``std_error`` (sqrt Σ V_l/N_l, V_l unbiased), ``bias``
     (the extrapolated remaining weak error ``rem``), ``mse`` (``std_error^2 + bias^2``),
     ``alpha``/``beta``/``gamma`` (least-squares exponents of |mean|, variance and cost on
     levels >= 1; NaN with fewer than two such levels), ``converged`` (MSE target met without
@@ -191,7 +205,8 @@ class MLMCResult:
 
 
 def _level_stats(sums: np.ndarray, n: np.ndarray):
-    """Means, variances and kurtosis from the power sums (Giles' ``mlmc_test`` formulas)."""
+    """Means, unbiased variances (Bessel's ``N/(N-1)``) and kurtosis from the power sums
+    (Giles' ``mlmc_test`` formulas; the kurtosis from the central moments as he writes them)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         s = sums / np.maximum(n, 1)[:, None]
         m = s[:, 0]
@@ -201,7 +216,8 @@ def _level_stats(sums: np.ndarray, n: np.ndarray):
         kurt = (s[:, 3] - 4 * s[:, 2] * m + 6 * s[:, 1] * m * m - 3 * m ** 4) / (v * v)
         kurt = np.where(v > 0, kurt, 0.0)
     kurt[0] = 0.0
-    return m, v, mf, vf, kurt
+    bessel = np.asarray(n, dtype=np.float64) / np.maximum(np.asarray(n, dtype=np.float64) - 1.0, 1.0)
+    return m, v * bessel, mf, vf * bessel, kurt
 
 
 def _consistency(m, mf, v, vf, n):
@@ -362,7 +378,7 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
         # ---- estimates
         with np.errstate(divide="ignore", invalid="ignore"):
             ml = np.abs(sums[:, 0] / nl)
-            vl = np.maximum(0.0, sums[:, 1] / nl - (sums[:, 0] / nl) ** 2)
+            vl = np.maximum(0.0, sums[:, 1] / nl - (sums[:, 0] / nl) ** 2) * (nl / np.maximum(nl - 1, 1))
         if exact:  # known mean, no sampling variance
             ml[0], vl[0] = abs(level0_mean), 0.0
         for l in range(2, L + 1):
@@ -392,6 +408,7 @@ def mlmc_adaptive(sampler, eps: float, *, n0: int = DEFAULT_N0, l_min: int = DEF
                     cl = np.append(cl, level_cost(L))
                     ns = _optimal_n(vl, cl, eps, theta, first)
                     dn = np.maximum(0, ns - nl)
+                    dn[L] = max(int(dn[L]), int(n0))  # Giles 2008 §5 step 2: V_L from n0 samples first
         if on_fraction is not None:
             done = float(np.dot(nl, cl))
             on_fraction(done / (done + float(np.dot(dn, cl))) if dn.any() else 1.0)
