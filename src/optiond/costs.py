@@ -58,6 +58,10 @@ MLMC_WORK_FACTOR = 5.0
 #: :func:`mlmc_path_steps_bound`: the least work of one option (the initial samples on the
 #: first levels)
 MLMC_MIN_PATH_STEPS = 1e4
+#: :func:`mlmc_path_steps_bound`: the initial samples every level gets before its variance is
+#: read (``n0``, Giles 2008 section 5 step 2; the kernel's default,
+#: ``optiond.kernels.mlmc.adaptive.DEFAULT_N0``), each about 3 fine steps a level's 2^l
+MLMC_INITIAL_SAMPLES = 1000
 
 
 class Caps(Protocol):
@@ -192,17 +196,22 @@ def mlmc_path_steps(eps: Any) -> np.ndarray:
 def mlmc_path_steps_bound(payoff: Any, spot: Any, expiry: Any, rate: Any, dividend_yield: Any, volatility: Any,
                           eps: Any) -> np.ndarray:
     """An upper bound on the path steps of an adaptive MLMC price (Milstein, so O(eps^-2) work):
-    ``max(MLMC_MIN_PATH_STEPS, MLMC_WORK_FACTOR * V * (1 + s2)^2 / eps^2)`` with
-    ``s2 = sigma^2 T`` and ``V`` a bound on the payoff's variance: ``S^2 e^(2|r-q|T) (e^s2 - 1)``
+    ``max(MLMC_MIN_PATH_STEPS, MLMC_WORK_FACTOR * V * (1 + s2)^2 / eps^2 + 3 n0 2^L)`` with
+    ``s2 = sigma^2 T``, ``V`` a bound on the payoff's variance: ``S^2 e^(2|r-q|T) (e^s2 - 1)``
     (the variance of S(T)) for the vanilla and Asian payoffs, ``(1 + s2) / 4`` for the digital
-    paying 1. Arrays broadcast; ``payoff`` is "vanilla", "digital" or "asian"."""
+    paying 1, and ``2^L = sqrt(V) (1 + s2) / eps`` (at least 1, at most 2^20) the finest level's
+    steps for a first-order weak error, which the ``n0 = MLMC_INITIAL_SAMPLES`` initial samples
+    of every level cost (about 3 n0 2^L over the levels: the variance term alone under-counts
+    small-variance payoffs at a small eps). Arrays broadcast; ``payoff`` is "vanilla",
+    "digital" or "asian"."""
     S, T, r, q, sig, eps = (np.asarray(x, dtype=np.float64) for x in (spot, expiry, rate, dividend_yield,
                                                                         volatility, eps))
     s2 = sig * sig * T
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         vanilla = S * S * np.exp(2.0 * np.abs(r - q) * T) * np.expm1(s2)
         var = np.where(np.asarray(payoff, dtype=object) == "digital", 0.25 * (1.0 + s2), vanilla)
-        work = MLMC_WORK_FACTOR * var * (1.0 + s2) ** 2 / (eps * eps)
+        finest = np.clip(np.sqrt(var) * (1.0 + s2) / eps, 1.0, 2.0 ** 20)
+        work = MLMC_WORK_FACTOR * var * (1.0 + s2) ** 2 / (eps * eps) + 3.0 * MLMC_INITIAL_SAMPLES * finest
     return np.maximum(work, MLMC_MIN_PATH_STEPS)
 
 
