@@ -161,8 +161,8 @@ def test_bermudan_schedule_hits_dates():
 def test_3d_reproduces_2d_without_rate_volatility():
     p = dict(BASE, dividend_yield=0.01, rho=-0.7)
     for kind, style in (("put", "european"), ("call", "european"), ("put", "american")):
-        two = A.heston_price(kind, style, **p, grid=(60, 30), time_steps=30)
-        three = A.hhw_price(kind, style, **p, hw_a=0.1, hw_sigma=0.0, grid=(60, 30, 9), time_steps=30, scheme="mcs")
+        two = A.heston_price(kind, style, **p, grid=(40, 20), time_steps=20)
+        three = A.hhw_price(kind, style, **p, hw_a=0.1, hw_sigma=0.0, grid=(40, 20, 5), time_steps=20, scheme="mcs")
         for k in ("price", "delta", "gamma", "dv0"):
             assert abs(two[k] - three[k]) < 1e-12 * max(1.0, abs(two[k])), (kind, style, k)
 

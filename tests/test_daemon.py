@@ -72,6 +72,15 @@ def client(daemon):
 # ---------------------------------------------------------------------------- basic operations
 
 
+def test_a_pricing_client_imports_no_fitting_libraries():
+    """Every client process (an Excel session, ``optiond status``, a detached start) imports the
+    client: the surface and Heston fit encoders, with pandas, SciPy and numba, are imported by
+    the requests that need them."""
+    code = "import sys, optiond.daemon.client; print(sorted(m for m in ('pandas', 'scipy', 'numba') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
 def test_ping(client, daemon):
     reply = client.ping()
     assert reply["pid"] == daemon.pid

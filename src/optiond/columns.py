@@ -22,7 +22,16 @@ def as_columns(*cols, dtype=np.float64):
     if any(a.ndim > 1 for a in arrs) or len(lengths) > 1:
         raise ValueError(f"columns must be scalars or 1-D of one length, got shapes {[a.shape for a in arrs]}")
     n = lengths.pop() if lengths else 1
-    return [np.full(n, a, dtype=dt) if a.ndim == 0 else np.ascontiguousarray(a, dtype=dt) for a, (_, dt) in zip(arrs, pairs)]
+    return [np.full(n, a, dtype=dt) if a.ndim == 0 else kernel_column(a, dt) for a, (_, dt) in zip(arrs, pairs)]
+
+
+def kernel_column(a, dtype) -> np.ndarray:
+    """``a`` as a contiguous array of ``dtype``, copied when it is read-only (a column of a
+    copy-on-write DataFrame, a buffer decoded from the wire, a broadcast view): numba types a
+    read-only array apart from a writeable one and compiles a kernel again for every pattern of
+    read-only arguments."""
+    out = np.ascontiguousarray(a, dtype=dtype)
+    return out if out.flags.writeable else out.copy()
 
 
 class TableFileError(ValueError):

@@ -31,7 +31,6 @@ import json
 from typing import Any
 
 from ..models import ImpliedVol, Result
-from . import heston_op, surface_op
 from .protocol import packb
 from .client_replies import decode_iv, decode_result
 
@@ -81,6 +80,8 @@ class ObjectsMixin:
                 the name) or failed.
         """
         buffers: list = []
+        from . import surface_op  # where used: a client that only prices imports no pandas or SciPy
+
         content = surface_op.encode_fit(name, df, market, buffers)
         timeout = FIT_TIMEOUT_S if timeout is None else timeout
         msg = self._request("surface_fit", content, buffers, timeout=timeout, retries=0,
@@ -114,6 +115,8 @@ class ObjectsMixin:
                 the object bounds, another kind under the name) or failed.
         """
         buffers: list = []
+        from . import heston_op
+
         content = heston_op.encode_fit(name, df, market, feller, buffers)
         timeout = FIT_TIMEOUT_S if timeout is None else timeout
         msg = self._request("heston_fit", content, buffers, timeout=timeout, retries=0,
@@ -172,6 +175,8 @@ class ObjectsMixin:
             InvalidInputError, DaemonUnavailable: as :meth:`fit_surface`.
         """
         buffers: list = []
+        from . import surface_op
+
         content = surface_op.encode_points(name, {"strike": strike, "expiry": expiry}, buffers)
         meta = None if deadline_s is None else {"deadline_s": float(deadline_s)}
         return decode_iv(self._request("surface_vol", content, buffers, timeout=timeout, metadata=meta))
@@ -200,6 +205,8 @@ class ObjectsMixin:
         if style is None:
             style = "american" if american else "european"
         buffers: list = []
+        from . import surface_op
+
         content = surface_op.encode_points(name, {"strike": strike, "expiry": expiry, "kind": kind, "style": style},
                                            buffers)
         if steps is not None:

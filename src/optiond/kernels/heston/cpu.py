@@ -74,6 +74,8 @@ import math
 import numba as nb
 import numpy as np
 
+from ...columns import kernel_column
+
 #: default absolute tolerance of the price integral I0 (see the module docstring)
 TOL = 1e-13
 #: most strikes priced on one set of characteristic-function evaluations
@@ -372,8 +374,8 @@ def heston_batch(kind, spot, strike, expiry, rate, dividend_yield, v0, kappa, th
     cols = [np.ascontiguousarray(np.asarray(a, dtype=np.float64).reshape(-1)) for a in
             (spot, strike, expiry, rate, dividend_yield, v0, kappa, theta, xi, rho)]
     n = max(c.shape[0] for c in cols)
-    cols = [np.ascontiguousarray(np.broadcast_to(c, (n,))) for c in cols]
-    kind = np.ascontiguousarray(np.broadcast_to(np.asarray(kind, dtype=np.int8).reshape(-1), (n,)))
+    cols = [kernel_column(np.broadcast_to(c, (n,)), np.float64) for c in cols]
+    kind = kernel_column(np.broadcast_to(np.asarray(kind, dtype=np.int8).reshape(-1), (n,)), np.int8)
     S, K, T, r, q, a0, ka, th, x, ro = cols
     order, starts = plan_chunks(T, a0, ka, th, x, ro, chunk)
     out, _ = price_chunks(kind, S, K, T, r, q, a0, ka, th, x, ro, order, starts, bool(greeks), float(tol))

@@ -104,6 +104,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
+from ...columns import kernel_column
 from ..rootfind import IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK
 from .qdplus import QDPLUS_TOL, qdplus_nodes
 from .vmath import _INV_SQRT_2PI, PAD, _Phi, ncdf_e, vexp, vlog, vncdf
@@ -627,8 +628,8 @@ def alo_batch_kernel(kind, S, K, T, r, q, sig, m, tabs, greeks):
 def flat_columns(shape: tuple, kind, *arrays) -> tuple[np.ndarray, list[np.ndarray]]:
     """``kind`` as int8 and ``arrays`` as float64, each broadcast to ``shape``, contiguous and
     flat (shape (n,)): the kernels' inputs (CPU and GPU)."""
-    kd = np.ascontiguousarray(np.broadcast_to(np.asarray(kind, dtype=np.int8), shape)).reshape(-1)
-    return kd, [np.ascontiguousarray(np.broadcast_to(np.asarray(a, dtype=np.float64), shape)).reshape(-1)
+    kd = kernel_column(np.broadcast_to(np.asarray(kind, dtype=np.int8), shape), np.int8).reshape(-1)
+    return kd, [kernel_column(np.broadcast_to(np.asarray(a, dtype=np.float64), shape), np.float64).reshape(-1)
                 for a in arrays]
 
 
