@@ -283,3 +283,33 @@ def test_a_chain_request_renewed_by_the_heartbeat_outlives_its_lease(tmp_path, s
     got, summary = out["r"]
     assert summary.via == "daemon" and got.status.tolist() == want.status.tolist()
     np.testing.assert_allclose(got.iv, want.iv, rtol=1e-12, atol=1e-14)
+
+
+# ----------------------------------------------------------------------------- the renew request
+
+
+def test_renew_checks_its_ids_and_renews_only_its_own_session(daemon):
+    from optiond.daemon.client import DaemonError
+
+    with daemon.client() as a, daemon.client() as b:
+        for bad in ("job-1", ["x" * 65], [1], ["ok"] * 1025):
+            with pytest.raises(DaemonError, match="job_ids") as e:
+                a._request("renew", {"job_ids": bad}, channel="control")
+            assert e.value.ename == "ProtocolError"
+        # several seconds of work, cancelled once the renewals are checked
+        job = a.submit_table({"kind": "put", "style": "american", "spot": 100.0, "strike": np.linspace(80, 120, 1000),
+                              "expiry": 1.0, "rate": 0.03, "volatility": 0.2}, Method(steps=3000, greeks=False),
+                             job_id="lease-owner", force=True)
+        try:
+            renewed = a._request("renew", {"job_ids": [job, "no-such-job"]}, channel="control").content["renewed"]
+            assert renewed == [job]
+            assert b._request("renew", {"job_ids": [job]}, channel="control").content["renewed"] == []
+        finally:
+            a.cancel(job)
+
+
+@pytest.mark.parametrize("text, want", [("", client_jobs.JOB_LEASE_S), ("2.5", 2.5), ("0.01", client_jobs.JOB_LEASE_S),
+                                        ("nan", client_jobs.JOB_LEASE_S), ("soon", client_jobs.JOB_LEASE_S)])
+def test_the_lease_from_the_environment(monkeypatch, text, want):
+    monkeypatch.setenv(client_jobs.LEASE_ENV, text)
+    assert client_jobs.job_lease_s() == want
