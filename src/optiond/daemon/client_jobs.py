@@ -34,6 +34,7 @@ import queue
 import threading
 import time
 import uuid
+import weakref
 from typing import Any, Callable, Mapping
 
 import zmq
@@ -90,7 +91,9 @@ class LeaseHeartbeat:
     tried again at the next beat: the following itself notices a daemon gone."""
 
     def __init__(self, client: "JobsMixin"):
-        self._client = client
+        # weakly: a client that references its heartbeat and back would be freed by the cycle
+        # collector only, whose order of finalizers lets the client's context wait on open sockets
+        self._client = weakref.ref(client)
         self._held: dict[str, list[float]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -119,24 +122,28 @@ class LeaseHeartbeat:
                 self._wake.set()
 
     def _run(self) -> None:
-        try:
-            while True:
-                with self._lock:
-                    if not self._held:
-                        self._thread = None
-                        return
-                    ids = sorted(self._held)
-                    interval = min(min(v) for v in self._held.values()) / RENEWALS_PER_LEASE
-                    self._wake.clear()
-                try:
-                    self.beats += 1
-                    self._client._request("renew", {"job_ids": ids}, timeout=max(interval, 1.0), channel="control",
-                                          use_down_cache=False, retries=0)
-                except Exception:  # noqa: BLE001 (a daemon gone or busy: the next beat tries again)
-                    log.debug("lease renewal of %s failed", ids, exc_info=True)
-                self._wake.wait(interval)
-        finally:
-            self._client._drop_socket("control")
+        while True:
+            with self._lock:
+                client = self._client()
+                if not self._held or client is None:
+                    self._thread = None
+                    if client is not None:
+                        try:
+                            client._drop_socket("control")  # this thread's socket
+                        except zmq.ZMQError:
+                            pass
+                    return
+                ids = sorted(self._held)
+                interval = min(min(v) for v in self._held.values()) / RENEWALS_PER_LEASE
+                self._wake.clear()
+            try:
+                self.beats += 1
+                client._request("renew", {"job_ids": ids}, timeout=max(interval, 1.0), channel="control",
+                                use_down_cache=False, retries=0)
+            except Exception:  # noqa: BLE001 (a daemon gone or busy: the next beat tries again)
+                log.debug("lease renewal of %s failed", ids, exc_info=True)
+            del client
+            self._wake.wait(interval)
 
 
 @dataclasses.dataclass(frozen=True)
