@@ -692,8 +692,8 @@ class Client(JobsMixin, ObjectsMixin):
             as_job: run it as a followed job: submitted, then asked for every
                 :data:`JOB_POLL_S` for as long as the daemon's heartbeat answers and the job
                 moves (no ``timeout`` applies to the whole), cancelled on Ctrl-C or any error,
-                and cancelled by the daemon :data:`JOB_LEASE_S` after its client stops asking
-                (killed). None (default): when the estimated single-core time is over
+                and cancelled by the daemon once its lease (:data:`JOB_LEASE_S`) lapses unrenewed
+                (the client killed). None (default): when the estimated single-core time is over
                 :data:`JOB_AFTER_S`. A request not run as a job that this client gives up on
                 (no reply in time) is cancelled too.
             stall_s: a followed job whose progress stands still this long while running is
@@ -708,7 +708,8 @@ class Client(JobsMixin, ObjectsMixin):
 
         Raises:
             InvalidInputError: a problem of the whole table (missing column, lengths differ).
-            DaemonUnavailable: no daemon answered (or it died) and ``fallback`` is False.
+            DaemonUnavailable: no daemon answered (or it died) and ``fallback`` is False;
+                :class:`DaemonLost` when it took the work and then stopped or died.
             RequestRefused: over one of the daemon's limits, or the daemon is draining (raised
                 even with ``fallback``: the request is refused, not lost).
             JobCancelled, DeadlineExceeded: the work was stopped; nothing is returned.
