@@ -343,3 +343,45 @@ def test_a_client_with_a_lease_heartbeat_is_freed_without_the_cycle_collector(tm
         assert ref() is None
     finally:
         gc.enable()
+
+
+def test_a_chain_the_stopping_daemon_drops_is_priced_in_process(tmp_path, small_chain, engine_gate):
+    """A chain request still waiting for rank 0's pricing thread when the daemon stops is
+    answered JobCancelled (``why`` ``stopping``); the client prices it in this process and
+    says why (``summary.extra["daemon_lost"]``, the line ``optiond chain`` prints)."""
+    df, want = small_chain
+    with in_process_daemon(tmp_path) as server:
+        first, second = (Client(server.connection_file, timeout=60.0) for _ in range(2))
+        out: dict = {}
+
+        def price(name: str, client: Client) -> None:
+            try:
+                out[name] = client.price_chain(df, **MARKET)
+            except BaseException as e:  # noqa: BLE001 (examined below)
+                out[name] = e
+
+        threads = [threading.Thread(target=price, args=("first", first), daemon=True)]
+        try:
+            threads[0].start()
+            assert engine_gate["entered"].wait(60)  # the first chain holds rank 0's pricing thread
+            threads.append(threading.Thread(target=price, args=("second", second), daemon=True))
+            threads[1].start()
+            end = time.monotonic() + 30
+            while len(server._aside_leases) < 2 and time.monotonic() < end:  # the second one waits behind it
+                time.sleep(0.01)
+            stopper = threading.Thread(target=stop, args=(server,), daemon=True)
+            stopper.start()
+            while len(server._aside_leases) > 1 and time.monotonic() < end:  # the second one dropped
+                time.sleep(0.01)
+            assert len(server._aside_leases) == 1
+            engine_gate["open"].set()  # the first one finishes; then both replies leave
+            for t in (*threads, stopper):
+                t.join(timeout=120)
+        finally:
+            first.close()
+            second.close()
+    got, summary = out["second"]
+    assert summary.via == "in-process" and "the daemon stopped" in summary.extra["daemon_lost"]
+    assert got.status.tolist() == want.status.tolist()
+    np.testing.assert_allclose(got.iv, want.iv, rtol=1e-12, atol=1e-14)
+    assert out["first"][1].via == "daemon"  # the one it was pricing is finished and answered

@@ -378,7 +378,8 @@ class PricingOps:
         if lease_s is not None and jid is None:
             raise ProtocolError("chain: a lease_s needs a job_id (the name its client renews it by)")
         lease = None if lease_s is None else Lease(msg.header["session"], lease_s)
-        wanted = None if lease is None else (lambda: not lease.lapsed())
+        # a stopping daemon renews nothing (its loops are done) but finishes the chain it prices
+        wanted = None if lease is None else (lambda: self._stop.is_set() or not lease.lapsed())
         self._aside(msg, "chain", "chain", functools.partial(chain_op.run, df, market, wanted), len(df), t0, deadline,
                     lease=(jid, lease) if lease is not None else None)
 
