@@ -1,7 +1,9 @@
 """Long ``optiond price --daemon-only`` files as followed daemon jobs: the client waits as long
 as the daemon lives and moves (with a progress bar), and the daemon never keeps computing for
-nobody: a client interrupted (SIGINT) or killed (SIGKILL) leaves the daemon idle within 2 s; a
-daemon that freezes or dies is reported in one line.
+nobody: a client interrupted (SIGINT) leaves the daemon idle within 2 s, and so does one killed
+(SIGKILL) with a lease of 1 s (``OPTIOND_JOB_LEASE_S``; the default lease of tens of seconds,
+which a paused client survives, is in ``test_job_lease.py``); a daemon that freezes or dies is
+reported in one line.
 
 The daemon here has one pricing slot, so its CPU time (``/proc/<pid>/stat`` utime + stime) grows
 by about one core while a job runs and by almost nothing when idle (heartbeat, publisher).
@@ -124,7 +126,8 @@ def test_killing_the_client_cancels_its_job(served, env, tmp_path, sig):
         cancelled = client.status()["jobs_by_outcome"].get("cancelled", 0)
         src = portfolio(tmp_path / "book.csv")
         before = {j["job_id"] for j in client.jobs()}
-        proc = price_cli(src, tmp_path / "out.csv", 2400 + sig, env)  # ~10 s of work; no cache either way
+        # ~10 s of work; no cache either way; a lease of 1 s, so the killed client's job ends soon
+        proc = price_cli(src, tmp_path / "out.csv", 2400 + sig, {**env, "OPTIOND_JOB_LEASE_S": "1"})
         job = wait_running(client, other=before)
         assert proc.poll() is None, f"the client ended before it was signalled: {proc.stderr.read()[-500:]}"
         proc.send_signal(sig)
@@ -147,8 +150,8 @@ def test_a_frozen_then_a_dead_daemon_is_one_line_and_no_work_is_left(tmp_path):
     src = portfolio(tmp_path / "book.csv")
     try:
         # frozen (SIGSTOP): the heartbeat falls silent, the client gives up in one line; once
-        # the daemon runs again it cancels the job nobody asks for
-        proc = price_cli(src, tmp_path / "out.csv", 2500, env)
+        # the daemon runs again it cancels the job nobody renews (a lease of 1 s here)
+        proc = price_cli(src, tmp_path / "out.csv", 2500, {**env, "OPTIOND_JOB_LEASE_S": "1"})
         wait_running(client)
         os.kill(served.pid, signal.SIGSTOP)
         try:

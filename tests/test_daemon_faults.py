@@ -173,10 +173,12 @@ def test_a_table_error_fails_the_job_without_retries():
 
 @contextmanager
 def in_process_daemon(tmp_path, **kw):
-    """A :class:`Server` in a thread of this process (so the test can patch the engine)."""
+    """A :class:`Server` in a thread of this process (so the test can patch the engine); a test
+    that stops it itself joins ``server.serving_thread`` before ``server.close()``."""
     server = Server(tmp_path / "daemon.json", warmup=False, log_dir=tmp_path / "logs", metrics_port=None, **kw)
     server.start()
     t = threading.Thread(target=server.serve_forever, daemon=True)
+    server.serving_thread = t
     t.start()
     try:
         yield server

@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 import numpy as np
 import pandas as pd
 
+from . import runctl
 from .models import (CONTRACT_FIELDS, HESTON_FIELDS, HESTON_RENAMED, MARKET_FIELDS, ImpliedVol, Method, Result,
                      heston_columns)
 
@@ -65,18 +66,22 @@ def implied_vol_result(answer: Any, *, via: str, device: str = UNKNOWN_DEVICE) -
 
 
 class LocalPricer:
-    """:mod:`optiond.engine` in this process behind the :class:`Pricer` interface."""
+    """:mod:`optiond.engine` in this process behind the :class:`Pricer` interface. Each call
+    is a safe point of a controlled run (:func:`optiond.runctl.check`: a daemon's chain request
+    whose client is gone stops there, :class:`optiond.runctl.Cancelled`)."""
 
     via = "in-process"
 
     def price_table(self, columns: Mapping[str, Any], method: Method | None = None) -> Result:
         from . import engine  # the kernels (numba) load only where something prices in this process
 
+        runctl.check()
         return engine.price_table(columns, method)
 
     def implied_vol(self, prices: Any, columns: Mapping[str, Any], method: Method | None = None) -> ImpliedVol:
         from . import engine
 
+        runctl.check()
         return implied_vol_result(engine.implied_vol_table(prices, columns, method), via=self.via)
 
 

@@ -98,6 +98,13 @@ def warn_ignored_columns(command: str, df: pd.DataFrame) -> None:
               f"{', '.join(ignored)}", file=sys.stderr)
 
 
+def say_fallback(command: str, lost: str | None) -> None:
+    """One line on stderr when the daemon took the work and lost it (it stopped, or a rank
+    died) and the file was priced in this process instead (``lost``: why; None: nothing to say)."""
+    if lost:
+        print(f"optiond {command}: {' '.join(str(lost).split())}; priced in this process instead", file=sys.stderr)
+
+
 class _JobBar:
     """A tqdm bar (rows, on stderr) fed by a daemon job's progress events; it appears with the
     first event, so a request answered at once shows none."""
@@ -156,6 +163,7 @@ def cmd_price(args: argparse.Namespace) -> int:
                                   as_job=True if len(df) > JOB_ROWS else None, on_progress=bar)
         finally:
             bar.close()
+        say_fallback("price", res.diagnostics.get("daemon_lost"))
     else:
         res = price_portfolio(pricer, df, method, valuation=valuation)
     out = greek_units.convert_frame(merge_portfolio(df, res), args.greeks, prefixes=("", "model_"))
@@ -307,6 +315,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
                   accuracy=args.accuracy)
     if isinstance(pricer, DaemonPricer) and divs is None:  # one request: the daemon solves the market next to its GPU
         out, summary = pricer.price_chain(df, **market)
+        say_fallback("chain", summary.extra.get("daemon_lost"))
     else:
         bar, update = _progress(len(df), split(df["underlying"]).text()[:40] or "chain")
         try:

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
-from .. import chain, costs
+from .. import chain, costs, runctl
 from ..market.curve import DAYS_PER_YEAR
 from ..models import MAX_STEPS, InvalidInputError
 from .. import limits as limits_mod
@@ -168,10 +168,20 @@ def cost(df: pd.DataFrame, kw: Mapping[str, Any], message_bytes: int, ns_per_nod
     return dataclasses.replace(base, work=base.work * CHAIN_SOLVES, cpu_s=base.cpu_s * CHAIN_SOLVES)
 
 
-def run(df: pd.DataFrame, kw: Mapping[str, Any]) -> tuple[dict, list]:
+def run(df: pd.DataFrame, kw: Mapping[str, Any], wanted: Callable[[], bool] | None = None) -> tuple[dict, list]:
     """Price the chain in this process (:func:`optiond.chain.price_chain` on the in-process
-    engine) and build the reply content and buffers."""
-    out, summary = chain.price_chain(df, **kw)  # the in-process pricer by default
+    engine) and build the reply content and buffers.
+
+    ``wanted()``: whether the request is still wanted (its client renews its lease), asked
+    before the chain starts and before each of its pricing calls (:mod:`optiond.runctl`).
+
+    Raises:
+        optiond.runctl.Cancelled: ``wanted()`` said no; nothing more was priced.
+    """
+    control = runctl.RunControl(None, None if wanted is None else (lambda: not wanted()))
+    with runctl.controlled(control):
+        runctl.check()
+        out, summary = chain.price_chain(df, **kw)  # the in-process pricer by default
     buffers: list = []
     columns: dict[str, Any] = {c: encode_array(out[c].to_numpy(dtype=np.float64), buffers) for c in NUMERIC_COLUMNS}
     for c, default in STRING_COLUMNS:

@@ -13,14 +13,19 @@ at the end of ``timeout``; one that restarted (a new connection file) is asked a
 
 A pricing request estimated to take longer than :data:`JOB_AFTER_S` on one core (or any call
 with ``as_job=True``) is submitted as a job with a lease and followed: asked for every
-:data:`JOB_POLL_S` (each ask renews the lease), with progress events relayed, for as long as the
-daemon's heartbeat answers and the job moves; it is cancelled on Ctrl-C, on any error, after
-:data:`JOB_STALL_S` without progress, and by the daemon itself :data:`JOB_LEASE_S` after a
-killed client stops asking. A blocking request this client gives up on (no reply in time from a
-live daemon) is cancelled too: the daemon never keeps pricing for nobody.
+:data:`JOB_POLL_S`, with progress events relayed, for as long as the daemon's heartbeat answers
+and the job moves; it is cancelled on Ctrl-C, on any error, after :data:`JOB_STALL_S` without
+progress, and by the daemon itself once its lease (:data:`JOB_LEASE_S`, or
+``$OPTIOND_JOB_LEASE_S``) lapses. The lease is renewed by a heartbeat thread of the client
+(:class:`~optiond.daemon.client_jobs.LeaseHeartbeat`) while the process lives, so a process
+paused for a few seconds keeps its job and a killed one leaves none behind; a chain request is
+leased the same way. A blocking request this client gives up on (no reply in time from a live
+daemon) is cancelled too: the daemon never keeps pricing for nobody.
 
 With ``fallback=True`` (the default) the pricing calls then run the same engine function in
-this process and say so in ``Result.via = "in-process"``. A daemon's answer is always whole:
+this process and say so in ``Result.via = "in-process"``; so they do when the daemon took the
+work and lost it (it stopped or died before answering: :class:`DaemonLost`, and
+``diagnostics["daemon_lost"]`` says why). A daemon's answer is always whole:
 a batch it could not finish raises, it never comes back as a partial result. Errors the daemon
 reports are raised: :class:`optiond.models.InvalidInputError` for invalid input of the whole
 table (invalid rows are marked in the result, as in-process); :class:`DaemonError` for
@@ -104,10 +109,12 @@ from .. import costs, limits
 from ..models import DIVIDEND_FIELDS, ImpliedVol, InvalidInputError, Method, Result
 from . import paths
 # the other two modules of the client; their public names are re-exported from here
-from .client_jobs import JOB_LEASE_S, JOB_POLL_S, JOB_STALL_S, RESULT_POLL_S, Event, JobsMixin, Subscription
+from .client_jobs import (JOB_LEASE_S, JOB_POLL_S, JOB_STALL_S, RESULT_POLL_S, Event, JobsMixin, LeaseHeartbeat,
+                          Subscription, job_lease_s)
 from .client_objects import ObjectsMixin
-from .client_replies import (DaemonError, DaemonUnavailable, DeadlineExceeded, JobCancelled, JobPending, RequestRefused,
-                             _DaemonDied, _raise_reply_error, _Unsendable, decode_iv, decode_job_result, decode_result)
+from .client_replies import (DaemonError, DaemonLost, DaemonUnavailable, DeadlineExceeded, JobCancelled, JobPending,
+                             RequestRefused, _DaemonDied, _raise_reply_error, _Unsendable, decode_iv, decode_job_result,
+                             decode_result, lost_work)
 from .protocol import (Message, ProtocolError, Session, encode_column, new_id, send_frames, spin_seconds,
                        spin_until_readable)
 
@@ -194,6 +201,7 @@ class Client(JobsMixin, ObjectsMixin):
         self._checked = 0.0
         self._methods: dict[int, tuple[Method, dict]] = {}
         self.spin_s = spin_seconds()
+        self._leases = LeaseHeartbeat(self)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -294,6 +302,7 @@ class Client(JobsMixin, ObjectsMixin):
         deadline = start + timeout
         watch_at = start + HB_WATCH_AFTER_S
         hb: zmq.Socket | None = None
+        turned = start  # when this loop last ran: a longer gap is this process paused, not the daemon silent
         # a quick reply is read without sleeping first (see protocol.spin_seconds), and then
         # without a poll (pyzmq builds a Poller for each)
         ready = bool(self.spin_s) and spin_until_readable(sock, min(self.spin_s, timeout))
@@ -301,9 +310,15 @@ class Client(JobsMixin, ObjectsMixin):
             while True:
                 if not ready:
                     now = time.monotonic()
+                    if hb is not None and now - turned > HB_DEAD_S / 2:  # stopped (Ctrl-Z) or starved
+                        last_echo, next_ping = now, now
+                    turned = now
                     remaining = deadline - now
                     if remaining <= 0:
-                        return None
+                        if not sock.poll(0, _POLLIN):  # a reply that came while this process was paused counts
+                            return None
+                        ready = True
+                        continue
                     if hb is None and now >= watch_at:
                         hb = self._ctx.socket(zmq.DEALER)
                         hb.setsockopt(zmq.LINGER, 0)
@@ -506,13 +521,17 @@ class Client(JobsMixin, ObjectsMixin):
 
     def _call(self, op: str, content: dict, buffers: list, fallback: bool, timeout: float | None,
               job_id: str | None, force: bool, deadline_s: float | None,
-              on_progress: Callable[[Event], None] | None, retries: int | None = None) -> Message | Exception:
+              on_progress: Callable[[Event], None] | None, retries: int | None = None,
+              lease_s: float | None = None) -> Message | Exception:
         """Send a pricing request and wait for its reply (relaying progress events to
-        ``on_progress``); with ``fallback``, the reason no daemon answered instead of raising it.
-        ``retries``: sends again after a timeout (None: the client's own)."""
+        ``on_progress``); with ``fallback``, the reason no daemon answered (or why the daemon
+        lost the request, :class:`DaemonLost`) instead of raising it. ``retries``: sends again
+        after a timeout (None: the client's own); ``lease_s``: the request's lease (a chain's)."""
         if job_id is None and (on_progress is not None or buffers):  # a name to cancel it by if given up
             job_id = f"progress-{uuid.uuid4().hex}"
         meta = self._options(job_id, force, deadline_s)
+        if lease_s is not None:
+            meta = dict(meta or {}, lease_s=lease_s)
         try:
             with self._progress(on_progress, job_id):
                 return self._request(op, content, buffers, timeout=timeout, metadata=meta, abandon=job_id,
@@ -521,6 +540,13 @@ class Client(JobsMixin, ObjectsMixin):
             if not fallback:
                 raise
             return e
+        except JobCancelled as e:  # the daemon stopped with the request: lost, not refused
+            lost = lost_work(e, fallback)
+            if lost is None:
+                raise
+            if not fallback:
+                raise lost from None
+            return lost
         except KeyboardInterrupt:
             if job_id is not None:
                 self._abandon(job_id)
@@ -666,8 +692,8 @@ class Client(JobsMixin, ObjectsMixin):
             as_job: run it as a followed job: submitted, then asked for every
                 :data:`JOB_POLL_S` for as long as the daemon's heartbeat answers and the job
                 moves (no ``timeout`` applies to the whole), cancelled on Ctrl-C or any error,
-                and cancelled by the daemon :data:`JOB_LEASE_S` after its client stops asking
-                (killed). None (default): when the estimated single-core time is over
+                and cancelled by the daemon once its lease (:data:`JOB_LEASE_S`) lapses unrenewed
+                (the client killed). None (default): when the estimated single-core time is over
                 :data:`JOB_AFTER_S`. A request not run as a job that this client gives up on
                 (no reply in time) is cancelled too.
             stall_s: a followed job whose progress stands still this long while running is
@@ -682,7 +708,8 @@ class Client(JobsMixin, ObjectsMixin):
 
         Raises:
             InvalidInputError: a problem of the whole table (missing column, lengths differ).
-            DaemonUnavailable: no daemon answered (or it died) and ``fallback`` is False.
+            DaemonUnavailable: no daemon answered (or it died) and ``fallback`` is False;
+                :class:`DaemonLost` when it took the work and then stopped or died.
             RequestRefused: over one of the daemon's limits, or the daemon is draining (raised
                 even with ``fallback``: the request is refused, not lost).
             JobCancelled, DeadlineExceeded: the work was stopped; nothing is returned.
@@ -695,12 +722,14 @@ class Client(JobsMixin, ObjectsMixin):
                                 stall_s)
         else:
             msg = self._call("price", content, buffers, fallback, timeout, job_id, force, deadline_s, on_progress)
-        if isinstance(msg, Exception):  # no daemon: priced here
+        if isinstance(msg, Exception):  # no daemon, or it lost the work: priced here
             from .. import engine
 
             res = engine.price_table(columns, method)
             res.via = "in-process"
             res.diagnostics["fallback_reason"] = str(msg)
+            if isinstance(msg, DaemonLost):
+                res.diagnostics["daemon_lost"] = str(msg)
             return res
         return self._decode_result(msg)
 
@@ -745,6 +774,8 @@ class Client(JobsMixin, ObjectsMixin):
             iv = engine.implied_vol_table(prices, columns, method or Method())
             iv.via = "in-process"
             iv.diagnostics["fallback_reason"] = str(msg)
+            if isinstance(msg, DaemonLost):
+                iv.diagnostics["daemon_lost"] = str(msg)
             return iv
         return self._decode_iv(msg)
 
@@ -758,9 +789,13 @@ class Client(JobsMixin, ObjectsMixin):
             market: ``rate``, ``dividend_yield``, ``steps``, ``carry``, ``spot_mode``,
                 ``quote_time``, ``settlement``, ``curve``, ``method``, ``accuracy`` as
                 :func:`optiond.chain.price_chain`.
-            fallback: price in this process when no daemon answers.
+            fallback: price in this process when no daemon answers, or when the daemon stops
+                before it answers (``summary.extra["daemon_lost"]`` then says why).
             timeout: seconds to wait for the reply (default: :data:`CHAIN_TIMEOUT_S`).
             force, deadline_s: as :meth:`price_table`.
+
+        The request holds a lease, as a followed job does (:func:`job_lease_s`, renewed by
+        this client's heartbeat thread): the daemon stops pricing a chain whose client is gone.
 
         Returns:
             ``(out, summary)`` as :func:`optiond.chain.price_chain`; ``summary.elapsed_s`` is
@@ -775,13 +810,18 @@ class Client(JobsMixin, ObjectsMixin):
         t0 = time.perf_counter()
         buffers: list = []
         content = chain_op.encode_request(df, market, buffers)
+        job_id, lease = f"chain-{uuid.uuid4().hex}", job_lease_s()
         # not sent again on a timeout: the daemon prices a chain request each time it gets one
-        msg = self._call("chain", content, buffers, fallback, CHAIN_TIMEOUT_S if timeout is None else timeout, None,
-                         force, deadline_s, None, retries=0)
-        if isinstance(msg, Exception):  # no daemon: priced here
+        with self._leases.hold(job_id, lease):
+            msg = self._call("chain", content, buffers, fallback, CHAIN_TIMEOUT_S if timeout is None else timeout,
+                             job_id, force, deadline_s, None, retries=0, lease_s=lease)
+        if isinstance(msg, Exception):  # no daemon, or it lost the request: priced here
             from .. import chain
 
-            return chain.price_chain(df, **market)  # the in-process pricer by default
+            out, summary = chain.price_chain(df, **market)  # the in-process pricer by default
+            if isinstance(msg, DaemonLost):
+                summary.extra["daemon_lost"] = str(msg)
+            return out, summary
         return chain_op.decode_reply(msg.content, list(msg.buffers), df, time.perf_counter() - t0)
 
     def close(self) -> None:
@@ -825,5 +865,5 @@ def _close_shared(client: Client) -> None:
             pass
 
 
-__all__ = ["Client", "DaemonError", "DaemonUnavailable", "DeadlineExceeded", "Event", "JobCancelled", "JobPending",
-           "RequestRefused", "Subscription", "get_client"]
+__all__ = ["Client", "DaemonError", "DaemonLost", "DaemonUnavailable", "DeadlineExceeded", "Event", "JobCancelled",
+           "JobPending", "RequestRefused", "Subscription", "get_client"]

@@ -5,11 +5,18 @@ so import them from there). :class:`JobsMixin` holds the methods of
 :class:`optiond.daemon.client.Client` that deal with jobs: ``submit_table``,
 ``submit_implied_vol``, ``result``, ``cancel``, ``jobs``, ``subscribe``, and the following of a
 pricing request run as a job (``_run_job``, ``_follow``: asked for every :data:`JOB_POLL_S`,
-given up after :data:`JOB_STALL_S` without progress, a lease of :data:`JOB_LEASE_S`; each ask
-one :meth:`JobsMixin._ask_result`, as :meth:`JobsMixin.result`'s).
+given up after :data:`JOB_STALL_S` without progress; each ask one
+:meth:`JobsMixin._ask_result`, as :meth:`JobsMixin.result`'s).
+
 ``Client`` inherits it; its methods use the request machinery of ``Client``
 (``_request``, ``_connection``, ``_content``, ``_options``, ``_abandon``,
 ``_decode_job_result``, ``_ctx``, ``timeout``), so the mixin is no client by itself.
+
+Work followed by this client (a job, a chain request) holds a lease of :func:`job_lease_s`
+seconds on the daemon, renewed by :class:`LeaseHeartbeat`, a thread of the client that sends
+``renew`` on the control channel every lease / :data:`RENEWALS_PER_LEASE` for as long as the
+process lives: a process paused (Ctrl-Z, SIGSTOP) for less than about three quarters of the
+lease keeps its work, and one killed outright leaves none behind after the lease.
 
 :class:`Event` is one event of the daemon's PUB socket and :class:`Subscription` the thread
 that receives them (:meth:`JobsMixin.subscribe`). This module does not import
@@ -18,18 +25,22 @@ that receives them (:meth:`JobsMixin.subscribe`). This module does not import
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import math
+import os
 import queue
 import threading
 import time
 import uuid
+import weakref
 from typing import Any, Callable, Mapping
 
 import zmq
 
 from ..models import ImpliedVol, Method, Result
-from .client_replies import DaemonError, DaemonUnavailable, JobPending, _Unsendable
+from .client_replies import DaemonError, DaemonLost, DaemonUnavailable, JobCancelled, JobPending, _Unsendable, lost_work
 from .protocol import IOPUB_CURVE, Message, ProtocolError, iopub_curve_keys
 
 log = logging.getLogger("optiond.client")
@@ -37,15 +48,102 @@ log = logging.getLogger("optiond.client")
 _NOBLOCK = int(zmq.NOBLOCK)
 #: longest ``wait_s`` of one ``result`` request (longer waits are several requests)
 RESULT_POLL_S = 10.0
-#: how long each ``result`` ask of a followed job waits on the daemon (seconds); every ask
-#: renews the job's lease
+#: how long each ``result`` ask of a followed job waits on the daemon (seconds)
 JOB_POLL_S = 0.2
-#: a followed job nobody has asked about for this long (seconds, after its last ask's wait)
-#: is cancelled by the daemon: a client killed outright leaves no work behind
-JOB_LEASE_S = 1.0
+#: the lease of followed work (seconds; the environment's ``OPTIOND_JOB_LEASE_S`` overrides
+#: it, :func:`job_lease_s`): the daemon cancels a job or chain request whose client has not
+#: renewed it for this long, so a client killed outright leaves no work behind after it; the
+#: client's heartbeat renews it while the process lives, so a pause shorter than about three
+#: quarters of it (Ctrl-Z, SIGSTOP) loses nothing
+JOB_LEASE_S = 30.0
+#: renewals the heartbeat sends per lease
+RENEWALS_PER_LEASE = 4
+#: the environment variable that sets the lease, and the range the daemon accepts (seconds)
+LEASE_ENV = "OPTIOND_JOB_LEASE_S"
+LEASE_RANGE = (0.1, 3600.0)
 #: a followed job whose progress has not moved for this long (seconds, while running) is
 #: given up and cancelled
 JOB_STALL_S = 300.0
+
+
+def job_lease_s() -> float:
+    """The lease of followed work, seconds: ``$OPTIOND_JOB_LEASE_S`` when it is a number in
+    :data:`LEASE_RANGE`, else :data:`JOB_LEASE_S` (a bad value is logged and ignored)."""
+    text = os.environ.get(LEASE_ENV, "").strip()
+    if not text:
+        return JOB_LEASE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not LEASE_RANGE[0] <= value <= LEASE_RANGE[1]:
+        log.warning("%s=%r is not a number of seconds in [%g, %g]; using %g", LEASE_ENV, text, *LEASE_RANGE,
+                    JOB_LEASE_S)
+        return JOB_LEASE_S
+    return value
+
+
+class LeaseHeartbeat:
+    """The thread of a client that renews the leases of the work it follows (see the module
+    docstring). :meth:`hold` a job id for as long as the work is followed; the thread runs
+    while something is held and sends one ``renew`` (every id held) on the control channel
+    every lease / :data:`RENEWALS_PER_LEASE`. A renewal that fails is logged (debug) and
+    tried again at the next beat: the following itself notices a daemon gone."""
+
+    def __init__(self, client: "JobsMixin"):
+        # weakly: a client that references its heartbeat and back would be freed by the cycle
+        # collector only, whose order of finalizers lets the client's context wait on open sockets
+        self._client = weakref.ref(client)
+        self._held: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: renewals sent (each a ``renew`` request, answered or not)
+        self.beats = 0
+
+    @contextlib.contextmanager
+    def hold(self, job_id: str, lease_s: float):
+        """Renew ``job_id``'s lease of ``lease_s`` seconds until the block ends."""
+        with self._lock:
+            self._held.setdefault(job_id, []).append(lease_s)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="optiond-lease", daemon=True)
+                self._thread.start()
+            self._wake.set()  # a shorter lease: beat sooner
+        try:
+            yield
+        finally:
+            with self._lock:
+                leases = self._held.get(job_id)
+                if leases is not None:
+                    leases.remove(lease_s)
+                    if not leases:
+                        del self._held[job_id]
+                self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                client = self._client()
+                if not self._held or client is None:
+                    self._thread = None
+                    if client is not None:
+                        try:
+                            client._drop_socket("control")  # this thread's socket
+                        except zmq.ZMQError:
+                            pass
+                    return
+                ids = sorted(self._held)
+                interval = min(min(v) for v in self._held.values()) / RENEWALS_PER_LEASE
+                self._wake.clear()
+            try:
+                self.beats += 1
+                client._request("renew", {"job_ids": ids}, timeout=max(interval, 1.0), channel="control",
+                                use_down_cache=False, retries=0)
+            except Exception:  # noqa: BLE001 (a daemon gone or busy: the next beat tries again)
+                log.debug("lease renewal of %s failed", ids, exc_info=True)
+            del client
+            self._wake.wait(interval)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,30 +194,48 @@ class JobsMixin:
     def _run_job(self, op: str, content: dict, buffers: list, fallback: bool, timeout: float | None,
                  job_id: str | None, force: bool, deadline_s: float | None,
                  on_progress: Callable[[Event], None] | None, stall_s: float) -> Message | Exception:
-        """Submit a pricing request as a job and follow it to its end (see :meth:`follow`); with
-        ``fallback``, the reason no daemon took it instead of raising it. A job given up (the
-        daemon died, it stalled, Ctrl-C, any error) is cancelled; a client killed outright stops
-        renewing the job's lease and the daemon cancels it."""
+        """Submit a pricing request as a job and follow it to its end (see :meth:`follow`),
+        its lease (:func:`job_lease_s`) renewed by the client's :class:`LeaseHeartbeat`; with
+        ``fallback``, the reason no daemon took it, or why the daemon lost it
+        (:class:`DaemonLost`: it stopped or died meanwhile), instead of raising it. A job given
+        up (the daemon died, it stalled, Ctrl-C, any error) is cancelled; a client killed
+        outright stops renewing the job's lease and the daemon cancels it.
+
+        Raises:
+            DaemonLost: the daemon stopped or died with the job (without ``fallback``).
+        """
         job_id = job_id or f"progress-{uuid.uuid4().hex}"
-        meta = dict(self._options(job_id, force, deadline_s) or {}, lease_s=JOB_LEASE_S)
+        lease = job_lease_s()
+        meta = dict(self._options(job_id, force, deadline_s) or {}, lease_s=lease)
         content = {"op": op, **content}
+        accepted = False
         try:
-            with self._progress(on_progress, job_id):
+            with self._progress(on_progress, job_id), self._leases.hold(job_id, lease):
                 try:
                     self._request("submit", content, buffers, timeout=timeout, metadata=meta)
                 except (DaemonUnavailable, _Unsendable) as e:
                     if not fallback:
                         raise
                     return e
+                accepted = True
                 return self._follow(job_id, stall_s)
         except DaemonUnavailable as e:  # it died, or the job stalled (cancelled by _follow)
+            if accepted and not isinstance(e, DaemonLost):
+                e = DaemonLost(f"the daemon lost the job: {e}")
             if not fallback:
-                raise
+                raise e from None
             return e
+        except JobCancelled as e:
+            lost = lost_work(e, fallback)
+            if lost is None:
+                raise
+            if not fallback:
+                raise lost from None
+            return lost
 
     def _follow(self, job_id: str, stall_s: float) -> Message:
-        """Ask for a submitted job's reply every :data:`JOB_POLL_S` (renewing its lease) until
-        it ends; cancel it if this gives up for any reason.
+        """Ask for a submitted job's reply every :data:`JOB_POLL_S` until it ends; cancel it if
+        this gives up for any reason.
 
         Raises:
             DaemonUnavailable: the daemon died, or the job's progress stood still for ``stall_s``

@@ -25,6 +25,28 @@ class DaemonUnavailable(RuntimeError):
     while working on the request."""
 
 
+class DaemonLost(DaemonUnavailable):
+    """The daemon took the work and then lost it: it stopped (``optiond stop``, a signal, an MPI
+    rank that died and took the job down with it) or died before answering, or it cancelled the
+    work because this client stopped renewing its lease. Nothing of the work came back; with
+    ``fallback`` the calls price it in this process instead (``diagnostics["daemon_lost"]``)."""
+
+
+def lost_work(e: "DaemonError", fallback: bool) -> DaemonLost | None:
+    """The :class:`DaemonLost` that a :class:`JobCancelled` reply ``e`` means, or None: the daemon
+    stopping (its ``why`` is ``stopping``) always; a lapsed lease (``why`` ``lease``: the client
+    was paused longer than its lease) only where the caller falls back, since without a fall-back
+    the daemon's own words say it best."""
+    if not isinstance(e, JobCancelled):
+        return None
+    why = e.details.get("why")
+    if why == "stopping":
+        return DaemonLost(f"the daemon stopped before it answered ({e})")
+    if why == "lease" and fallback:
+        return DaemonLost(f"the daemon dropped the work ({e})")
+    return None
+
+
 class _Unsendable(TypeError):
     """A value msgpack cannot carry (e.g. a datetime in a column): price it in-process."""
 

@@ -24,7 +24,8 @@ A job ends in exactly one of these ways, and only then is its requester answered
 * ``failed``: a chunk raised. An input error of the whole table fails the job at once with
   that error; any other exception runs the chunk once more, on rank 0, first;
 * ``cancelled``: :meth:`JobManager.cancel` (the control channel's ``cancel``), daemon stopping,
-  or a job with a lease (:attr:`Job.lease_s`) that its client stopped asking for;
+  or a job with a lease (:attr:`Job.lease_s`) that its client stopped renewing (its error
+  reply's ``why`` says which: ``request``, ``stopping`` or ``lease``);
 * ``deadline``: the job ran past its deadline (the rest of its chunks are dropped).
 
 A chunk that does not come back within :data:`HUNG_CHUNK_FACTOR` times its estimate (and at
@@ -89,6 +90,27 @@ class Waiter:
 
 
 @dataclass
+class Lease:
+    """The lease of a request answered off the job queue (a ``chain``): its client's session,
+    the lease in seconds and until when it holds (``time.monotonic()``); the client's
+    ``renew`` heartbeat moves that on (:meth:`renew`), and the request's work stops at its next
+    safe point once :meth:`lapsed` (:mod:`optiond.runctl`)."""
+
+    client: str
+    seconds: float
+    until: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.renew()
+
+    def renew(self) -> None:
+        self.until = max(self.until, time.monotonic() + self.seconds)
+
+    def lapsed(self) -> bool:
+        return time.monotonic() > self.until
+
+
+@dataclass
 class Job:
     """One chunked request (see the module docstring). Fields set by the server:
 
@@ -142,13 +164,16 @@ class Job:
     timeline: dict[int, list] = field(default_factory=dict)
     t0: float = field(default_factory=time.perf_counter)
     _last_progress: float = 0.0
-    #: a followed job's lease (seconds; None: none): unless its client asks for it
-    #: (:meth:`renew`) the job is cancelled at :attr:`lease_until` (``time.monotonic()``)
+    #: a followed job's lease (seconds; None: none): unless its client renews it (:meth:`renew`:
+    #: the client's ``renew`` heartbeat, or a ``result`` ask) the job is cancelled at
+    #: :attr:`lease_until` (``time.monotonic()``)
     lease_s: float | None = None
     lease_until: float = float("inf")
+    #: why the job was cancelled (the error reply's ``why``): ``request``, ``stopping``, ``lease``
+    cancel_why: str = "request"
 
     def renew(self, until: float) -> None:
-        """The client asked for this job and waits on the daemon until ``until``
+        """The client renewed this job's lease and waits on the daemon until ``until``
         (``time.monotonic()``): keep the job until ``lease_s`` after that."""
         if self.lease_s is not None:
             self.lease_until = max(self.lease_until if self.lease_until != float("inf") else 0.0,
@@ -489,11 +514,23 @@ class JobManager:
             self._cv.notify()
         return jobs
 
-    def cancel_all(self, reason: str) -> None:
+    def cancel_all(self, reason: str, why: str = "request") -> None:
+        """Cancel every unfinished job (``why``: as :attr:`Job.cancel_why`)."""
         with self._cv:
             for job in self._active.values():
-                job.cancel_reason = reason
+                job.cancel_reason, job.cancel_why = reason, why
             self._cv.notify()
+
+    def renew(self, job_id: str, client: str) -> bool:
+        """Renew the lease of the unfinished jobs named ``job_id`` of session ``client`` (the
+        client's heartbeat); whether there was one."""
+        now = time.monotonic()
+        with self._cv:
+            jobs = [self._active[k] for k in self._by_id.get(job_id, ()) if k in self._active]
+        mine = [j for j in jobs if j.client == client and j.state not in FINAL_STATES]
+        for job in mine:
+            job.renew(now)
+        return bool(mine)
 
     def active(self) -> list[Job]:
         with self._cv:
@@ -508,8 +545,8 @@ class JobManager:
                     "workers_lost": self.workers_lost}
 
     def close(self, reason: str = "the daemon is stopping") -> None:
-        """Cancel what is left, stop the thread and the local pricing slot."""
-        self.cancel_all(reason)
+        """Cancel what is left (``why`` ``stopping``), stop the thread and the local pricing slot."""
+        self.cancel_all(reason, "stopping")
         with self._cv:
             self._stop = True
             self._cv.notify()
@@ -557,11 +594,14 @@ class JobManager:
             if job.state in FINAL_STATES:
                 continue
             if job.cancel_reason:
-                self._finish(job, "cancelled", ("JobCancelled", f"job {job.id} {job.cancel_reason}", {}))
-            elif now > job.lease_until:  # its client stopped asking (killed, or gone): nobody will collect it
-                log.info("job %s abandoned: no result asked for %.2g s; cancelled", job.id, job.lease_s)
+                self._finish(job, "cancelled", ("JobCancelled", f"job {job.id} {job.cancel_reason}",
+                                                {"why": job.cancel_why}))
+            elif now > job.lease_until:  # its client stopped renewing (killed, or gone): nobody will collect it
+                log.info("job %s abandoned: its lease of %.3g s was not renewed; cancelled", job.id, job.lease_s)
+                job.cancel_why = "lease"
                 self._finish(job, "cancelled", ("JobCancelled", f"job {job.id} cancelled: its client stopped "
-                                                                f"asking for it (lease of {job.lease_s:g} s)", {}))
+                                                                f"renewing its lease of {job.lease_s:g} s",
+                                                {"why": "lease"}))
             elif now > job.deadline:
                 self._finish(job, "deadline", ("DeadlineExceeded",
                                                 f"job {job.id} passed its deadline after {now - job.submitted:.3g} s "

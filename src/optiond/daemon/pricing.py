@@ -32,13 +32,13 @@ from typing import Any, Callable
 import numpy as np
 import zmq
 
-from .. import costs, engine
+from .. import costs, engine, runctl
 from ..models import DIVIDEND_FIELDS, Batch, InvalidInputError, Method, per_row, scalar_row
 from .. import limits as limits_mod
 from . import chain_op, pool, wire
 from .cache import Entry, request_key
 from .control_ops import devices
-from .jobs import FINAL_STATES, Job, Waiter
+from .jobs import FINAL_STATES, Job, Lease, Waiter
 from .objects import ObjectError
 from ..limits import LimitExceeded
 from .protocol import (PROTOCOL_VERSION, Message, ProtocolError, Session, date_in_window, decode_column,
@@ -368,9 +368,39 @@ class PricingOps:
     def _op_chain(self, msg: Message, t0: float) -> None:
         """A whole option chain (:mod:`optiond.daemon.chain_op`): checked and costed here, then
         priced on rank 0's pricing thread (the GPU's) by a runner thread, which sends the
-        reply. A copy resent by a client is priced again (the client sends a chain once)."""
+        reply. A copy resent by a client is priced again (the client sends a chain once).
+        With a ``lease_s`` (and ``job_id``) run option the request is leased like a job: its
+        client renews it (``renew``), and once it lapses the pricing stops at its next pricing
+        call and the reply is ``JobCancelled`` (``why`` ``lease``)."""
         df, market, deadline = self._chain_request(msg)
-        self._aside(msg, "chain", "chain", functools.partial(chain_op.run, df, market), len(df), t0, deadline)
+        lease_s, jid = self._lease(msg), self._job_label(msg)
+        if lease_s is not None and jid is None:
+            raise ProtocolError("chain: a lease_s needs a job_id (the name its client renews it by)")
+        lease = None if lease_s is None else Lease(msg.header["session"], lease_s)
+        # a stopping daemon renews nothing (its loops are done) but finishes the chain it prices
+        wanted = None if lease is None else (lambda: self._stop.is_set() or not lease.lapsed())
+        self._aside(msg, "chain", "chain", functools.partial(chain_op.run, df, market, wanted), len(df), t0, deadline,
+                    lease=(jid, lease) if lease is not None else None)
+
+    def _op_renew(self, msg: Message, t0: float = 0.0) -> tuple[dict, list]:
+        """The client's lease heartbeat: renew the leases of its jobs and chain requests named
+        in ``job_ids`` (those of other sessions are left alone). Replies ``{"renewed": [id, ...]}``,
+        the ids that named work still running."""
+        ids = msg.content.get("job_ids")
+        if not isinstance(ids, list) or len(ids) > 1024 or not all(isinstance(i, str) and 0 < len(i) <= 64
+                                                                   for i in ids):
+            raise ProtocolError("renew needs 'job_ids': a list of at most 1024 strings of at most 64 characters")
+        client = msg.header["session"]
+        renewed = []
+        for jid in ids:
+            ok = self.jobs.renew(jid, client)
+            lease = self._aside_leases.get(jid)
+            if lease is not None and lease.client == client:
+                lease.renew()
+                ok = True
+            if ok:
+                renewed.append(jid)
+        return {"renewed": renewed}, []
 
     def _chain_request(self, msg: Message) -> tuple[Any, dict, float]:
         """The chain of a ``chain`` (or ``surface_fit``) request, price_chain's keyword
@@ -386,7 +416,8 @@ class PricingOps:
         return df, market, deadline
 
     def _aside(self, msg: Message, op: str, model: str, work: Callable[[], tuple[dict, list]], n: int, t0: float,
-               deadline_s: float, pricing_thread: bool = True, once: bool = False, claim: Any = None) -> None:
+               deadline_s: float, pricing_thread: bool = True, once: bool = False, claim: Any = None,
+               lease: tuple[str, Lease] | None = None) -> None:
         """Answer ``msg`` off the request loop: ``work()`` (returning the reply's content and
         buffers) runs on rank 0's pricing thread (the GPU's), or with ``pricing_thread`` False
         on the runner thread itself; the runner sends the reply (:meth:`_run_aside`).
@@ -394,6 +425,7 @@ class PricingOps:
         ``claim``: the :class:`optiond.daemon.objects.Claim` the work takes before it keeps an
         object: its deadline is the request's, and the runner cancels it before it answers
         with an error, so an object is kept only when the client gets the work's own reply.
+        ``lease``: ``(job_id, lease)``, renewed by ``renew`` under that id until the reply.
 
         Raises:
             _Refused: the daemon is draining or stopping.
@@ -408,16 +440,21 @@ class PricingOps:
                                     f"the daemon has {self._chain_pending} chain or surface requests waiting (limit "
                                     f"{CHAIN_QUEUE}); try again when some finish")
             self._chain_pending += 1
+            if lease is not None:
+                self._aside_leases[lease[0]] = lease[1]
         try:
             self._chain_runner.submit(self._run_aside, msg, op, model, work, n, t0, deadline_s, pricing_thread, once,
-                                      claim)
+                                      claim, lease)
         except RuntimeError:  # shut down meanwhile
             with self._chain_lock:
                 self._chain_pending -= 1
+                if lease is not None:
+                    self._aside_leases.pop(lease[0], None)
             raise _Refused("DaemonDraining", "the daemon is stopping") from None
 
     def _run_aside(self, msg: Message, op: str, model: str, work: Callable[[], tuple[dict, list]], n: int, t0: float,
-                   deadline_s: float, pricing_thread: bool, once: bool, claim: Any = None) -> None:
+                   deadline_s: float, pricing_thread: bool, once: bool, claim: Any = None,
+                   lease: tuple[str, Lease] | None = None) -> None:
         """Runner thread: run ``work`` (see :meth:`_aside`) and send its reply, or the error,
         through the outbox. Never raises."""
         outcome, device, error = "ok", "-", None
@@ -459,7 +496,13 @@ class PricingOps:
                 content, buffers = {"status": "error", "ename": "DeadlineExceeded", "error": error}, []
             except cf.CancelledError:
                 outcome, error = "cancelled", f"the {op} request was cancelled: the daemon is stopping"
-                content, buffers = {"status": "error", "ename": "JobCancelled", "error": error}, []
+                content, buffers = {"status": "error", "ename": "JobCancelled", "error": error, "why": "stopping"}, []
+            except runctl.Cancelled:  # its lease lapsed: the client is gone (or paused longer than the lease)
+                seconds = lease[1].seconds if lease is not None else 0.0
+                outcome, error = "cancelled", (f"the {op} request was cancelled: its client stopped renewing its "
+                                               f"lease of {seconds:g} s")
+                log.info("%s request %s abandoned: %s", op, lease[0] if lease else "-", error)
+                content, buffers = {"status": "error", "ename": "JobCancelled", "error": error, "why": "lease"}, []
             except Exception as e:  # noqa: BLE001 (the client gets the reason; the daemon goes on)
                 log.warning("%s request failed: %s", op, e, exc_info=log.isEnabledFor(logging.DEBUG))
                 outcome, error = "failed", str(e) or repr(e)
@@ -476,6 +519,8 @@ class PricingOps:
         finally:
             with self._chain_lock:
                 self._chain_pending -= 1
+                if lease is not None and self._aside_leases.get(lease[0]) is lease[1]:
+                    del self._aside_leases[lease[0]]
 
     def _op_submit(self, msg: Message, t0: float) -> tuple[dict, list]:
         op = msg.content.get("op", "price")
@@ -498,8 +543,9 @@ class PricingOps:
             job.cost.cpu_s / max(self.jobs.slots, 1), 6), "chunks": len(job.chunks)}, []
 
     def _lease(self, msg: Message) -> float | None:
-        """The ``lease_s`` run option of a submit: the job is cancelled when its client has not
-        asked for it (``result``) for that long (seconds, 0.1 to 3600; None: no lease)."""
+        """The ``lease_s`` run option of a submit (or chain): the work is cancelled when its
+        client has not renewed it (``renew``, or a ``result`` ask) for that long (seconds, 0.1
+        to 3600; None: no lease)."""
         lease = self._option(msg, "lease_s")
         if lease is None:
             return None

@@ -10,8 +10,9 @@ Sockets (all bound on ``tcp://127.0.0.1``, free ports, written to the connection
   what one costs). Large requests become chunked jobs (:mod:`optiond.daemon.jobs`) priced by
   rank 0's pricing thread and the MPI workers; their replies come back through an in-process
   queue, so the shell thread keeps answering small requests meanwhile;
-* ``control`` (ROUTER): ``ping``, ``status``, ``jobs``, ``cancel``, ``drain``, ``resume``
-  and ``shutdown`` on a thread of its own, so a daemon busy with a long batch still answers;
+* ``control`` (ROUTER): ``ping``, ``status``, ``jobs``, ``cancel``, ``renew`` (a client's
+  lease heartbeat for its jobs and chain requests), ``drain``, ``resume`` and ``shutdown`` on
+  a thread of its own, so a daemon busy with a long batch still answers;
 * ``iopub`` (XPUB): signed events, CURVE-encrypted where libzmq has CURVE (a subscriber must
   know the public key derived from the connection file's key, so a peer without the key can
   neither subscribe nor read; the connection file then says ``"iopub_security": "curve"``),
@@ -23,7 +24,7 @@ Sockets (all bound on ``tcp://127.0.0.1``, free ports, written to the connection
   no Python lock, so a client can tell a busy daemon from a dead one in well under 2 s.
 
 Operations (``msg_type`` ``<op>_request``, answered by ``<op>_reply``): ``ping``, ``status``,
-``price``, ``implied_vol``, ``submit``, ``result``, ``cancel``, ``jobs``, ``drain``,
+``price``, ``implied_vol``, ``submit``, ``result``, ``cancel``, ``renew``, ``jobs``, ``drain``,
 ``resume``, ``shutdown``, ``chain`` (a whole option chain: market and pricing on rank 0's
 pricing thread in one round trip, :mod:`optiond.daemon.chain_op`), and the named, versioned
 market objects the daemon keeps (:mod:`optiond.daemon.objects`): ``surface_fit``,
@@ -81,7 +82,7 @@ from ..models import InvalidInputError, Method
 from . import connections, paths, pool, sdnotify
 from .cache import ReplyCache
 from .control_ops import ControlOps, devices
-from .jobs import Job, JobManager, Waiter
+from .jobs import Job, JobManager, Lease, Waiter
 from ..limits import LimitExceeded, Limits
 from .metrics import HTTP_MAX_CONNECTIONS, HttpEndpoint, Metrics
 from .object_ops import ObjectOps
@@ -236,7 +237,7 @@ class Server(PricingOps, ObjectOps, ControlOps):
         self._shell_ops: dict[str, Handler] = {
             "ping": self._op_ping, "status": self._op_status, "price": self._op_price,
             "implied_vol": self._op_implied_vol, "submit": self._op_submit, "result": self._op_result,
-            "cancel": self._op_cancel, "shutdown": self._op_shutdown, "chain": self._op_chain,
+            "cancel": self._op_cancel, "renew": self._op_renew, "shutdown": self._op_shutdown, "chain": self._op_chain,
             "surface_fit": self._op_surface_fit, "surface_put": self._op_surface_put,
             "surface_vol": self._op_surface_vol, "surface_price": self._op_surface_price,
             "heston_fit": self._op_heston_fit, "objects": self._op_objects, "object_drop": self._op_object_drop,
@@ -245,9 +246,11 @@ class Server(PricingOps, ObjectOps, ControlOps):
         self._chain_runner = cf.ThreadPoolExecutor(CHAIN_RUNNERS, thread_name_prefix="optiond-chain")
         self._chain_pending = 0
         self._chain_lock = threading.Lock()
+        self._aside_leases: dict[str, Lease] = {}  # leased chain requests by job id (PricingOps._op_renew)
         self._control_ops: dict[str, Handler] = {
             "ping": self._op_ping, "status": self._op_status, "shutdown": self._op_shutdown,
-            "cancel": self._op_cancel, "jobs": self._op_jobs, "drain": self._op_drain, "resume": self._op_resume}
+            "cancel": self._op_cancel, "renew": self._op_renew, "jobs": self._op_jobs, "drain": self._op_drain,
+            "resume": self._op_resume}
 
     # ------------------------------------------------------------------ life cycle
 
