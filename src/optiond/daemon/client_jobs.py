@@ -24,13 +24,15 @@ import queue
 import threading
 import time
 import uuid
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import zmq
 
-from ..models import ImpliedVol, Method, Result
 from .client_replies import DaemonError, DaemonUnavailable, JobPending, _Unsendable
 from .protocol import IOPUB_CURVE, Message, ProtocolError, iopub_curve_keys
+
+if TYPE_CHECKING:
+    from ..models import ImpliedVol, Method, Result
 
 log = logging.getLogger("optiond.client")
 

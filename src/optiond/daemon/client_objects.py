@@ -28,12 +28,13 @@ Example::
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..models import ImpliedVol, Result
-from . import heston_op, surface_op
 from .protocol import packb
 from .client_replies import decode_iv, decode_result
+
+if TYPE_CHECKING:  # the fits' encoders (pandas, the chain job) load with the first call that needs them
+    from ..models import ImpliedVol, Result
 
 #: seconds a surface fit or price waits for its reply by default (a fit runs the chain job)
 FIT_TIMEOUT_S = 300.0
@@ -81,6 +82,8 @@ class ObjectsMixin:
                 the name) or failed.
         """
         buffers: list = []
+        from . import surface_op
+
         content = surface_op.encode_fit(name, df, market, buffers)
         timeout = FIT_TIMEOUT_S if timeout is None else timeout
         msg = self._request("surface_fit", content, buffers, timeout=timeout, retries=0,
@@ -114,6 +117,8 @@ class ObjectsMixin:
                 the object bounds, another kind under the name) or failed.
         """
         buffers: list = []
+        from . import heston_op
+
         content = heston_op.encode_fit(name, df, market, feller, buffers)
         timeout = FIT_TIMEOUT_S if timeout is None else timeout
         msg = self._request("heston_fit", content, buffers, timeout=timeout, retries=0,
@@ -172,6 +177,8 @@ class ObjectsMixin:
             InvalidInputError, DaemonUnavailable: as :meth:`fit_surface`.
         """
         buffers: list = []
+        from . import surface_op
+
         content = surface_op.encode_points(name, {"strike": strike, "expiry": expiry}, buffers)
         meta = None if deadline_s is None else {"deadline_s": float(deadline_s)}
         return decode_iv(self._request("surface_vol", content, buffers, timeout=timeout, metadata=meta))
@@ -200,6 +207,8 @@ class ObjectsMixin:
         if style is None:
             style = "american" if american else "european"
         buffers: list = []
+        from . import surface_op
+
         content = surface_op.encode_points(name, {"strike": strike, "expiry": expiry, "kind": kind, "style": style},
                                            buffers)
         if steps is not None:
