@@ -44,6 +44,9 @@ from ... import costs
 from ...columns import as_columns
 from ..black_scholes import bs_price_one
 from ..rootfind import B, FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, brent_init, brent_step
+from ..warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 REANCHOR = 64
 #: the largest growth e^(period a) of a rounding error through the exercise recurrence between
