@@ -24,9 +24,10 @@ import pytest
 #: without the other command groups, so a broken sibling command cannot stop the daemon tests
 SERVE = [sys.executable, "-m", "optiond.daemon.commands", "serve"]
 START_TIMEOUT_S = 60.0
-#: what a test daemon warms up (``serve --warmup-only``) unless a test says otherwise: the tree and
-#: the closed form, as the warm-up did before it took every method
-TEST_WARMUP = "binomial,black-scholes"
+#: what a test daemon warms up (``serve --warmup-only``) unless a test says otherwise: the tree, the
+#: closed form and (where a GPU is present) the GPU modules, as the warm-up did before it took
+#: every method
+TEST_WARMUP = "binomial,black-scholes,gpu"
 
 
 @dataclass

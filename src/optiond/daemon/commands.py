@@ -222,7 +222,8 @@ def _detach(conn: Path, args: argparse.Namespace) -> int:
         except (DaemonUnavailable, FileNotFoundError, paths.ConnectionFileError):
             pass
         time.sleep(0.05)
-    _print_err(f"optiond serve --detach: no answer within {args.wait:g} s (pid {proc.pid}); see {log_path}")
+    _print_err(f"optiond serve --detach: no answer within {args.wait:g} s (pid {proc.pid}; it may still be "
+               f"compiling its kernels on a cold cache: 'optiond warmup' does that ahead); see {log_path}")
     return EXIT_FAILED
 
 
