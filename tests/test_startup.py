@@ -96,6 +96,25 @@ def test_warmup_list_covers_every_method_and_accuracy():
         warmup.select(["nope"])
 
 
+def test_every_cached_kernel_has_cache_files_of_its_own():
+    """numba names a kernel's disk-cache files after the Python function, and an entry does not
+    record ``parallel=``: the threaded and serial loops of the tree (one body each) must not
+    share files, or a fresh process runs whichever was saved last for both."""
+    import importlib
+
+    from optiond.kernels.binomial import cpu
+
+    for name in ("optiond.kernels.black_scholes", "optiond.kernels.spectral.cpu", "optiond.kernels.heston.cpu",
+                 "optiond.kernels.mlmc.cpu", "optiond.kernels.adi", "optiond.surface.correction"):
+        importlib.import_module(name)
+    files: dict[str, str] = {}
+    for d in warmup._dispatchers():
+        index = d._cache._cache_file._index_name
+        assert files.setdefault(index, d.__qualname__) == d.__qualname__, (index, files[index], d.__qualname__)
+    assert len({files.get(cpu._batch_parallel._cache._cache_file._index_name),
+                files.get(cpu._batch_serial._cache._cache_file._index_name)}) == 2
+
+
 def test_warmup_refuses_an_unknown_target_in_one_line(capsys):
     assert cli.main(["warmup", "--only", "nope"]) == 2
     err = capsys.readouterr().err
@@ -128,3 +147,14 @@ def test_warmup_fills_the_cache_and_a_fresh_process_loads_it(tmp_path):
     # (a kernel compiled only as a callee of another is loaded inside its caller's cached code)
     assert warm["compiled"] == 0 and 0 < warm["cached"] <= cold["compiled"] + cold["cached"]
     assert all(str(tmp_path / "numba-cache") in d for d in warm["cache_dirs"])
+    text = subprocess.run([sys.executable, "-m", "optiond.cli", "warmup", "--only", "black-scholes"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert text.returncode == 0 and "optiond warmup: 1 target in" in text.stdout
+    assert "everything was cached already" in text.stdout, text.stdout
+
+
+def test_serve_refuses_an_unknown_warmup_target_in_one_line(tmp_path, capsys):
+    code = cli.main(["serve", "--warmup-only", "binomial,nope", "--connection-file", str(tmp_path / "d.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("optiond serve: --warmup-only: no warm-up target nope") and err.count("\n") == 1
+    assert not (tmp_path / "d.json").exists()

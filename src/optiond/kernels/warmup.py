@@ -17,7 +17,10 @@ numba's cache rules, as they apply here:
   ``$NUMBA_CACHE_DIR`` when that is set; a read-only (system-wide) install thus
   compiles once per user, on that user's ``optiond warmup`` or first run;
 * an entry is keyed by the source file's modification time and size and by the CPU's name and
-  features: a new release, or a cache carried to another CPU model, compiles again (once).
+  features: a new release, or a cache carried to another CPU model, compiles again (once);
+* the files are named after the function's qualified name and line, and an entry does not
+  record the compile options: one body compiled twice (a threaded and a serial loop) needs two
+  names (:func:`cache_variant`), else a process loads whichever was saved last for both.
 
 While a kernel of this package compiles (a cache miss), :func:`announce_compiles` prints one
 line on stderr, once per process: the first run after an install without ``optiond warmup``
@@ -63,6 +66,20 @@ class Outcome:
     cached: int = 0
     seconds: float = 0.0
     error: str | None = None
+
+
+def cache_variant(fn: Callable, name: str) -> Callable:
+    """A copy of the Python function ``fn`` named ``name`` (same code, globals, defaults and
+    closure), for a second ``numba.njit`` of one body with other options (``parallel=True``
+    and not): numba names its disk-cache files after the function and keys an entry by the
+    signature and the CPU, not by the options, so two compilations under one name overwrite
+    each other's entry and a later process loads the wrong one for both."""
+    import types
+
+    copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    copy.__qualname__ = name
+    copy.__doc__ = fn.__doc__
+    return copy
 
 
 # ---------------------------------------------------------------------------- the inputs
