@@ -113,7 +113,7 @@ if [ "$warmup" != none ]; then
   say "compiling the pricing kernels once (optiond warmup; a minute or two)"
   only=()
   [ "$warmup" != all ] && only=(--only "$warmup")
-  "$prefix/venv/bin/optiond" warmup "${only[@]}" || say "the warm-up did not finish: the first run compiles what is missing"
+  "$prefix/venv/bin/optiond" warmup ${only[@]+"${only[@]}"} || say "the warm-up did not finish: the first run compiles what is missing"
 fi
 
 if [ "$gui" = 1 ]; then
