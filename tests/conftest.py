@@ -23,7 +23,8 @@ import pytest
 #: the daemon's command line; ``python -m optiond.daemon.commands serve`` is ``optiond serve``
 #: without the other command groups, so a broken sibling command cannot stop the daemon tests
 SERVE = [sys.executable, "-m", "optiond.daemon.commands", "serve"]
-START_TIMEOUT_S = 60.0
+#: a first start on a cold numba cache compiles its warm-up targets (TEST_WARMUP) before it answers
+START_TIMEOUT_S = 120.0
 #: what a test daemon warms up (``serve --warmup-only``) unless a test says otherwise: the tree, the
 #: closed form and (where a GPU is present) the GPU modules, as the warm-up did before it took
 #: every method

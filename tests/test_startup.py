@@ -158,3 +158,15 @@ def test_serve_refuses_an_unknown_warmup_target_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("optiond serve: --warmup-only: no warm-up target nope") and err.count("\n") == 1
     assert not (tmp_path / "d.json").exists()
+
+
+@pytest.mark.gpu
+def test_gpu_warmup_target_loads_every_gpu_method():
+    """On a GPU host the ``gpu`` target prices (and inverts) a batch on the GPU for each method
+    that has a GPU path, without error."""
+    from optiond.kernels import gpu as gpus
+
+    if not gpus.available():
+        pytest.skip("no GPU")
+    (outcome,) = warmup.warm(warmup.select(["gpu"]))
+    assert outcome.error is None, outcome.error
