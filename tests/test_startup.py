@@ -56,6 +56,19 @@ def test_help_version_status_stop_load_no_numerical_library(tmp_path):
     assert got["loaded"] == []
 
 
+def test_no_command_help_loads_a_pricing_engine(tmp_path):
+    """Each command's ``--help`` registers its own module only, and no registration imports
+    the pricing engines (numba) or scipy (the defaults it shows live outside the kernels)."""
+    runs = [[name, "--help"] for commands in cli.COMMANDS.values() for name in commands]
+    report = tmp_path / "modules.json"
+    r = subprocess.run([sys.executable, "-c", _WRAPPER, json.dumps(runs), str(report)], env=_env(tmp_path),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(report.read_text())
+    assert got["codes"] == [0] * len(runs)
+    assert not {"numba", "scipy", "matplotlib"} & set(got["loaded"]), got["loaded"]
+
+
 def test_command_table_says_what_the_modules_register():
     """``optiond --help`` lists the commands from :data:`optiond.cli.COMMANDS` without importing
     their modules: each module registers exactly the commands, with the help, the table gives."""
