@@ -1,8 +1,7 @@
 """``optiond warmup``: compile every pricing kernel into numba's on-disk cache, once.
 
 Run by ``make venv`` / ``make demo`` and the installers, so that the first chain, the first
-worksheet function and a new daemon load the kernels (milliseconds) instead of compiling them
-(about a minute or two on a small CPU). The list is :data:`optiond.kernels.warmup.TARGETS`,
+worksheet function and a new daemon load the kernels instead of compiling them. The list is :data:`optiond.kernels.warmup.TARGETS`,
 the daemon's warm-up list too. A progress bar on a terminal, then one line per target (kernel
 signatures compiled now, loaded from the cache, seconds) and the total; a second run reports
 everything cached. Exit status 1 when a target failed (the others still warm), 2 for an unknown

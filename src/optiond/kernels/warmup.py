@@ -11,7 +11,7 @@ prices, Greeks and implied volatilities.
 numba's cache rules, as they apply here:
 
 * every ``@njit`` the product calls has ``cache=True``; a kernel compiled once is written to
-  disk and a later process loads it (milliseconds) instead of compiling it (seconds);
+  disk and a later process loads it instead of compiling it again;
 * the cache lives beside the source (``__pycache__``) when that directory is writable, else in
   the user's cache directory (numba's: ``~/.cache/numba`` on Linux), or under
   ``$NUMBA_CACHE_DIR`` when that is set; a read-only (system-wide) install thus
