@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# the pricing kernels compiled into numba's on-disk cache (optiond warmup); again after a kernel changes
+WARM   := $(VENV)/.warm
+KERNEL_SOURCES := $(shell find src/optiond/kernels src/optiond/surface -name '*.py' 2>/dev/null)
 CHAIN  ?= examples/data/spy_chain_2026-02-13.csv
 # the snapshot time of the bundled Yahoo chains (examples/data/README.md), New York time
 QUOTE_TIME ?= 10:50
@@ -21,9 +24,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-venv: $(STAMP)
+$(WARM): $(STAMP) $(KERNEL_SOURCES)
+	$(VENV)/bin/optiond warmup
+	touch $(WARM)
 
-demo: $(STAMP)
+venv: $(WARM)
+
+demo: $(WARM)
 	@mkdir -p $(OUTDIR)
 	@echo "== 1. main job in-process (no daemon), with the volatility surface and its pictures =="
 	$(VENV)/bin/optiond chain $(CHAIN) -o $(OUTDIR)/spy_chain_priced.csv --quote-time $(QUOTE_TIME) --no-daemon \
@@ -48,7 +55,7 @@ test: $(STAMP) system-deps
 test-gpu: $(STAMP)
 	$(PY) -m pytest -m gpu -q
 
-bench: $(STAMP)
+bench: $(WARM)
 	$(PY) bench/binomial_cpu.py
 	$(PY) bench/daemon.py
 	$(PY) bench/chain.py

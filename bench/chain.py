@@ -59,7 +59,7 @@ def _cli(args, daemon: bool) -> dict:
     """Wall time of ``optiond chain`` and of the bare start-up, in fresh processes."""
     env = dict(os.environ)
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import optiond.cli as c; c.build_parser()"], check=True, env=env)
+    subprocess.run([sys.executable, "-c", "import optiond.cli as c; c.build_parser('chain')"], check=True, env=env)
     startup = time.perf_counter() - t
     cmd = [sys.executable, "-m", "optiond.cli", "chain", args.chain, "--json", "--steps", str(args.steps),
            "--daemon-only" if daemon else "--no-daemon", "-o", os.devnull, "--forwards", os.devnull]

@@ -10,7 +10,8 @@
      message on a mismatch.
   2. Creates PREFIX\venv (default %LOCALAPPDATA%\optiond) and pip-installs optiond with the
      desktop panel (the gui extra; -NoGui skips it) and the GPU extra when nvidia-smi answers (or
-     with -Gpu); puts an "optiond panel" shortcut in the Start Menu.
+     with -Gpu); compiles every pricing kernel once (`optiond warmup`); puts an "optiond panel"
+     shortcut in the Start Menu.
   3. Runs `xlwings addin install`, and writes the xlwings user settings
      (%USERPROFILE%\.xlwings\xlwings.conf): INTERPRETER_WIN = the venv's pythonw.exe and
      UDF MODULES = optiond.addin.functions. It then builds optiond.xlam in Excel's XLSTART folder
@@ -102,6 +103,10 @@ if (-not $NoGui) { $extras += "gui" }
 $extra = if ($extras) { "[" + ($extras -join ",") + "]" } else { "" }
 & $Py -m pip install -q "$Source$extra"
 if ($LASTEXITCODE -ne 0) { Fail "pip install failed" }
+# every pricing kernel compiled once into numba's on-disk cache, before Excel or the daemon needs it
+Say "compiling the pricing kernels once (optiond warmup; a minute or two)"
+& $Optiond warmup
+if ($LASTEXITCODE -ne 0) { Say "the warm-up did not finish: the first run compiles what is missing" }
 
 # ---- 2b. the panel in the Start Menu (the windowless optiond-panel.exe)
 if (-not $NoGui) {

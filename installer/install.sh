@@ -3,11 +3,13 @@
 #
 #   installer/install.sh [--prefix DIR] [--gpu | --no-gpu] [--no-gui] [--no-service] [--unit-dir DIR]
 #                        [--bin-dir DIR] [--desktop-dir DIR] [--no-system-packages]
-#                        [--source PATH_OR_SPEC] [--uninstall]
+#                        [--source PATH_OR_SPEC] [--warmup-only NAMES | --no-warmup] [--uninstall]
 #
 # Creates a virtual environment under PREFIX (default ~/.local/share/optiond), installs optiond
 # into it with the desktop panel (the gui extra; --no-gui skips it) and the GPU extra when
-# nvidia-smi answers, links `optiond` and `optiond-panel` into BIN_DIR (default ~/.local/bin),
+# nvidia-smi answers, compiles every pricing kernel once into numba's on-disk cache (`optiond
+# warmup`; --warmup-only NAMES: those of `optiond warmup --list`; --no-warmup: none, the first
+# run then compiles), links `optiond` and `optiond-panel` into BIN_DIR (default ~/.local/bin),
 # writes the panel's menu entry (DESKTOP_DIR, default ~/.local/share/applications) and, on
 # Linux, checks the X11 (xcb) libraries Qt needs: installs them with apt-get or dnf when run as
 # root (not with --no-system-packages), else prints the command. Then writes the daemon's systemd
@@ -27,6 +29,7 @@ gui=1
 system_packages=1
 service=1
 uninstall=0
+warmup=all
 python=${PYTHON:-python3}
 
 die() { echo "install.sh: $*" >&2; exit 1; }
@@ -45,6 +48,8 @@ while [ $# -gt 0 ]; do
     --no-system-packages) system_packages=0; shift ;;
     --no-service) service=0; shift ;;
     --uninstall) uninstall=1; shift ;;
+    --warmup-only) warmup=$2; shift 2 ;;
+    --no-warmup) warmup=none; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
@@ -101,6 +106,15 @@ $pip install -q "$source_spec$extra"
 mkdir -p "$bin_dir"
 ln -sf "$prefix/venv/bin/optiond" "$bin_dir/optiond"
 record link "$bin_dir/optiond"
+
+# every pricing kernel compiled once into numba's on-disk cache, before a daemon or a first chain
+# needs it (a progress bar on a terminal, then what was compiled)
+if [ "$warmup" != none ]; then
+  say "compiling the pricing kernels once (optiond warmup; a minute or two)"
+  only=()
+  [ "$warmup" != all ] && only=(--only "$warmup")
+  "$prefix/venv/bin/optiond" warmup ${only[@]+"${only[@]}"} || say "the warm-up did not finish: the first run compiles what is missing"
+fi
 
 if [ "$gui" = 1 ]; then
   ln -sf "$prefix/venv/bin/optiond-panel" "$bin_dir/optiond-panel"

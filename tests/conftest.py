@@ -23,7 +23,12 @@ import pytest
 #: the daemon's command line; ``python -m optiond.daemon.commands serve`` is ``optiond serve``
 #: without the other command groups, so a broken sibling command cannot stop the daemon tests
 SERVE = [sys.executable, "-m", "optiond.daemon.commands", "serve"]
-START_TIMEOUT_S = 60.0
+#: a first start on a cold numba cache compiles its warm-up targets (TEST_WARMUP) before it answers
+START_TIMEOUT_S = 120.0
+#: what a test daemon warms up (``serve --warmup-only``) unless a test says otherwise: the tree, the
+#: closed form and (where a GPU is present) the GPU modules, as the warm-up did before it took
+#: every method
+TEST_WARMUP = "binomial,black-scholes,gpu"
 
 
 @dataclass
@@ -90,6 +95,8 @@ def start_daemon(directory: Path, *extra: str, env: dict | None = None,
     full_env = {**os.environ, "OPTIOND_LOG_DIR": str(directory / "logs"), "OPTIOND_METRICS_PORT": "0",
                 "OPTIOND_DATA_DIR": str(directory / "data"), **(env or {}),
                 "OPTIOND_CONNECTION_FILE": str(conn)}
+    if "--no-warmup" not in extra and not any(a.startswith("--warmup-only") for a in extra):
+        extra = (*extra, "--warmup-only", TEST_WARMUP)  # the whole list compiles for minutes on a cold cache
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([*launcher, *SERVE, *extra], env=full_env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)

@@ -1,7 +1,9 @@
 """``optiond`` command line.
 
 Each group of commands lives in its own module exposing ``register(subparsers)``; this file
-only lists them, so features add commands without touching each other.
+only lists them, with each command's one-line help, so features add commands without touching
+each other. A module is imported only to run one of its commands (or show its ``--help``):
+``optiond --help``, ``--version``, ``status`` and ``stop`` load no numerical library.
 """
 
 from __future__ import annotations
@@ -13,17 +15,25 @@ import sys
 
 from . import __version__
 
-#: modules that add sub-commands (each has ``register(subparsers)``)
-COMMAND_MODULES = [
-    "optiond.commands.pricing",   # price, chain
-    "optiond.daemon.commands",    # serve, status, stop
-    "optiond.commands.service",   # service unit / windows
-    "optiond.commands.mlmc",      # mlmc-test
-    "optiond.commands.panel",     # panel (PySide6)
-    "optiond.commands.calibrate", # calibrate (GPU/CPU crossovers)
-    "optiond.commands.objects",   # objects publish / list / drop
-    "optiond.commands.heston",    # heston-fit (Heston calibration)
-]
+#: the modules that add sub-commands (each has ``register(subparsers)``), each with the
+#: commands it adds and their one-line help as ``optiond --help`` lists them (the module's own
+#: ``add_parser(help=...)`` says the same: tests/test_startup.py checks it)
+COMMANDS: dict[str, dict[str, str]] = {
+    "optiond.commands.pricing": {"price": "price a portfolio CSV",
+                                 "chain": "implied vols, prices and Greeks for an option chain CSV"},
+    "optiond.daemon.commands": {"serve": "run the pricing daemon",
+                                "status": "show whether the daemon runs, and its state (exit 1 when down)",
+                                "stop": "shut the daemon down cleanly"},
+    "optiond.commands.warmup": {"warmup": "compile every pricing kernel into the on-disk cache (once, at install)"},
+    "optiond.commands.service": {"service": "service-manager glue (systemd unit, Windows service)"},
+    "optiond.commands.mlmc": {"mlmc-test": "Giles' MLMC convergence and complexity report (mlmc_test)"},
+    "optiond.commands.panel": {"panel": "desktop panel: daemon status, timings, batch runs, surface"},
+    "optiond.commands.calibrate": {"calibrate": "measure the CPU/GPU crossovers of the binomial pricer"},
+    "optiond.commands.objects": {"objects": "named market objects kept in the daemon (fitted surfaces)"},
+    "optiond.commands.heston": {"heston-fit": "fit the Heston model to a European option chain CSV"},
+}
+#: the modules, in the order ``optiond --help`` lists their commands
+COMMAND_MODULES = list(COMMANDS)
 
 
 class Parser(argparse.ArgumentParser):
@@ -36,15 +46,28 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_INPUT, f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``optiond`` parser. ``command``: only the module of that command registers its
+    commands (the others are listed by name and help, their modules not imported; ``""``: none
+    registers); None: every module registers (the whole parser)."""
     parser = Parser(prog="optiond", description="Option pricing on CPU and GPU: CLI, daemon and tools.")
     parser.add_argument("--version", action="version", version=f"optiond {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    for module, commands in COMMANDS.items():
+        if command is None or command in commands:
+            importlib.import_module(module).register(sub)
+        else:
+            for name, text in commands.items():
+                sub.add_parser(name, help=text, add_help=False)
     return parser
+
+
+def command_of(argv: list[str]) -> str:
+    """The sub-command named in ``argv`` (the first word not an option: the global options
+    take no value), or ``""``."""
+    return next((a for a in argv if not a.startswith("-")), "")
 
 
 def run(parser: argparse.ArgumentParser, argv: list[str] | None = None, *, no_command: int = 2) -> int:
@@ -127,7 +150,8 @@ def expected_error(e: BaseException, args: argparse.Namespace | None = None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser(), argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return run(build_parser(command_of(argv)), argv)
 
 
 if __name__ == "__main__":

@@ -57,9 +57,9 @@ import numpy as np
 import pandas as pd
 
 from .files import write_with
-from .kernels import black_scholes
-from .kernels.adi import defaults as adi_defaults
-from .kernels.heston import cpu as heston_cpu
+
+# the kernels (numba) are imported by the functions that price: ``optiond heston-fit --help``
+# reads this module's defaults without them
 
 #: the parameters, in the order of every vector here
 PARAMS = ("v0", "kappa", "theta", "xi", "rho")
@@ -86,9 +86,23 @@ WEIGHTS = ("none", "spread")
 EXERCISES = ("european", "american")
 #: the American fit's first stage: a coarse single ADI grid (its prices err ~1e-3)
 AMERICAN_COARSE = dict(grid=(80, 40), time_steps=26, steps_per_year=40.0, richardson=False)
-#: the American fit's last stage: the ADI default (Richardson over 160 x 80 and 80 x 40)
-AMERICAN_FINAL = dict(grid=adi_defaults.GRID, time_steps=adi_defaults.MIN_TIME_STEPS,
-                      steps_per_year=adi_defaults.STEPS_PER_YEAR, richardson=adi_defaults.RICHARDSON)
+
+
+def _american_final() -> dict:
+    """:data:`AMERICAN_FINAL`, read from :mod:`optiond.kernels.adi.defaults`."""
+    from .kernels.adi import defaults as adi_defaults
+
+    return dict(grid=adi_defaults.GRID, time_steps=adi_defaults.MIN_TIME_STEPS,
+                steps_per_year=adi_defaults.STEPS_PER_YEAR, richardson=adi_defaults.RICHARDSON)
+
+
+def __getattr__(name: str) -> Any:
+    """``AMERICAN_FINAL``: the American fit's last stage, the ADI default (Richardson over
+    160 x 80 and 80 x 40), built on first use (its defaults live beside the ADI kernels)."""
+    if name == "AMERICAN_FINAL":
+        return _american_final()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 #: relative forward-difference step of the American fit's Jacobian (floor 1e-3 absolute)
 AMERICAN_FD_STEP = 1e-3
 #: least-squares stopping rules: European; the American fit's last stage and its coarse stage
@@ -189,6 +203,8 @@ def _forward_columns(e: ExpiryQuotes) -> tuple:
 def black_prices(quotes: Sequence[ExpiryQuotes], vol: Sequence[np.ndarray] | None = None) -> np.ndarray:
     """Black (1976) prices ``D Black(F, K, sigma, T)`` of every quote (at the market IVs, or at
     ``vol``, one array per expiry), concatenated in expiry order."""
+    from .kernels import black_scholes
+
     out = []
     for j, e in enumerate(quotes):
         S, r, q = _forward_columns(e)
@@ -214,17 +230,22 @@ class _Problem:
         self.S, self.K, self.T, self.r, self.q = (np.ascontiguousarray(np.concatenate(c).astype(np.float64))
                                                   for c in cols[1:])
         self.n = self.S.size
+        from .kernels.heston import cpu as heston_cpu
+
         ones = np.ones(self.n)
+        self._price_chunks = heston_cpu.price_chunks
         self.order, self.starts = heston_cpu.plan_chunks(self.T, ones, ones, ones, ones, ones)
         self.sizes = [e.strike.size for e in self.quotes]
 
     def prices(self, p: np.ndarray, tol: float | None = None) -> np.ndarray:
         v0, kappa, theta, xi, rho = (np.full(self.n, float(x)) for x in p)
-        out, _ = heston_cpu.price_chunks(self.kind, self.S, self.K, self.T, self.r, self.q, v0, kappa, theta, xi, rho,
+        out, _ = self._price_chunks(self.kind, self.S, self.K, self.T, self.r, self.q, v0, kappa, theta, xi, rho,
                                          self.order, self.starts, False, float(tol or self.tol))
         return out[0]
 
     def model_vols(self, prices: np.ndarray) -> np.ndarray:
+        from .kernels import black_scholes
+
         vol, _ = black_scholes.bs_implied_vol(prices, self.kind, self.S, self.K, self.T, self.r, self.q)
         return vol
 
@@ -357,6 +378,8 @@ def fit_heston(quotes: Sequence[ExpiryQuotes], *, start: dict | Sequence[float] 
     prob = _Problem(quotes, tol)
     iv_mkt = np.concatenate([e.iv for e in quotes])
     S, K, T, r, q = prob.S, prob.K, prob.T, prob.r, prob.q
+    from .kernels import black_scholes
+
     vega = black_scholes.bs_price_greeks(prob.kind, S, K, T, r, q, iv_mkt)["vega"]
     if weights == "spread":
         spread = np.concatenate([0.5 * (e.iv_ask - e.iv_bid) for e in quotes])
@@ -384,6 +407,8 @@ def fit_heston(quotes: Sequence[ExpiryQuotes], *, start: dict | Sequence[float] 
 
     sol = least_squares(fun, x0, bounds=(lo, hi), method="trf", x_scale="jac", max_nfev=max_nfev, **stops)
     p = _to_params(sol.x, feller)
+    from .kernels.heston import cpu as heston_cpu
+
     iv_model = prob.model_vols(prob.prices(p, heston_cpu.TOL))
     return _result(quotes, prob.sizes, p, iv_model, iv_mkt, feller, residual, weights, int(sol.nfev), sol, t0)
 
@@ -395,7 +420,8 @@ def _fit_american(quotes, x0, lo, hi, w, iv_mkt, vega, feller, weights, max_nfev
     prob = _AmericanProblem(quotes, device)
     nfev = 0
     sol = None
-    for settings, st in ((AMERICAN_COARSE, AMERICAN_COARSE_STOPS), (AMERICAN_FINAL, stops)):
+    final = _american_final()
+    for settings, st in ((AMERICAN_COARSE, AMERICAN_COARSE_STOPS), (final, stops)):
         last = {}
 
         def fun(x: np.ndarray, settings=settings, last=last) -> np.ndarray:
@@ -416,7 +442,7 @@ def _fit_american(quotes, x0, lo, hi, w, iv_mkt, vega, feller, weights, max_nfev
         nfev += int(sol.nfev)
         x0 = np.clip(sol.x, lo + 1e-12 * (hi - lo), hi - 1e-12 * (hi - lo))
     p = _to_params(sol.x, feller)
-    model = prob.prices(p[None, :], AMERICAN_FINAL)[0]
+    model = prob.prices(p[None, :], final)[0]
     iv_model = iv_mkt + (model - prob.mid) / vega  # first order (module docstring)
     return _result(quotes, prob.sizes, p, iv_model, iv_mkt, feller, "price", weights, nfev, sol, t0,
                    exercise="american", solves=prob.solves, device=device)

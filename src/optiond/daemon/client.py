@@ -100,13 +100,10 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-import numpy as np
 import zmq
 
-from .. import costs, limits
-from ..models import DIVIDEND_FIELDS, ImpliedVol, InvalidInputError, Method, Result
 from . import paths
 # the other two modules of the client; their public names are re-exported from here
 from .client_jobs import (JOB_LEASE_S, JOB_POLL_S, JOB_STALL_S, RESULT_POLL_S, Event, JobsMixin, LeaseHeartbeat,
@@ -118,11 +115,15 @@ from .client_replies import (DaemonError, DaemonLost, DaemonUnavailable, Deadlin
 from .protocol import (Message, ProtocolError, Session, encode_column, new_id, send_frames, spin_seconds,
                        spin_until_readable)
 
+# numpy and the schema (optiond.models) load with the first pricing request: a client that only
+# asks for the status or a shutdown (``optiond status``, ``optiond stop``) loads no numerical library
+if TYPE_CHECKING:
+    from ..models import ImpliedVol, Method, Result
+
 log = logging.getLogger("optiond.client")
 
 _SCALARS = (str, int, float, bool, type(None))
 _NOBLOCK = int(zmq.NOBLOCK)
-_METHOD_FIELDS = dataclasses.fields(Method)
 _POLLIN = int(zmq.POLLIN)
 #: "no prices" for :meth:`Client._content` (None is a value a caller may pass)
 _NO_PRICES = object()
@@ -462,6 +463,10 @@ class Client(JobsMixin, ObjectsMixin):
     @staticmethod
     def _encode_columns(columns: Mapping[str, Any], buffers: list) -> dict:
         """Columns in sorted order (the daemon's cache key is the content as sent)."""
+        import numpy as np
+
+        from ..models import DIVIDEND_FIELDS, InvalidInputError
+
         out = {}
         for name in columns:
             if not isinstance(name, str):
@@ -481,6 +486,8 @@ class Client(JobsMixin, ObjectsMixin):
         identity: a Method is immutable) for the next request with the same object."""
         if method is None:
             return None
+        from ..models import Method
+
         if not isinstance(method, Method):
             raise TypeError(f"method must be an optiond.models.Method or None, not {type(method).__name__}")
         hit = self._methods.get(id(method))
@@ -488,7 +495,7 @@ class Client(JobsMixin, ObjectsMixin):
             return hit[1]
         n_buffers = len(buffers)
         out = {}
-        for f in _METHOD_FIELDS:
+        for f in dataclasses.fields(Method):
             v = getattr(method, f.name)
             if type(v) is tuple and len(v) <= 8 and all(isinstance(x, _SCALARS) for x in v):
                 out[f.name] = list(v)  # e.g. the ADI grid: a short list, not an array buffer
@@ -566,6 +573,11 @@ class Client(JobsMixin, ObjectsMixin):
     def _estimated_s(self, op: str, columns: Mapping[str, Any], method: Method | None) -> float:
         """Single-core seconds a pricing request should take (the daemon's cost model with its
         default speed); 0 when it cannot be costed (the daemon then says what is wrong)."""
+        import numpy as np
+
+        from .. import costs, limits
+        from ..models import Method
+
         m = method or Method()
         if (m.name == "binomial" and type(m.steps) is int and "steps" not in columns and "method" not in columns
                 and all(isinstance(v, _SCALARS) for v in columns.values())):  # one option: no table to cost
@@ -770,6 +782,7 @@ class Client(JobsMixin, ObjectsMixin):
                              on_progress)
         if isinstance(msg, Exception):  # no daemon: solved here
             from .. import engine
+            from ..models import Method
 
             iv = engine.implied_vol_table(prices, columns, method or Method())
             iv.via = "in-process"

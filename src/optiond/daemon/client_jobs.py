@@ -35,13 +35,15 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import zmq
 
-from ..models import ImpliedVol, Method, Result
 from .client_replies import DaemonError, DaemonLost, DaemonUnavailable, JobCancelled, JobPending, _Unsendable, lost_work
 from .protocol import IOPUB_CURVE, Message, ProtocolError, iopub_curve_keys
+
+if TYPE_CHECKING:
+    from ..models import ImpliedVol, Method, Result
 
 log = logging.getLogger("optiond.client")
 

@@ -28,11 +28,13 @@ Example::
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..models import ImpliedVol, Result
 from .protocol import packb
 from .client_replies import decode_iv, decode_result
+
+if TYPE_CHECKING:  # the fits' encoders (pandas, the chain job) load with the first call that needs them
+    from ..models import ImpliedVol, Result
 
 #: seconds a surface fit or price waits for its reply by default (a fit runs the chain job)
 FIT_TIMEOUT_S = 300.0

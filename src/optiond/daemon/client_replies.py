@@ -13,11 +13,12 @@ receives; this module imports no other part of the client.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..models import ImpliedVol, InvalidInputError, Result
-from . import wire
 from .protocol import Message, ProtocolError
+
+if TYPE_CHECKING:  # the schema and the wire decoders load with the first reply that needs them
+    from ..models import ImpliedVol, Result
 
 
 class DaemonUnavailable(RuntimeError):
@@ -94,6 +95,8 @@ def _raise_reply_error(content: dict) -> None:
     text = str(content.get("error") or "the daemon reported an error")
     ename = str(content.get("ename") or "DaemonError")
     if ename == "InvalidInputError":
+        from ..models import InvalidInputError
+
         row = content.get("row")
         e = InvalidInputError(str(content.get("field") or "input"), row if type(row) is int else None,
                               content.get("value"), str(content.get("reason") or text))
@@ -109,17 +112,23 @@ class _DaemonDied(Exception):
 
 def decode_result(msg: Message) -> Result:
     """A price reply as an :class:`optiond.models.Result` (``via="daemon"``; :func:`optiond.daemon.wire.decode_price`)."""
+    from . import wire
+
     return _decoded(wire.decode_price, msg)
 
 
 def decode_iv(msg: Message) -> ImpliedVol:
     """An implied-volatility reply as :class:`optiond.models.ImpliedVol` (``via="daemon"``; it
     unpacks as the earlier ``(vol, status)`` pair; :func:`optiond.daemon.wire.decode_implied_vol`)."""
+    from . import wire
+
     return _decoded(wire.decode_implied_vol, msg)
 
 
 def decode_job_result(msg: Message) -> Result | ImpliedVol:
     """A ``result_reply``: :func:`decode_iv` or :func:`decode_result` by its body."""
+    from . import wire
+
     return _decoded(wire.decode, msg)
 
 

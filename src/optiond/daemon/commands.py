@@ -53,6 +53,8 @@ def _serve_argv(args: argparse.Namespace, conn: Path) -> list[str]:
     argv = ["serve", "--connection-file", str(conn)]
     if args.no_warmup:
         argv.append("--no-warmup")
+    for names in getattr(args, "warmup_only", None) or ():
+        argv += ["--warmup-only", names]
     for flag in ("no_cache", "no_coalesce", "no_access_log", "no_persist"):
         if getattr(args, flag, False):
             argv.append("--" + flag.replace("_", "-"))
@@ -82,9 +84,26 @@ def _limits(args: argparse.Namespace):
     return Limits(**kw)
 
 
+def _warmup_setting(args: argparse.Namespace) -> bool | list[str]:
+    """``Server(warmup=...)``: False with --no-warmup, the names of --warmup-only, else True (all)."""
+    if args.no_warmup:
+        return False
+    names = [n for o in (getattr(args, "warmup_only", None) or ()) for n in o.split(",") if n.strip()]
+    return names or True
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground, or with ``--detach`` in the background, or with
     ``--workers R`` as an MPI job of R ranks."""
+    warm = _warmup_setting(args)
+    if isinstance(warm, list):
+        from ..kernels.warmup import select
+
+        try:
+            select(warm)
+        except ValueError as e:
+            _print_err(f"optiond serve: --warmup-only: {e}")
+            return EXIT_FAILED
     conn = paths.connection_file(args.connection_file)
     if args.detach:
         return _detach(conn, args)
@@ -113,7 +132,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if metrics_port < 0:
         metrics_port = None
     try:
-        return serve(conn, warmup=not args.no_warmup, on_ready=ready, mpi=True if args.mpi else None,
+        return serve(conn, warmup=warm, on_ready=ready, mpi=True if args.mpi else None,
                      limits=_limits(args), cache_entries=0 if args.no_cache else 4096,
                      coalesce="never" if args.no_coalesce else (args.coalesce or "auto"), metrics_port=metrics_port, log_dir=args.log_dir,
                      access_log=not args.no_access_log, max_connections=args.max_connections,
@@ -203,7 +222,8 @@ def _detach(conn: Path, args: argparse.Namespace) -> int:
         except (DaemonUnavailable, FileNotFoundError, paths.ConnectionFileError):
             pass
         time.sleep(0.05)
-    _print_err(f"optiond serve --detach: no answer within {args.wait:g} s (pid {proc.pid}); see {log_path}")
+    _print_err(f"optiond serve --detach: no answer within {args.wait:g} s (pid {proc.pid}; it may still be "
+               f"compiling its kernels on a cold cache: 'optiond warmup' does that ahead); see {log_path}")
     return EXIT_FAILED
 
 
@@ -347,7 +367,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--connection-file", help=conn_help)
     p.add_argument("--log-file", help="log of a detached daemon (default: beside the connection file)")
     p.add_argument("--wait", type=options.positive, default=60.0, help="seconds --detach waits for the daemon (default 60)")
-    p.add_argument("--no-warmup", action="store_true", help="skip pricing a few options at start")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="serve at once, without loading every pricing kernel first (the first request of each "
+                        "method then pays for it)")
+    p.add_argument("--warmup-only", action="append", metavar="NAME[,NAME]",
+                   help="warm up these targets of 'optiond warmup --list' only (repeatable; default: all)")
     p.add_argument("--workers", type=options.non_negative_int, default=0, metavar="R",
                    help="run as an MPI job of R ranks on this host (rank 0 serves; needs mpi4py and an mpiexec)")
     p.add_argument("--mpi", action="store_true", help="this process is one rank of an MPI job (set by --workers)")

@@ -309,26 +309,32 @@ class PricingOps:
     # ------------------------------------------------------------------ warm-up and the cost model's unit
 
     def _warm_up(self) -> None:
+        """Load (or, on a cold cache, compile) every kernel of :data:`optiond.kernels.warmup.TARGETS`
+        before the daemon says it serves: the CPU ones here, the GPU ones on the pricing thread
+        that owns the GPU; then time the CPU kernel for the cost model."""
+        from ..kernels import warmup
+
         t0 = time.perf_counter()
-        cols = {"kind": ["put", "call"], "style": ["american", "european"], "spot": 100.0, "strike": 100.0,
-                "expiry": 0.5, "rate": 0.03, "dividend_yield": 0.01, "volatility": 0.2}
+        outcomes: list = []
         try:
-            for name in ("binomial", "black-scholes"):
-                m = Method(name=name, steps=16)
-                res = engine.price_table(cols, m)
-                engine.implied_vol_table(np.nan_to_num(res.price, nan=5.0), cols, m)
-            engine.price_table({**cols, "kind": "put", "style": "american"}, Method(steps=16))  # one-option path
+            chosen = warmup.select(None if self.warmup is True else self.warmup)
+            cpu_targets = [t for t in chosen if t.name != "gpu"]
+            outcomes = warmup.warm(cpu_targets)
             self.ns_per_node = self._time_cpu_kernel()
-            if self._gpu and self.jobs is not None:  # load the GPU kernels where they will run
-                self.jobs.run_local(pool.run_chunk, {"op": "price", "columns": cols,
-                                                     "method": Method(steps=16, device="gpu")})
+            gpu_targets = [t for t in chosen if t.name == "gpu"]
+            if self._gpu and gpu_targets and self.jobs is not None:  # load the GPU kernels where they will run
+                outcomes += self.jobs.run_local(warmup.warm, gpu_targets)
             if len(self.ranks) == 1 and self.jobs is not None:  # what the pricing thread uses
                 self.ranks[0].update({k: v for k, v in self.jobs.run_local(pool.rank_info).items()
                                       if k in ("device", "threads")})
         except Exception:
             log.warning("warm-up failed (requests will still be served)", exc_info=True)
-        log.info("warm-up done in %.2f s; devices %s; CRR %.3g ns/node on one core", time.perf_counter() - t0,
-                 ", ".join(devices()), self.ns_per_node)
+        for o in outcomes:
+            if o.error:
+                log.warning("warm-up of %s failed (requests will still be served): %s", o.name, o.error)
+        log.info("warm-up done in %.2f s (%d kernel signatures compiled, %d loaded from the cache); devices %s; "
+                 "CRR %.3g ns/node on one core", time.perf_counter() - t0, sum(o.compiled for o in outcomes),
+                 sum(o.cached for o in outcomes), ", ".join(devices()), self.ns_per_node)
 
     @staticmethod
     def _time_cpu_kernel() -> float:

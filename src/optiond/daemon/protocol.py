@@ -54,6 +54,7 @@ import itertools
 import logging
 import os
 import struct
+import sys
 import threading
 import time
 import uuid
@@ -61,10 +62,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import msgpack
-import numpy as np
 import zmq
 
-from ..models import object_full
+# numpy and the schema (optiond.models) are imported by the functions of arrays and columns
+# that use them: a control request (``optiond status``, ``stop``) loads no numerical library
 
 log = logging.getLogger("optiond.protocol")
 
@@ -323,7 +324,8 @@ class Message:
 
 def _default(obj: Any) -> Any:
     """msgpack hook: NumPy scalars become Python scalars; anything else is refused."""
-    if isinstance(obj, np.generic):
+    np = sys.modules.get("numpy")  # no numpy loaded: no numpy scalar to send
+    if np is not None and isinstance(obj, np.generic):
         return obj.item()
     raise TypeError(f"cannot send a value of type {type(obj).__name__} to the daemon")
 
@@ -452,6 +454,8 @@ def encode_array(arr: np.ndarray, buffers: list) -> dict:
     Raises:
         TypeError: a non-numeric dtype (object, string, complex, datetime ...).
     """
+    import numpy as np
+
     arr = np.asarray(arr)
     kind = arr.dtype.kind
     if kind not in "biuf":
@@ -481,6 +485,8 @@ def decode_array(spec: Any, buffers: Sequence[bytes], writeable: bool = True) ->
             are never rebuilt from bytes), a bad shape or index, or a buffer whose length is
             not exactly the declared size.
     """
+    import numpy as np
+
     desc = spec.get("__nd__") if isinstance(spec, dict) and len(spec) == 1 else None
     if not isinstance(desc, list) or len(desc) != 3:
         raise ProtocolError("malformed array description")
@@ -512,6 +518,8 @@ def encode_column(value: Any, buffers: list) -> Any:
     Raises:
         TypeError: a value msgpack cannot carry (e.g. a datetime).
     """
+    import numpy as np
+
     if isinstance(value, (str, bytes, int, float, bool)) or value is None:
         return value
     if isinstance(value, np.generic):
@@ -533,6 +541,8 @@ def decode_column(value: Any, buffers: Sequence[bytes]) -> Any:
     Raises:
         ProtocolError: a nested list, a map other than an array spec, or a bad array.
     """
+    import numpy as np
+
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, list):
@@ -553,12 +563,16 @@ def encode_sparse_strings(arr: np.ndarray, default: str, buffers: list) -> dict:
     that differ (``rows`` a list of ints when short, else an int64 array spec), so a million
     ``"ok"`` rows cost nothing on the wire.
     """
+    import numpy as np
+
     rows = np.flatnonzero(arr != default)
     return encode_sparse_rows(rows, arr[rows].tolist(), default, buffers)
 
 
 def encode_sparse_rows(rows: Any, values: Sequence[Any], default: str, buffers: list) -> dict:
     """:func:`encode_sparse_strings` from the rows that differ (ascending) and their values."""
+    import numpy as np
+
     rows = np.asarray(rows, dtype=np.int64)
     enc_rows = rows.tolist() if len(rows) <= 64 else encode_array(rows, buffers)
     return {"default": default, "rows": enc_rows, "values": [str(v) for v in values]}
@@ -570,6 +584,10 @@ def decode_sparse_strings(spec: Any, n: int, buffers: Sequence[bytes]) -> np.nda
     Raises:
         ProtocolError: malformed spec, or rows out of range / not matching the values.
     """
+    import numpy as np
+
+    from ..models import object_full
+
     if (not isinstance(spec, dict) or not isinstance(spec.get("default"), str)
             or not isinstance(spec.get("values"), list) or not all(isinstance(v, str) for v in spec["values"])):
         raise ProtocolError("malformed string column")

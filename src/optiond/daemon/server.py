@@ -72,7 +72,7 @@ import threading
 import time
 from concurrent import futures as cf
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import zmq
 
@@ -130,8 +130,10 @@ class Server(PricingOps, ObjectOps, ControlOps):
         connection_file: where to write the connection file (default: see
             :func:`optiond.daemon.paths.connection_file`).
         ip: the address to bind; loopback only by design.
-        warmup: price a few tiny batches at start (and time the CPU kernel for the cost model)
-            so the first real request does not pay for loading the compiled kernels.
+        warmup: before serving, load (a cold cache: compile) every kernel of the warm-up list
+            (:data:`optiond.kernels.warmup.TARGETS`) and time the CPU kernel for the cost model,
+            so no request pays for it; a list of names: those targets only
+            (:func:`optiond.kernels.warmup.select`); False: none.
         max_bytes: largest message accepted (bytes); larger ones get an error reply.
         limits: per-request limits (:class:`optiond.limits.Limits`).
         cache_entries, cache_bytes: size of the reply cache (0 entries: no cache).
@@ -162,7 +164,7 @@ class Server(PricingOps, ObjectOps, ControlOps):
     """
 
     def __init__(self, connection_file: str | os.PathLike | None = None, *, ip: str = "127.0.0.1",
-                 warmup: bool = True, max_bytes: int | None = None, limits: Limits | None = None,
+                 warmup: bool | Sequence[str] = True, max_bytes: int | None = None, limits: Limits | None = None,
                  cache_entries: int = 4096, cache_bytes: int = 256 << 20, coalesce: bool | str = "auto",
                  metrics_port: int | None = 0, log_dir: str | os.PathLike | None = None, json_log: bool = True,
                  access_log: bool = True, executor: Any = None, ranks: list[dict] | None = None,

@@ -32,6 +32,9 @@ import numpy as np
 from ..columns import as_columns
 from ..models import AMERICAN, GREEK_FIELDS, Batch, ImpliedVol, Method, Result
 from .rootfind import IV_ABOVE, IV_BELOW, IV_INVALID, IV_OK
+from .warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 _SQRT2 = math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)

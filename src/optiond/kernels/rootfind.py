@@ -21,6 +21,9 @@ import numpy as np
 from ..models import IV_STATUS_NAMES  # noqa: F401 (the codes' names, owned by the schema; re-exported)
 from . import brent as _brent
 from .brent import A, B, C, D, E, FA, FB, FC  # noqa: F401 (the state layout, re-exported)
+from .warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 #: implied-volatility status codes shared by every pricer (``IV_STATUS_NAMES[code]`` names them)
 IV_OK, IV_BELOW, IV_ABOVE, IV_NOT_CONVERGED, IV_INVALID = 0, 1, 2, 3, 4

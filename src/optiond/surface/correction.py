@@ -62,6 +62,9 @@ from scipy.special import ndtr
 
 from .calls import black_call, implied_total_sd
 from .svi import SVI, derivatives
+from ..kernels.warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 _SQRT2 = math.sqrt(2.0)
 

@@ -32,6 +32,10 @@ import math
 import numpy as np
 from numba import njit
 
+from ..kernels.warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
+
 #: the damping's start, its factors on success and failure, and where it gives up
 _LAM0, _LAM_DOWN, _LAM_UP, _LAM_MAX = 1e-3, 0.3, 10.0, 1e12
 

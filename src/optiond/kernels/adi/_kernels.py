@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from ..warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 DO, CS, MCS, HV = 0, 1, 2, 3
 FM = {"contract", "arcp", "nsz"}

@@ -44,6 +44,9 @@ from ... import costs
 from ...columns import as_columns
 from ..black_scholes import bs_price_one
 from ..rootfind import B, FB, IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK, brent_init, brent_step
+from ..warmup import announce_compiles, cache_variant
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 REANCHOR = 64
 #: the largest growth e^(period a) of a rounding error through the exercise recurrence between
@@ -343,8 +346,9 @@ def _batch_impl(kind, style, S, K, T, r, q, sigma, steps, greeks, div_t, div_a, 
     return out
 
 
-_batch_parallel = nb.njit(cache=True, nogil=True, parallel=True)(_batch_impl)
-_batch_serial = nb.njit(cache=True, nogil=True)(_batch_impl)
+# two names: numba's disk cache does not tell a threaded compilation from a serial one of one body
+_batch_parallel = nb.njit(cache=True, nogil=True, parallel=True)(cache_variant(_batch_impl, "_batch_parallel"))
+_batch_serial = nb.njit(cache=True, nogil=True)(cache_variant(_batch_impl, "_batch_serial"))
 
 #: numba's default (workqueue) thread pool must not be entered from two threads at once
 POOL_LOCK = threading.Lock()
@@ -546,8 +550,8 @@ def _iv_impl(target, kind, style, S, K, T, r, q, steps, lo, hi, xtol, div_t, div
     return vol, status
 
 
-_iv_parallel = nb.njit(cache=True, nogil=True, parallel=True)(_iv_impl)
-_iv_serial = nb.njit(cache=True, nogil=True)(_iv_impl)
+_iv_parallel = nb.njit(cache=True, nogil=True, parallel=True)(cache_variant(_iv_impl, "_iv_parallel"))
+_iv_serial = nb.njit(cache=True, nogil=True)(cache_variant(_iv_impl, "_iv_serial"))
 
 
 def crr_implied_vol(price, kind, style, spot, strike, expiry, rate, dividend_yield, steps,

@@ -109,6 +109,9 @@ from . import cpu as bc
 from .timer import DeviceTimer
 from .variants import (BBS_WARP_SHAPES, BLOCK_VARIANT, DIV_WARP_SHAPES, WARP_VARIANTS, Variant, bbs_kernel_name,
                        coop_names, div_kernel_name, plain_names)
+from ..warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 log = logging.getLogger(__name__)
 

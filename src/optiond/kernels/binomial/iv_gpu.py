@@ -18,6 +18,9 @@ from . import cpu as bc
 from .gpu import (BBS_MAX_STEPS, DIV_MAX_STEPS, REANCHOR, _dividend_table, _gpu_call, _run_trees, _tree_table, kernel, pd_fma_mode,
                   resident_blocks)
 from .variants import IV_WARP_SHAPES, iv_kernel_name
+from ..warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 
 # --------------------------------------------------------------------------- implied volatility

@@ -23,6 +23,9 @@ from .plan import (PRUNE_WARP_OUTPUTS, PipelinePlan, cluster_max_levels, pipelin
                    reg_max_levels, window_table)
 from .timer import DeviceTimer
 from .variants import NARROW_LEVELS, PIPE_BLOCK, PIPE_GRID_BIG, PIPE_GRID_MID, PIPE_GRID_SMALL, Variant
+from ..warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 #: initial window state of one tree (binomial.cu, tiles_tree: L, H, then three (min, max) slots)
 _WIN_INIT = (0, 1 << 30, 1 << 30, -1, 1 << 30, -1, 1 << 30, -1)

@@ -73,6 +73,9 @@ import math
 
 import numba as nb
 import numpy as np
+from ..warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 from ...columns import kernel_column
 

@@ -109,6 +109,9 @@ from ...models import InvalidInputError
 from .cpu import NSTAT, CPUSampler, unit_size
 from .level0 import PAYOFF_CODES, PAYOFF_NAMES, level0_mean
 from .philox import seed_key
+from ..warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 MAX_CHUNKS = 128
 DEFAULT_N0 = 1000

@@ -78,6 +78,9 @@ from .level0 import (  # noqa: F401  (the payoff codes and level0_mean: re-expor
     level0_payoff,
 )
 from .philox import _MASK, _S32, box_muller_r, box_muller_theta, philox4x32_10
+from ..warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 NSTAT = 8
 

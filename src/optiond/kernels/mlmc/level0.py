@@ -55,6 +55,9 @@ import numba as nb
 import numpy as np
 
 from .philox import _MASK, _S32, box_muller_r, box_muller_theta, philox4x32_10
+from ..warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 CALL, PUT, DIGITAL_CALL, DIGITAL_PUT, ASIAN_CALL, ASIAN_PUT = 0, 1, 2, 3, 4, 5
 PAYOFF_CODES = {

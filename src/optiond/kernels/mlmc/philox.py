@@ -39,6 +39,9 @@ import math
 
 import numba as nb
 import numpy as np
+from ..warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 PHILOX_M0 = 0xD2511F53
 PHILOX_M1 = 0xCD9E8D57

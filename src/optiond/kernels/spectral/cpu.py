@@ -108,6 +108,9 @@ from ...columns import kernel_column
 from ..rootfind import IV_ABOVE, IV_BELOW, IV_INVALID, IV_NOT_CONVERGED, IV_OK
 from .qdplus import QDPLUS_TOL, qdplus_nodes
 from .vmath import _INV_SQRT_2PI, PAD, _Phi, ncdf_e, vexp, vlog, vncdf
+from ..warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 
 #: central-difference bumps of the whole solve: volatility (absolute, annualised decimal) and rate

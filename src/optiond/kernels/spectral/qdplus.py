@@ -11,6 +11,9 @@ import math
 import numba as nb
 
 from .vmath import _INV_SQRT_2PI, PAD, one_minus_exp, vexp, vlog, vncdf
+from ..warmup import announce_compiles
+
+announce_compiles()  # one line on stderr when a kernel here compiles (a cold cache)
 
 #: QD+ root-find tolerance (relative to X): far under the QD+ approximation's own error; the
 #: Halley steps converge cubically, so the start is within about 1e-10 relative (step 1 of the
