@@ -15,13 +15,15 @@ constant) is never negative. Beyond the end nodes the curve is the SVI prior's o
 wings: the prior passes Lee's moment bound), joined with equal value and slope. So every
 corrected slice is free of butterfly arbitrage by construction, and its wings are the prior's.
 
-**The programme** (one LP per expiry and its reweighting rounds, HiGHS through
-``scipy.optimize.milp`` without integer variables; an L1 objective, each quote's terms in its
-own half-spreads), over ``c_j``:
+**The programme** (one LP per expiry, HiGHS: one model per expiry through HiGHS's own Python
+interface, whose reweighting rounds change only costs and start from the last optimal basis;
+``scipy.optimize.milp`` without integer variables where that interface is not importable; an
+L1 objective, each quote's terms in its own half-spreads), over ``c_j``:
 
 * at each quote, the distance above its ask and below its bid, weight 1, and the distance to
   its mid, weight :data:`MID_WEIGHT` (the fit stays inside ``[bid, ask]`` first); then
-  :data:`REWEIGHT` rounds with each quote's distance outside its band weighted by
+  up to :data:`REWEIGHT` rounds (fewer once every quote is inside or a round brings none in)
+  with each quote's distance outside its band weighted by
   ``1 / (distance + REWEIGHT_EPS)`` of the round before (reweighted L1, Candes, Wakin & Boyd
   2008, "Enhancing sparsity by reweighted l1 minimization", J. Fourier Anal. Appl. 14): the
   L1 fit spreads a violation over many quotes, the reweighted one keeps more of them inside;
@@ -473,13 +475,16 @@ def _correct(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curve | N
         bounded = False
     status = lp.status
     ib = np.arange(o_b, o_b + 2 * n)
+    outside = n + 1
     for _ in range(int(REWEIGHT)):  # reweighted L1 (Candes, Wakin & Boyd 2008): towards the most quotes inside
         if sol is None:
             break
         cq = P[q] + scale * sol[q]
         v = (np.maximum(np.nan_to_num(cq - hi, nan=0.0), 0.0) + np.maximum(np.nan_to_num(lo - cq, nan=0.0), 0.0)) / half
-        if not np.any(v > 1e-6):  # every quote inside already
+        now = int(np.count_nonzero(v > 1e-6))
+        if now == 0 or now >= outside:  # every quote inside already, or the last round brought none in
             break
+        outside = now
         wq = (1 + MID_WEIGHT) * w_q / (v + REWEIGHT_EPS)
         lp.set_cost(ib, np.r_[wq, wq])
         again = lp.solve()
