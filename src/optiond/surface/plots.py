@@ -131,7 +131,7 @@ def atm_term_structure(surface: Surface) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def small_multiples(n: int) -> tuple[Figure, np.ndarray]:
     """A figure of about square small multiples for ``n`` smiles: ``(fig, axes (rows, cols))``
-    on the Agg canvas."""
+    on the Agg canvas, an object array whose slots after the ``n``-th are None (no panel)."""
     n = max(n, 1)
     ncols = max(1, math.ceil(math.sqrt(n)))
     nrows = max(1, math.ceil(n / ncols))
@@ -140,24 +140,26 @@ def small_multiples(n: int) -> tuple[Figure, np.ndarray]:
     FigureCanvasAgg(fig)
     # a fixed layout in inches (a solver's layout of many panels costs more than drawing them):
     # the y labels on the left, the x labels below, the title and the legend on top
-    fig.subplots_adjust(left=0.55 / W, right=1.0 - 0.12 / W, bottom=0.5 / H, top=1.0 - 0.95 / H,
-                        wspace=0.28, hspace=0.42)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    for ax in axes.flat:
+    grid = fig.add_gridspec(nrows, ncols, left=0.55 / W, right=1.0 - 0.12 / W, bottom=0.5 / H, top=1.0 - 0.95 / H,
+                            wspace=0.28, hspace=0.42)
+    axes = np.full((nrows, ncols), None, dtype=object)
+    for i in range(n):
+        ax = axes[divmod(i, ncols)] = fig.add_subplot(grid[divmod(i, ncols)])
         ax.xaxis.set_major_locator(MaxNLocator(4))
         ax.yaxis.set_major_locator(MaxNLocator(4))
     return fig, axes
 
 
 def finish_smiles(fig: Figure, axes: np.ndarray, n: int, legend_cols: int) -> None:
-    """Hide the unused panels of :func:`small_multiples`, label the axes in log-moneyness and
-    implied volatility (%), and put the first panel's legend above them."""
-    for ax in list(axes.flat)[n:]:
-        ax.set_visible(False)
-    for ax in axes[-1]:
-        ax.set_xlabel("k = ln(K / F)", fontsize=7)
+    """Label the panels of :func:`small_multiples` in log-moneyness (the lowest of each column)
+    and implied volatility (%), and put the first panel's legend above them."""
+    for col in axes.T:
+        used = [ax for ax in col if ax is not None]
+        if used:
+            used[-1].set_xlabel("k = ln(K / F)", fontsize=7)
     for ax in axes[:, 0]:
-        ax.set_ylabel("IV (%)", fontsize=7)
+        if ax is not None:
+            ax.set_ylabel("IV (%)", fontsize=7)
     handles, lbls = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, lbls, loc="upper right", bbox_to_anchor=(1.0, 1.0 - 0.4 / fig.get_figheight()),
                ncols=legend_cols, fontsize=8, frameon=False)
@@ -178,9 +180,12 @@ def smiles_figure(out: pd.DataFrame, surface: Surface, k_lim: tuple[float, float
         a, b = (quoted.min(), quoted.max()) if len(quoted) > 1 else (lo, hi)
         pad = 0.05 * (b - a)
         bars = q[np.isfinite(q["iv_bid"]) & np.isfinite(q["iv_ask"])]
-        ax.vlines(bars["k"], 100 * bars["iv_bid"], 100 * bars["iv_ask"], color="0.45", linewidth=1.2,
-                  label="bid/ask IV")
-        ax.plot(q["k"], 100 * q["iv"], ".", color="C0", markersize=2, label="mid IV")
+        # the bars as one line broken by NaNs (one artist, not a collection of one segment each)
+        xs = np.repeat(bars["k"].to_numpy(), 3)
+        xs[2::3] = np.nan
+        ys = np.stack([bars["iv_bid"].to_numpy(), bars["iv_ask"].to_numpy(), np.full(len(bars), np.nan)], axis=1)
+        ax.plot(xs, 100 * ys.ravel(), color="0.45", linewidth=1.2, solid_capstyle="butt", label="bid/ask IV")
+        ax.plot(q["k"].to_numpy(), 100 * q["iv"].to_numpy(), ".", color="C0", markersize=2, label="mid IV")
         kk = np.linspace(a - pad, b + pad, 200)
         with np.errstate(invalid="ignore"):
             fit = 100 * np.sqrt(np.maximum(s.total_variance(kk), 0.0) / s.T)
@@ -209,8 +214,9 @@ def smiles_figure(out: pd.DataFrame, surface: Surface, k_lim: tuple[float, float
 def term_structure_figure(surface: Surface) -> Figure:
     """The ATM volatility and ATM skew against ``T`` (:func:`atm_term_structure`)."""
     T, vol, skew = atm_term_structure(surface)
-    fig = Figure(figsize=(9, 3.6), layout="constrained")
+    fig = Figure(figsize=(9, 3.6))
     FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.14, top=0.8, wspace=0.28)  # fixed: no layout solve
     a1, a2 = fig.subplots(1, 2)
     days = 365.0 * T
     a1.plot(days, 100 * vol, "o-", markersize=3)
@@ -230,8 +236,9 @@ def heatmap_figure(surface: Surface, k_lim: tuple[float, float] = (-DEFAULT_K_HA
     """The implied volatility over ``(k, T)`` of :func:`surface_grid` as a colour map (``T`` on
     a log axis)."""
     k, T, vol = surface_grid(surface, k_lim=k_lim)
-    fig = Figure(figsize=(8, 5), layout="constrained")
+    fig = Figure(figsize=(8, 5))
     FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=0.1, right=0.97, bottom=0.11, top=0.92)  # fixed: no layout solve
     ax = fig.subplots()
     mesh = ax.pcolormesh(k, T, 100 * vol, shading="nearest", cmap="viridis")
     if len(T) > 1:
