@@ -237,6 +237,38 @@ def test_chain_european_with_dividends_prices_on_the_tree(tmp_path):
     np.testing.assert_allclose(out.iv, _smile(out.strike.to_numpy()), atol=2e-3)
 
 
+def test_chain_surface_theo_with_dividends_is_the_tree_at_iv_fit(tmp_path, capsys):
+    """With --dividends the theo is the CRR tree at the fitted IV with each row's schedule (the
+    engine the chain prices dividend rows with), so on a chain priced by that tree the edge is
+    inside the half-spread; the continuous carry alone missed the dividends by many."""
+    chain_path, div_path, df = _synthetic_chain(tmp_path, "american")
+    dst = tmp_path / "out.csv"
+    rc = cli_main(["chain", chain_path, "--no-daemon", "--dividends", div_path, "--steps", str(STEPS),
+                   "--rate", str(R), "--dividend-yield", str(Q_BORROW), "-o", str(dst),
+                   "--surface", str(tmp_path / "s.json")])
+    capsys.readouterr()
+    out = pd.read_csv(dst)
+    assert rc == 0 and (out.status == "ok").all()
+    start = clock.quote_instant(VALUATION)
+    rows = out.index[np.isfinite(out.theo)].to_numpy()
+    assert rows.size >= len(out) - 4
+    t_all = np.array([dividends.ex_date_years(start, d) for d, _ in DIVS])
+    a_all = np.array([x for _, x in DIVS])
+    tt = np.where((t_all > 0) & (t_all < out.expiry_years.to_numpy()[rows, None]), t_all, np.nan)
+    aa = np.where(np.isfinite(tt), a_all, 0.0)
+    kind = np.where(out.type.to_numpy()[rows] == "call", CALL, PUT).astype(np.int8)
+    ref = crr_batch(kind, np.full(rows.size, AMERICAN, dtype=np.int8), out.spot.to_numpy()[rows],
+                    out.strike.to_numpy()[rows], out.expiry_years.to_numpy()[rows], out.rate.to_numpy()[rows],
+                    out.dividend_yield.to_numpy()[rows], out.iv_fit.to_numpy()[rows], STEPS, greeks=False,
+                    dividend_times=tt, dividend_amounts=aa)[0]
+    np.testing.assert_allclose(out.theo.to_numpy()[rows], ref, rtol=1e-12, atol=1e-12)
+    near = rows[np.abs(np.log(out.strike.to_numpy()[rows] / out.forward.to_numpy()[rows])) < 0.1]
+    assert near.size >= 12
+    np.testing.assert_allclose(out.edge_half_spreads.to_numpy()[near],
+                               out.edge.to_numpy()[near] / (0.5 * (out.ask - out.bid).to_numpy()[near]), rtol=1e-9)
+    assert np.median(np.abs(out.edge_half_spreads.to_numpy()[near])) <= 1.0
+
+
 def test_chain_bad_dividend_file_is_one_line(tmp_path, capsys):
     chain_path, _, _ = _synthetic_chain(tmp_path, "american")
     bad = tmp_path / "bad.csv"

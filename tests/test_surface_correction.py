@@ -223,3 +223,18 @@ def test_yardstick_and_warnings_per_expiry():
     c2, _ = confidence(0.5, 0.2, k, iv - 0.02, iv + 0.02, iv)
     c3, _ = confidence(0.5, 0.2, k[10:20], iv[10:20] - 0.002, iv[10:20] + 0.002, iv[10:20])
     assert 1.0 > c1 > c2 > 0 and c1 > c3 > 0
+
+
+def test_the_programme_without_highs_own_interface_gives_the_same_surface(monkeypatch):
+    """The correction's LP through ``scipy.optimize.milp`` (where HiGHS's own interface is not
+    importable) and through the kept HiGHS model with hot starts: the same curves."""
+    from optiond.surface import correction
+
+    df = chain(SVI_TRUTH)
+    kept = fit_surface(df)
+    monkeypatch.setattr(correction, "_Highs", None)
+    plain = fit_surface(df)
+    assert inside_all(df, plain).all() and inside_all(df, kept).all()
+    for a, b in zip(kept.slices, plain.slices):
+        x = np.exp(np.linspace(-0.6, 0.6, 241))
+        assert np.max(np.abs(a.curve.calls(x) - b.curve.calls(x))) < 1e-7

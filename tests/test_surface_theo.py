@@ -117,3 +117,37 @@ def test_between_slices_iv_fit_interpolates_total_variance_linearly_in_T(surface
     t = (T - T1) / (T2 - T1)
     w = (1 - t) * svi_vol(P1, k, T1) ** 2 * T1 + t * svi_vol(P2, k, T2) ** 2 * T2
     assert fitted_vol(df, surface)[0] == pytest.approx(math.sqrt(w / T), rel=1e-12)
+
+
+def test_theo_with_a_cash_dividend_is_the_tree_at_iv_fit(surface):
+    """With a cash dividend the theo is the CRR tree's price and Greeks at ``iv_fit`` with the
+    row's schedule (the engine the chain job prices dividend rows with), American and European
+    alike; the edge in half-spreads is the edge over half the quoted spread."""
+    df = chain_rows()
+    n = len(df)
+    t = np.where(df["expiry_years"].to_numpy() > 0.1, 0.1, np.nan)[:, None]  # one dividend, ex in 0.1 y
+    a = np.where(np.isfinite(t), 1.5, 0.0)
+    df["bid"], df["ask"] = 0.9, 1.3
+    out = apply_surface(df, surface, dividends=(t, a))
+    plain = apply_surface(df, surface)
+    r = np.flatnonzero(np.isfinite(out["iv_fit"].to_numpy()))
+    assert r.size == 20
+    cols = dict(kind=df["type"].to_numpy(object)[r], style=df["style"].to_numpy(object)[r],
+                spot=df["spot"].to_numpy()[r], strike=df["strike"].to_numpy()[r],
+                expiry=df["expiry_years"].to_numpy()[r], rate=df["rate"].to_numpy()[r],
+                dividend_yield=df["dividend_yield"].to_numpy()[r], volatility=out["iv_fit"].to_numpy()[r],
+                dividend_times=t[r], dividend_amounts=a[r])
+    ref = LocalPricer().price_table(cols, Method(name="binomial", steps=DEFAULT_STEPS))
+    assert (np.asarray(ref.status) == "ok").all()
+    np.testing.assert_array_equal(out["theo"].to_numpy()[r], ref.price)
+    for g in GREEK_FIELDS:
+        np.testing.assert_array_equal(out[f"theo_{g}"].to_numpy()[r], getattr(ref, g))
+    # the dividend lowers every call and raises every put against the continuous carry alone
+    call = (df["type"] == "call").to_numpy()[r]
+    d = out["theo"].to_numpy()[r] - plain["theo"].to_numpy()[r]
+    assert (d[call] < -0.1).all() and (d[~call] > 0.1).all()
+    np.testing.assert_allclose(out["edge"].to_numpy()[r], 1.0 - ref.price, rtol=1e-15)
+    np.testing.assert_allclose(out["edge_half_spreads"].to_numpy()[r], (1.0 - ref.price) / 0.2, rtol=1e-12)
+    with pytest.raises(ValueError, match="dividends"):
+        apply_surface(df, surface, dividends=(t[:-1], a[:-1]))
+    assert n == len(out)

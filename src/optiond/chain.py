@@ -125,6 +125,10 @@ class ChainSummary:
     via: str
     extra: dict = field(default_factory=dict)
     forwards: pd.DataFrame | None = None
+    #: the rows' cash dividend schedules the job priced with, ``(dividend_times,
+    #: dividend_amounts)`` float64 (n, m) NaN-padded (years from the quote, currency units), or
+    #: None without cash dividends (what the theo prices with, :func:`optiond.surface.theo.apply_surface`)
+    dividends: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def contracts_per_s(self) -> float:
@@ -283,6 +287,24 @@ def american_method(method: str = DEFAULT_METHOD, steps: int = DEFAULT_STEPS,
         return Method(name=method, steps=steps, iv_tolerance=IV_TOLERANCE, accuracy=accuracy)
     except InvalidInputError as e:
         raise ValueError(f"{e.field} {e.value!r}: {e.reason}") from None
+
+
+def row_methods(style: np.ndarray, dividend_times: np.ndarray | None, m_american: Method) -> np.ndarray:
+    """The method that prices each row of a chain, an object array (n,): ``black-scholes``
+    (European rows without cash dividends), ``binomial`` (rows with cash dividends, the closed
+    form having none; every American row with ``m_american`` the tree) or ``spectral``.
+
+    Args:
+        style: (n,) style labels (:func:`labels`; every one but ``european`` is American).
+        dividend_times: the rows' cash dividend times, (n, m) with NaN padding, or None.
+        m_american: the chain's American method (:func:`american_method`).
+    """
+    n = len(style)
+    cash = (np.isfinite(dividend_times).any(axis=1) if dividend_times is not None and np.size(dividend_times)
+            else np.zeros(n, dtype=bool))
+    if m_american.name == "binomial":
+        return np.where((style == "european") & ~cash, "black-scholes", "binomial").astype(object)
+    return auto_methods(np.where(style == "european", EUROPEAN, AMERICAN), cash)
 
 
 def check_market_args(*, carry: str = "parity", quote_time: str | None = None, settlement: str | None = None,
@@ -732,12 +754,7 @@ def price_chain(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate:
     kind, style = labels(df["type"]), labels(df["style"])
     spot = market.spot
     strike = pd.to_numeric(df["strike"], errors="coerce").to_numpy(dtype=np.float64)
-    cash = (np.isfinite(market.dividend_times).any(axis=1) if market.dividend_times is not None
-            else np.zeros(n, dtype=bool))  # the closed form has no cash dividends: the tree
-    if m_american.name == "binomial":
-        method_name = np.where((style == "european") & ~cash, "black-scholes", "binomial").astype(object)
-    else:  # every style but "european" is American here
-        method_name = auto_methods(np.where(style == "european", EUROPEAN, AMERICAN), cash)
+    method_name = row_methods(style, market.dividend_times, m_american)
     priced_by = object_full(n, "")
     device, via = "cpu", getattr(pricer, "via", "in-process")
     with np.errstate(invalid="ignore"):
@@ -817,5 +834,7 @@ def price_chain(df: pd.DataFrame, pricer: _pricer.Pricer | None = None, *, rate:
         finish_chain(out, market)
     counts = pd.Series(status).value_counts().to_dict()
     summary = ChainSummary(n, {str(k): int(v) for k, v in counts.items()}, time.perf_counter() - t0, device, via,
-                           extra={"market_s": market_s}, forwards=market.table)
+                           extra={"market_s": market_s}, forwards=market.table,
+                           dividends=(None if market.dividend_times is None
+                                      else (market.dividend_times, market.dividend_amounts)))
     return out, summary

@@ -548,7 +548,7 @@ def smiles_figure(fit: HestonFit, title: str = ""):
                   label="bid/ask IV")
         ax.plot(q["k"], 100 * q["iv_market"], ".", color="C0", markersize=3, label="market mid IV")
         ax.plot(q["k"], 100 * q["iv_model"], "-", color="C3", linewidth=1.2, label="Heston")
-        ax.set_title(f"{name}  T={q['T'].iloc[0]:.3f}  rms {rms.get(name, float('nan')):.2f}", fontsize=8)
+        ax.set_title(f"{name}  T={q['T'].iloc[0]:.3f}  rms {rms.get(name, float('nan')):.2f}", fontsize=8, y=1.0)
         ax.tick_params(labelsize=7)
     finish_smiles(fig, axes, len(groups), 3)
     p = fit.params

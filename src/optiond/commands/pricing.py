@@ -204,14 +204,15 @@ def surface_paths_problem(surface_path: str | None, plot_dir: str | None) -> str
 def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path: str | None,
                     plot_dir: str | None, method: str = chain_job.DEFAULT_METHOD,
                     accuracy: str = chain_job.DEFAULT_ACCURACY, plot_formats: tuple[str, ...] = ("png",),
-                    yardstick: bool = False) -> tuple[pd.DataFrame, Any, list]:
+                    yardstick: bool = False, dividends: tuple | None = None) -> tuple[pd.DataFrame, Any, list]:
     """Fit the priced chain's surface (:func:`optiond.surface.points.fit_chain`: the fit with
     each expiry's spot, which American prices on the published surface need), measure it
     against the best achievable inside share per expiry when ``yardstick``
     (:func:`optiond.surface.report.yardstick`: a MILP per expiry, seconds each on a large
     chain), add the theo
     columns (:func:`optiond.surface.theo.apply_surface`, priced on ``pricer`` by the chain's
-    ``method`` and ``accuracy``), write the JSON
+    ``method`` and ``accuracy``, with the rows' cash ``dividends`` as the chain job priced them:
+    its ``summary.dividends``), write the JSON
     to ``surface_path`` and the pictures into ``plot_dir`` in ``plot_formats`` (each if given).
 
     Returns:
@@ -230,7 +231,7 @@ def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path:
         from ..surface.report import yardstick as measure
 
         measure(surface, out)
-    out = apply_surface(out, surface, pricer, steps=steps, method=method, accuracy=accuracy)
+    out = apply_surface(out, surface, pricer, steps=steps, method=method, accuracy=accuracy, dividends=dividends)
     if surface_path:
         surface.to_json(surface_path)
     plots = []
@@ -329,7 +330,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
             out, surface, plots = surface_outputs(out, pricer, steps=args.steps, surface_path=args.surface,
                                                   plot_dir=args.plot, method=args.method, accuracy=args.accuracy,
                                                   plot_formats=("png", "svg") if args.plot_svg else ("png",),
-                                                  yardstick=args.yardstick)
+                                                  yardstick=args.yardstick, dividends=summary.dividends)
         except (ImportError, ValueError) as e:
             print(f"optiond chain: surface: {' '.join(str(e).split())}", file=sys.stderr)
             return 2

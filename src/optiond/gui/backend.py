@@ -631,16 +631,21 @@ def run_batch(df: pd.DataFrame, kind: str, client, settings: BatchSettings, *, c
         if pricer_out is not None:
             pricer_out.append(theo)
         t = time.perf_counter()
-        outcome.df, outcome.surface, outcome.surface_error = fit_chain_surface(out, theo, settings.steps)
+        divs = None  # the theo with the rows' cash dividends, as the chain priced them
+        if market is not None and market.dividend_times is not None:
+            divs = (market.dividend_times[:done], market.dividend_amounts[:done])
+        outcome.df, outcome.surface, outcome.surface_error = fit_chain_surface(out, theo, settings.steps, divs)
         outcome.surface_s = time.perf_counter() - t
     return outcome
 
 
-def fit_chain_surface(out: pd.DataFrame, pricer: Any, steps: int) -> tuple[pd.DataFrame, Any, str]:
+def fit_chain_surface(out: pd.DataFrame, pricer: Any, steps: int,
+                      dividends: tuple | None = None) -> tuple[pd.DataFrame, Any, str]:
     """Fit a priced chain's volatility surface and add its theo columns, as ``optiond chain
     --surface`` does (:func:`optiond.commands.pricing.surface_outputs`: one arbitrage-free
     raw-SVI slice per expiry, then ``iv_fit``, ``theo``, ``edge`` and ``theo_<greek>`` priced on
-    ``pricer`` with CRR ``steps``); never raises.
+    ``pricer`` with CRR ``steps`` and the rows' cash ``dividends``, ``(dividend_times,
+    dividend_amounts)`` (n, m), when the chain has a dividend file); never raises.
 
     Returns:
         ``(out with the theo columns, the surface, "")``, or ``(out as given, None, reason)``
@@ -648,7 +653,8 @@ def fit_chain_surface(out: pd.DataFrame, pricer: Any, steps: int) -> tuple[pd.Da
         stopped it).
     """
     try:
-        with_theo, surface, _ = surface_outputs(out, pricer, steps=steps, surface_path=None, plot_dir=None)
+        with_theo, surface, _ = surface_outputs(out, pricer, steps=steps, surface_path=None, plot_dir=None,
+                                                dividends=dividends)
     except Cancelled:
         return out, None, "cancelled"
     except Exception as e:  # noqa: BLE001 (no usable expiry, daemon down...: reported, the priced rows kept)

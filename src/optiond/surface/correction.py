@@ -15,13 +15,15 @@ constant) is never negative. Beyond the end nodes the curve is the SVI prior's o
 wings: the prior passes Lee's moment bound), joined with equal value and slope. So every
 corrected slice is free of butterfly arbitrage by construction, and its wings are the prior's.
 
-**The programme** (one LP per expiry and its reweighting rounds, HiGHS through
-``scipy.optimize.milp`` without integer variables; an L1 objective, each quote's terms in its
-own half-spreads), over ``c_j``:
+**The programme** (one LP per expiry, HiGHS: one model per expiry through HiGHS's own Python
+interface, whose reweighting rounds change only costs and start from the last optimal basis;
+``scipy.optimize.milp`` without integer variables where that interface is not importable; an
+L1 objective, each quote's terms in its own half-spreads), over ``c_j``:
 
 * at each quote, the distance above its ask and below its bid, weight 1, and the distance to
   its mid, weight :data:`MID_WEIGHT` (the fit stays inside ``[bid, ask]`` first); then
-  :data:`REWEIGHT` rounds with each quote's distance outside its band weighted by
+  up to :data:`REWEIGHT` rounds (fewer once every quote is inside or a round brings none in)
+  with each quote's distance outside its band weighted by
   ``1 / (distance + REWEIGHT_EPS)`` of the round before (reweighted L1, Candes, Wakin & Boyd
   2008, "Enhancing sparsity by reweighted l1 minimization", J. Fourier Anal. Appl. 14): the
   L1 fit spreads a violation over many quotes, the reweighted one keeps more of them inside;
@@ -58,6 +60,16 @@ import numpy as np
 from numba import njit
 from scipy.optimize import Bounds, LinearConstraint, isotonic_regression, milp
 from scipy.sparse import coo_matrix
+
+try:  # HiGHS's own Python interface: one model kept across the reweighting rounds (hot starts)
+    from highspy import Highs as _Highs, HighsLp as _HighsLp, HighsModelStatus as _HighsStatus
+    from highspy import MatrixFormat as _MatrixFormat
+except ImportError:  # pragma: no cover - the same interface as SciPy ships it (SciPy >= 1.15)
+    try:
+        from scipy.optimize._highspy._core import _Highs, HighsLp as _HighsLp, HighsModelStatus as _HighsStatus
+        from scipy.optimize._highspy._core import MatrixFormat as _MatrixFormat
+    except ImportError:
+        _Highs = None
 from scipy.special import ndtr
 
 from .calls import black_call, implied_total_sd
@@ -248,6 +260,57 @@ def _chain_calls(x, X, C, S, D, off, P, levels):
         out[i] = best
     return out
 
+class _LP:
+    """The programme ``min cost @ v, rlo <= A v <= rhi, lb <= v <= ub`` on one HiGHS model
+    kept between solves, so a round that changes only the costs or the bounds starts from the
+    last optimal basis (HiGHS's hot start); through ``scipy.optimize.milp`` where HiGHS's own
+    interface is not importable. :meth:`solve` returns the solution (shape (nv,)) or None
+    and sets :attr:`status` (0 optimal, else not)."""
+
+    def __init__(self, cost, A, rlo, rhi, lb, ub) -> None:
+        self.cost, self.A, self.rlo, self.rhi = cost.copy(), A, rlo, rhi
+        self.lb, self.ub = lb.copy(), ub.copy()
+        self.status = 1
+        self.h = None
+        if _Highs is None:
+            return
+        A = A.tocsc()
+        lp = _HighsLp()
+        lp.num_col_, lp.num_row_ = A.shape[1], A.shape[0]
+        lp.col_cost_, lp.col_lower_, lp.col_upper_ = self.cost, self.lb, self.ub
+        lp.row_lower_, lp.row_upper_ = rlo, rhi
+        m = lp.a_matrix_
+        m.format_, m.num_col_, m.num_row_ = _MatrixFormat.kColwise, A.shape[1], A.shape[0]
+        m.start_, m.index_, m.value_ = A.indptr, A.indices, A.data
+        h = _Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("presolve", "off")  # small, sparse LPs: presolve costs more than it saves
+        h.passModel(lp)
+        self.h = h
+
+    def set_cost(self, idx: np.ndarray, values: np.ndarray) -> None:
+        self.cost[idx] = values
+        if self.h is not None:
+            self.h.changeColsCost(idx.size, idx.astype(np.int32), np.asarray(values, dtype=np.float64))
+
+    def set_bounds(self, idx: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> None:
+        self.lb[idx], self.ub[idx] = lower, upper
+        if self.h is not None:
+            self.h.changeColsBounds(idx.size, idx.astype(np.int32), np.asarray(lower, dtype=np.float64),
+                                    np.asarray(upper, dtype=np.float64))
+
+    def solve(self) -> np.ndarray | None:
+        if self.h is None:
+            res = milp(self.cost, constraints=[LinearConstraint(self.A, self.rlo, self.rhi)],
+                       bounds=Bounds(self.lb, self.ub))
+            self.status = int(res.status)
+            return res.x
+        self.h.run()
+        ok = self.h.getModelStatus() == _HighsStatus.kOptimal
+        self.status = 0 if ok else 1
+        return np.array(self.h.getSolution().col_value) if ok else None
+
+
 def bid_calls(k, iv_bid, iv_mid, T: float) -> Callable[[np.ndarray], np.ndarray]:
     """An expiry's bids as a function of ``x = K / F``: the bid implied volatility (the mid
     where there is no bid) interpolated linearly in ``k = ln x`` between the quotes ``k``
@@ -357,16 +420,16 @@ def _correct(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curve | N
     ub[o_a:o_a + n] = np.where(np.isfinite(hi), np.maximum(hi - cm, 0.0) / scale, np.inf)
     ub[o_a + n:o_a + 2 * n] = np.where(np.isfinite(lo), np.maximum(cm - lo, 0.0) / scale, np.inf)
     ii = np.arange(n)
-    rows = [np.c_[ii, q, np.ones(n)], np.c_[ii, o_a + ii, -np.ones(n)], np.c_[ii, o_a + n + ii, np.ones(n)],
-            np.c_[ii, o_b + ii, -np.ones(n)], np.c_[ii, o_b + n + ii, np.ones(n)]]
+    one = np.ones(N)
+    rows = [(np.tile(ii, 5), np.concatenate([q, o_a + ii, o_a + n + ii, o_b + ii, o_b + n + ii]),
+             np.repeat([1.0, -1.0, 1.0, -1.0, 1.0], n))]
     rlo, rhi = [(cm - P[q]) / scale], [(cm - P[q]) / scale]
     r0 = n
     # each inner node: hbar (D2 y) = t+ - t-; convexity of P + scale y: t+ - t- >= -hbar D2 P / scale
     jj = np.arange(N - 2)
-    d2 = np.c_[1.0 / h[:-1], -1.0 / h[:-1] - 1.0 / h[1:], 1.0 / h[1:]] * hbar[:, None]
-    for m in range(3):
-        rows.append(np.c_[r0 + jj, jj + m, d2[:, m]])
-    rows += [np.c_[r0 + jj, o_t + jj, -np.ones(N - 2)], np.c_[r0 + jj, o_t + N - 2 + jj, np.ones(N - 2)]]
+    d2 = np.stack([1.0 / h[:-1], -1.0 / h[:-1] - 1.0 / h[1:], 1.0 / h[1:]], axis=1) * hbar[:, None]
+    rows.append((np.tile(r0 + jj, 5), np.concatenate([jj, jj + 1, jj + 2, o_t + jj, o_t + N - 2 + jj]),
+                 np.concatenate([d2[:, 0], d2[:, 1], d2[:, 2], -one[:N - 2], one[:N - 2]])))
     rlo.append(np.zeros(N - 2))
     rhi.append(np.zeros(N - 2))
     L = -(d2[:, 0] * P[:-2] + d2[:, 1] * P[1:-1] + d2[:, 2] * P[2:]) / scale
@@ -375,15 +438,15 @@ def _correct(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curve | N
     r0 += N - 2
     # the wing nodes' distance to the prior: y_j = g+ - g-
     kk = np.arange(nw)
-    rows += [np.c_[r0 + kk, wing, np.ones(nw)], np.c_[r0 + kk, o_g + kk, -np.ones(nw)],
-             np.c_[r0 + kk, o_g + nw + kk, np.ones(nw)]]
+    rows.append((np.tile(r0 + kk, 3), np.concatenate([wing, o_g + kk, o_g + nw + kk]),
+                 np.concatenate([one[:nw], -one[:nw], one[:nw]])))
     rlo.append(np.zeros(nw))
     rhi.append(np.zeros(nw))
     r0 += nw
     # junctions: s_0 >= P'(x_0), s_{N-2} <= P'(x_N), slopes of P + scale y
     sP0, sPN = (P[1] - P[0]) / h[0], (P[-1] - P[-2]) / h[-1]
-    rows += [np.array([[r0, 0, -scale / h[0]], [r0, 1, scale / h[0]], [r0 + 1, N - 2, -scale / h[-1]],
-                       [r0 + 1, N - 1, scale / h[-1]]])]
+    rows.append((np.array([r0, r0, r0 + 1, r0 + 1]), np.array([0, 1, N - 2, N - 1]),
+                 np.array([-scale / h[0], scale / h[0], -scale / h[-1], scale / h[-1]])))
     rlo.append(np.array([Pd[0] - sP0, -np.inf]))
     rhi.append(np.array([np.inf, Pd[-1] - sPN]))
     r0 += 2
@@ -403,31 +466,37 @@ def _correct(prior: SVI, T: float, x, iv_bid, iv_ask, iv_mid, *, prev: Curve | N
                 top[where] = cap(X[where])
                 free &= ~where
         ub[:N] = np.where(np.isfinite(top), np.maximum((top - P) / scale, lb[:N]), ub[:N])
-    E = np.concatenate(rows)
-    A = coo_matrix((E[:, 2], (E[:, 0].astype(np.int64), E[:, 1].astype(np.int64))), shape=(r0, nv)).tocsr()
-    con = LinearConstraint(A, np.concatenate(rlo), np.concatenate(rhi))
-    res = milp(cost, constraints=[con], bounds=Bounds(lb, ub), options={"presolve": True})
+    ri, ci, vi = (np.concatenate(part) for part in zip(*rows))
+    A = coo_matrix((vi, (ri, ci)), shape=(r0, nv))
+    lp = _LP(cost, A, np.concatenate(rlo), np.concatenate(rhi), lb, ub)
+    sol = lp.solve()
     bounded = prev is not None or bool(caps)
-    if res.x is None and bounded:  # the bounds cannot hold: without them (the floor keeps the calendar)
-        lb[1:N - 1], ub[1:N - 1] = -np.inf, np.inf
-        res = milp(cost, constraints=[con], bounds=Bounds(lb, ub))
+    if sol is None and bounded:  # the bounds cannot hold: without them (the floor keeps the calendar)
+        inner = np.arange(1, N - 1)
+        lp.set_bounds(inner, np.full(N - 2, -np.inf), np.full(N - 2, np.inf))
+        sol = lp.solve()
         bounded = False
+    status = lp.status
+    ib = np.arange(o_b, o_b + 2 * n)
+    outside = n + 1
     for _ in range(int(REWEIGHT)):  # reweighted L1 (Candes, Wakin & Boyd 2008): towards the most quotes inside
-        if res.x is None:
+        if sol is None:
             break
-        cq = P[q] + scale * res.x[q]
+        cq = P[q] + scale * sol[q]
         v = (np.maximum(np.nan_to_num(cq - hi, nan=0.0), 0.0) + np.maximum(np.nan_to_num(lo - cq, nan=0.0), 0.0)) / half
-        if not np.any(v > 1e-6):  # every quote inside already
+        now = int(np.count_nonzero(v > 1e-6))
+        if now == 0 or now >= outside:  # every quote inside already, or the last round brought none in
             break
-        wq = w_q / (v + REWEIGHT_EPS)
-        cost[o_b:o_b + n] = cost[o_b + n:o_b + 2 * n] = (1 + MID_WEIGHT) * wq
-        again = milp(cost, constraints=[con], bounds=Bounds(lb, ub))
-        if again.x is not None:
-            res = again
-    y = np.zeros(N) if res.x is None else res.x[:N]
+        outside = now
+        wq = (1 + MID_WEIGHT) * w_q / (v + REWEIGHT_EPS)
+        lp.set_cost(ib, np.r_[wq, wq])
+        again = lp.solve()
+        if again is not None:
+            sol = again
+    y = np.zeros(N) if sol is None else sol[:N]
     c = P + scale * y
     c = _convex(X, c, Pd[0], Pd[-1])
-    return Curve(X, c, prior), {"status": int(res.status), "nodes": N, "bounds_held": bounded}
+    return Curve(X, c, prior), {"status": status, "nodes": N, "bounds_held": bounded}
 
 
 def _convex(X: np.ndarray, c: np.ndarray, d0: float, dN: float) -> np.ndarray:

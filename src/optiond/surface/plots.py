@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ..files import write_with
 from .fit import otm_mask
@@ -54,13 +55,22 @@ def otm_quotes(out: pd.DataFrame, forward: float, expiry: str) -> pd.DataFrame:
     return res.sort_values("k", kind="stable").reset_index(drop=True)
 
 
-def k_range(out: pd.DataFrame | None, surface: Surface) -> tuple[float, float]:
+def _slice_quotes(out: pd.DataFrame | None, surface: Surface) -> list[pd.DataFrame | None]:
+    """:func:`otm_quotes` of every slice (None without ``out``), the chain split by expiry once."""
+    if out is None or not len(out):
+        return [None] * len(surface.slices)
+    groups = dict(tuple(out.groupby(out["expiry"].astype(str), sort=False)))
+    empty = out.iloc[:0]
+    return [otm_quotes(groups.get(str(s.expiry), empty), s.forward, s.expiry) for s in surface.slices]
+
+
+def k_range(out: pd.DataFrame | None, surface: Surface, quotes: list | None = None) -> tuple[float, float]:
     """The log-moneyness range of the pictures: the 1st to 99th percentile of the quoted
-    out-of-the-money ``k`` with a mid IV over all slices, else ``+-`` :data:`DEFAULT_K_HALF_WIDTH`."""
+    out-of-the-money ``k`` with a mid IV over all slices, else ``+-`` :data:`DEFAULT_K_HALF_WIDTH`.
+    ``quotes``: the slices' :func:`otm_quotes` when the caller has them already."""
     ks: list[np.ndarray] = []
-    if out is not None and len(out):
-        for s in surface.slices:
-            q = otm_quotes(out, s.forward, s.expiry)
+    for q in (quotes if quotes is not None else _slice_quotes(out, surface)):
+        if q is not None:
             ks.append(q["k"].to_numpy()[np.isfinite(q["iv"].to_numpy())])
     k = np.concatenate(ks) if ks else np.empty(0)
     k = k[np.isfinite(k)]
@@ -121,44 +131,61 @@ def atm_term_structure(surface: Surface) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def small_multiples(n: int) -> tuple[Figure, np.ndarray]:
     """A figure of about square small multiples for ``n`` smiles: ``(fig, axes (rows, cols))``
-    on the Agg canvas."""
+    on the Agg canvas, an object array whose slots after the ``n``-th are None (no panel)."""
     n = max(n, 1)
     ncols = max(1, math.ceil(math.sqrt(n)))
     nrows = max(1, math.ceil(n / ncols))
-    fig = Figure(figsize=(2.6 * ncols + 0.6, 2.1 * nrows + 0.8), layout="constrained")
+    W, H = 2.6 * ncols + 0.6, 2.1 * nrows + 1.0
+    fig = Figure(figsize=(W, H))
     FigureCanvasAgg(fig)
-    return fig, fig.subplots(nrows, ncols, squeeze=False)
+    # a fixed layout in inches (a solver's layout of many panels costs more than drawing them):
+    # the y labels on the left, the x labels below, the title and the legend on top
+    grid = fig.add_gridspec(nrows, ncols, left=0.55 / W, right=1.0 - 0.12 / W, bottom=0.5 / H, top=1.0 - 0.95 / H,
+                            wspace=0.28, hspace=0.42)
+    axes = np.full((nrows, ncols), None, dtype=object)
+    for i in range(n):
+        ax = axes[divmod(i, ncols)] = fig.add_subplot(grid[divmod(i, ncols)])
+        ax.xaxis.set_major_locator(MaxNLocator(4))
+        ax.yaxis.set_major_locator(MaxNLocator(4))
+    return fig, axes
 
 
 def finish_smiles(fig: Figure, axes: np.ndarray, n: int, legend_cols: int) -> None:
-    """Hide the unused panels of :func:`small_multiples`, label the axes in log-moneyness and
-    implied volatility (%), and put the first panel's legend above them."""
-    for ax in list(axes.flat)[n:]:
-        ax.set_visible(False)
-    for ax in axes[-1]:
-        ax.set_xlabel("k = ln(K / F)", fontsize=7)
+    """Label the panels of :func:`small_multiples` in log-moneyness (the lowest of each column)
+    and implied volatility (%), and put the first panel's legend above them."""
+    for col in axes.T:
+        used = [ax for ax in col if ax is not None]
+        if used:
+            used[-1].set_xlabel("k = ln(K / F)", fontsize=7)
     for ax in axes[:, 0]:
-        ax.set_ylabel("IV (%)", fontsize=7)
+        if ax is not None:
+            ax.set_ylabel("IV (%)", fontsize=7)
     handles, lbls = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, lbls, loc="outside upper right", ncols=legend_cols, fontsize=8)
+    fig.legend(handles, lbls, loc="upper right", bbox_to_anchor=(1.0, 1.0 - 0.4 / fig.get_figheight()),
+               ncols=legend_cols, fontsize=8, frameon=False)
 
 
-def smiles_figure(out: pd.DataFrame, surface: Surface, k_lim: tuple[float, float] | None = None) -> Figure:
+def smiles_figure(out: pd.DataFrame, surface: Surface, k_lim: tuple[float, float] | None = None,
+                  quotes: list | None = None) -> Figure:
     """Small multiples, one smile per slice (see the module docstring); x: log-moneyness, each
-    panel over its own quoted range within ``k_lim`` (default :func:`k_range`)."""
+    panel over its own quoted range within ``k_lim`` (default :func:`k_range`). ``quotes``: the
+    slices' :func:`otm_quotes` when the caller has them already."""
     n = len(surface.slices)
     fig, axes = small_multiples(n)
-    lo, hi = k_lim or k_range(out, surface)
-    for ax, s in zip(axes.flat, surface.slices):
-        q = otm_quotes(out, s.forward, s.expiry)
+    quotes = quotes if quotes is not None else _slice_quotes(out, surface)
+    lo, hi = k_lim or k_range(out, surface, quotes)
+    for ax, s, q in zip(axes.flat, surface.slices, quotes):
         q = q[(q["k"] >= lo) & (q["k"] <= hi)]
         quoted = q["k"][np.isfinite(q["iv"]) | np.isfinite(q["iv_ask"])]
         a, b = (quoted.min(), quoted.max()) if len(quoted) > 1 else (lo, hi)
         pad = 0.05 * (b - a)
         bars = q[np.isfinite(q["iv_bid"]) & np.isfinite(q["iv_ask"])]
-        ax.vlines(bars["k"], 100 * bars["iv_bid"], 100 * bars["iv_ask"], color="0.45", linewidth=1.2,
-                  label="bid/ask IV")
-        ax.plot(q["k"], 100 * q["iv"], ".", color="C0", markersize=2, label="mid IV")
+        # the bars as one line broken by NaNs (one artist, not a collection of one segment each)
+        xs = np.repeat(bars["k"].to_numpy(), 3)
+        xs[2::3] = np.nan
+        ys = np.stack([bars["iv_bid"].to_numpy(), bars["iv_ask"].to_numpy(), np.full(len(bars), np.nan)], axis=1)
+        ax.plot(xs, 100 * ys.ravel(), color="0.45", linewidth=1.2, solid_capstyle="butt", label="bid/ask IV")
+        ax.plot(q["k"].to_numpy(), 100 * q["iv"].to_numpy(), ".", color="C0", markersize=2, label="mid IV")
         kk = np.linspace(a - pad, b + pad, 200)
         with np.errstate(invalid="ignore"):
             fit = 100 * np.sqrt(np.maximum(s.total_variance(kk), 0.0) / s.T)
@@ -176,19 +203,20 @@ def smiles_figure(out: pd.DataFrame, surface: Surface, k_lim: tuple[float, float
             y0, y1 = np.percentile(ys, [2.0, 98.0])
             m = 0.15 * max(y1 - y0, 1.0)
             ax.set_ylim(y0 - m, y1 + m)
-        ax.set_title(f"{s.expiry}  T={s.T:.3f}", fontsize=8)
+        ax.set_title(f"{s.expiry}  T={s.T:.3f}", fontsize=8, y=1.0)  # y given: no search for the ticks above
         ax.tick_params(labelsize=7)
     finish_smiles(fig, axes, n, 5)
     fig.suptitle(f"{surface.underlying} {surface.quote_time}: smiles, out-of-the-money quotes (shaded: beyond the "
-                 f"quotes fitted)", fontsize=10)
+                 f"quotes fitted)", fontsize=10, x=0.01, y=1.0 - 0.08 / fig.get_figheight(), ha="left", va="top")
     return fig
 
 
 def term_structure_figure(surface: Surface) -> Figure:
     """The ATM volatility and ATM skew against ``T`` (:func:`atm_term_structure`)."""
     T, vol, skew = atm_term_structure(surface)
-    fig = Figure(figsize=(9, 3.6), layout="constrained")
+    fig = Figure(figsize=(9, 3.6))
     FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.14, top=0.8, wspace=0.28)  # fixed: no layout solve
     a1, a2 = fig.subplots(1, 2)
     days = 365.0 * T
     a1.plot(days, 100 * vol, "o-", markersize=3)
@@ -208,8 +236,9 @@ def heatmap_figure(surface: Surface, k_lim: tuple[float, float] = (-DEFAULT_K_HA
     """The implied volatility over ``(k, T)`` of :func:`surface_grid` as a colour map (``T`` on
     a log axis)."""
     k, T, vol = surface_grid(surface, k_lim=k_lim)
-    fig = Figure(figsize=(8, 5), layout="constrained")
+    fig = Figure(figsize=(8, 5))
     FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=0.1, right=0.97, bottom=0.11, top=0.92)  # fixed: no layout solve
     ax = fig.subplots()
     mesh = ax.pcolormesh(k, T, 100 * vol, shading="nearest", cmap="viridis")
     if len(T) > 1:
@@ -248,8 +277,9 @@ def plot_surface(out: pd.DataFrame, surface: Surface, directory: str | Path,
         raise ValueError("the surface has no slices")
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    lim = k_range(out, surface)
-    figs = {"smiles": smiles_figure(out, surface, lim), "term_structure": term_structure_figure(surface),
+    quotes = _slice_quotes(out, surface)
+    lim = k_range(out, surface, quotes)
+    figs = {"smiles": smiles_figure(out, surface, lim, quotes), "term_structure": term_structure_figure(surface),
             "heatmap": heatmap_figure(surface, lim)}
     stem = "".join(c if c.isalnum() else "_" for c in (surface.underlying or "surface").lower())
     paths = []

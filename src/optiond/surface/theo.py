@@ -4,13 +4,16 @@ chain at the surface's volatility, and the edge of the market's mid against it.
 For each row of the chain job's output (:func:`optiond.chain.price_chain`) at strike ``K`` and
 time to expiry ``T`` (``expiry_years``), ``iv_fit`` is :meth:`Surface.vol` (``k = ln(K / F_T)``
 with the surface's forward, total variance interpolated between slices as
-:mod:`optiond.surface.model` says). The price at ``iv_fit`` uses the method the chain job uses
-for the model price at the mid's volatility (:func:`optiond.chain.american_method`): for
-American rows (every row whose ``style`` is not ``european``, as in the chain job) the spectral
-engine (Andersen, Lake & Offengenden 2016) with ``method="auto"``, the CRR tree (Cox, Ross &
-Rubinstein 1979) with ``method="binomial"``; the closed form (Black & Scholes 1973, Merton 1973)
-for European ones; on the row's own ``spot``, ``rate`` and ``dividend_yield``; one batched
-pricer call per method.
+:mod:`optiond.surface.model` says). The theo is priced at ``iv_fit`` in the same market and by
+the same method as the chain job's model price of that row (:func:`optiond.chain.row_methods`):
+on the row's own ``spot``, ``rate`` and ``dividend_yield`` (the per-expiry carry the chain
+solved) and, with a dividend file, the row's cash dividend schedule (the chain's
+``summary.dividends``), American exercise for every row whose ``style`` is not ``european``:
+the spectral engine (Andersen, Lake & Offengenden 2016) for American rows with a continuous
+carry only, the CRR tree (Cox, Ross & Rubinstein 1979) for rows with cash dividends (European
+ones too) and for every American row with ``method="binomial"``, the closed form (Black &
+Scholes 1973, Merton 1973) for European rows without cash dividends; one batched pricer call
+per method.
 """
 
 from __future__ import annotations
@@ -19,14 +22,14 @@ import numpy as np
 import pandas as pd
 
 from .. import pricer as _pricer
-from ..chain import DEFAULT_ACCURACY, DEFAULT_METHOD, DEFAULT_STEPS, american_method, labels
+from ..chain import DEFAULT_ACCURACY, DEFAULT_METHOD, DEFAULT_STEPS, american_method, labels, row_methods
 from ..models import GREEK_FIELDS, Method
 from .model import Surface
 
 #: the Greeks at ``iv_fit``, named ``theo_<greek>`` (units of :class:`optiond.models.Result`)
 THEO_GREEKS = tuple(f"theo_{g}" for g in GREEK_FIELDS)
 #: the columns :func:`apply_surface` appends, in order
-THEO_COLUMNS = ("iv_fit", "extrapolated", "theo", "edge") + THEO_GREEKS
+THEO_COLUMNS = ("iv_fit", "extrapolated", "theo", "edge", "edge_half_spreads") + THEO_GREEKS
 #: relative slack on the surface's time range: a row's ``T`` this close to the first or last
 #: slice's counts as inside (the chain's clock and the surface's are the same numbers)
 T_SLACK = 1e-9
@@ -91,26 +94,31 @@ def extrapolated_rows(out: pd.DataFrame, surface: Surface) -> np.ndarray:
 
 def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | None = None,
                   steps: int = DEFAULT_STEPS, method: str = DEFAULT_METHOD,
-                  accuracy: str = DEFAULT_ACCURACY) -> pd.DataFrame:
+                  accuracy: str = DEFAULT_ACCURACY,
+                  dividends: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """``out`` with :data:`THEO_COLUMNS` appended (a copy; every row kept, in order).
 
     Args:
         out: the chain job's output (:func:`optiond.chain.price_chain`): reads ``type``,
-            ``style``, ``strike``, ``expiry_years``, ``spot``, ``rate``, ``dividend_yield`` and
-            ``mid``.
+            ``style``, ``strike``, ``expiry_years``, ``spot``, ``rate``, ``dividend_yield``,
+            ``mid``, and ``bid`` and ``ask`` where present.
         surface: the fitted surface.
         pricer: in-process engine (default) or a daemon client; one ``price_table`` call per
-            method (the chain's American method for American rows, ``black-scholes`` for
-            European).
+            method (:func:`optiond.chain.row_methods`, as the chain job).
         steps: CRR steps for American rows on the tree (the chain job's default).
         method, accuracy: the chain's American method and spectral accuracy setting
             (:func:`optiond.chain.american_method`; defaults the chain job's).
+        dividends: the rows' cash dividend schedules ``(dividend_times, dividend_amounts)``,
+            (n, m) NaN-padded, years from the quote and currency units: the chain job's
+            ``summary.dividends``; None: no cash dividends.
 
     Returns:
         the frame with ``iv_fit`` (annualised decimal, :func:`fitted_vol`), ``extrapolated``
         (:func:`extrapolated_rows`: ``iv_fit`` lies beyond the quotes fitted; pandas' nullable
         boolean, NA where ``iv_fit`` is NaN), ``theo`` (the model
-        price at ``iv_fit``, currency units), ``edge = mid - theo`` and ``theo_delta``,
+        price at ``iv_fit``, currency units), ``edge = mid - theo`` (currency units),
+        ``edge_half_spreads`` (the edge over half the quoted spread ``(ask - bid) / 2``; NaN
+        without a two-sided quote of positive width) and ``theo_delta``,
         ``theo_gamma``, ``theo_theta``, ``theo_vega``, ``theo_rho`` (the Greeks at ``iv_fit``,
         units of :class:`optiond.models.Result`). NaN where ``iv_fit`` is NaN, where the row has
         no call/put type or no finite spot, rate or dividend yield, or where the pricer marks
@@ -119,7 +127,7 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
 
     Raises:
         KeyError: a column above is missing.
-        ValueError: an unknown ``method`` or ``accuracy``.
+        ValueError: an unknown ``method`` or ``accuracy``, or ``dividends`` not of ``n`` rows.
     """
     pricer = pricer or _pricer.LocalPricer()
     m_american = american_method(method, steps, accuracy)
@@ -133,19 +141,23 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
     with np.errstate(invalid="ignore"):
         usable = (np.isfinite(iv_fit) & (iv_fit > 0) & np.isin(kind, ("call", "put")) & (num["spot"] > 0)
                   & np.isfinite(num["rate"]) & np.isfinite(num["dividend_yield"]))
-    method_name = np.where(style == "european", "black-scholes", "american")
-    for name in ("american", "black-scholes"):
+    div_t = div_a = None
+    if dividends is not None:
+        div_t, div_a = (np.atleast_2d(np.asarray(a, dtype=np.float64)) for a in dividends)
+        if div_t.shape != div_a.shape or div_t.shape[0] != n:
+            raise ValueError(f"dividends: times {div_t.shape} and amounts {div_a.shape} must be ({n}, m)")
+    method_name = row_methods(style, div_t, m_american)
+    exercise = np.where(style == "european", "european", "american").astype(object)
+    for name in ("spectral", "binomial", "black-scholes"):
         r = np.flatnonzero(usable & (method_name == name))
         if r.size == 0:
             continue
-        exercise = "european" if name == "black-scholes" else "american"
-        m = Method(name=name, steps=steps) if name == "black-scholes" else Method(
-            name=m_american.name, steps=steps, accuracy=m_american.accuracy)
-        res = pricer.price_table(dict(kind=kind[r], style=np.full(r.size, exercise, dtype=object),
-                                      spot=num["spot"][r], strike=num["strike"][r],
-                                      expiry=num["expiry_years"][r], rate=num["rate"][r],
-                                      dividend_yield=num["dividend_yield"][r], volatility=iv_fit[r]),
-                                 m)
+        cols_r = dict(kind=kind[r], style=exercise[r], spot=num["spot"][r], strike=num["strike"][r],
+                      expiry=num["expiry_years"][r], rate=num["rate"][r], dividend_yield=num["dividend_yield"][r],
+                      volatility=iv_fit[r])
+        if div_t is not None:
+            cols_r.update(dividend_times=div_t[r], dividend_amounts=div_a[r])
+        res = pricer.price_table(cols_r, Method(name=name, steps=steps, accuracy=m_american.accuracy))
         ok = np.asarray(res.status) == "ok"
         device = res.device
         cols["theo"][r[ok]] = np.asarray(res.price)[ok]
@@ -158,6 +170,11 @@ def apply_surface(out: pd.DataFrame, surface: Surface, pricer: _pricer.Pricer | 
     result["extrapolated"] = flag
     result["theo"] = cols["theo"]
     result["edge"] = num["mid"] - cols["theo"]
+    bid, ask = (pd.to_numeric(out[c], errors="coerce").to_numpy(dtype=np.float64) if c in out.columns
+                else np.full(n, np.nan) for c in ("bid", "ask"))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = 0.5 * (ask - bid)
+        result["edge_half_spreads"] = np.where((bid >= 0) & (half > 0), result["edge"].to_numpy() / half, np.nan)
     for g in THEO_GREEKS:
         result[g] = cols[g]
     if device is not None:
