@@ -76,7 +76,7 @@ def test_surface_json_theo_columns_and_plots(capsys, small_chain, tmp_path):
     for f in ("smiles", "term_structure", "heatmap"):
         assert (plots / f"spy_{f}.png").stat().st_size > 5000 and not (plots / f"spy_{f}.svg").exists()
     lines = out.splitlines()
-    head = next(i for i, line in enumerate(lines) if line.startswith("surface SPY (svi): "))
+    head = next(i for i, line in enumerate(lines) if line.startswith("surface SPY (svi+correction): "))
     table = lines[head + 2:head + 2 + len(surface.slices)]  # after the column header: one line per expiry
     assert [line.split()[0] for line in table] == [s.expiry for s in surface.slices]
     assert f"wrote {js}" in out

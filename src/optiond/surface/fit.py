@@ -611,7 +611,8 @@ def fit_surface(chain_out: pd.DataFrame, *, underlying: str | None = None, quote
         raise ValueError("no expiry has enough quotes to fit")
     und = underlying or (str(chain_out["underlying"].iloc[0]) if "underlying" in chain_out.columns else "")
     qt = quote_time or (str(chain_out["quote_date"].iloc[0]) if "quote_date" in chain_out.columns else "")
-    surface = Surface(und, qt, slices, "svi")
+    # the SVI prior with the arbitrage-free correction towards the quotes where a slice has one
+    surface = Surface(und, qt, slices, "svi+correction" if any(s.curve is not None for s in slices) else "svi")
     # every check of arbitrage.check_surface was made by the fit, on its grids (each slice's
     # own, the calendar's against the slice before), and is in the slices' stats
     two = sum(s.stats["near_two_sided"] for s in slices)

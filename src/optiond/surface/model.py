@@ -94,6 +94,8 @@ class Surface:
     underlying: str
     quote_time: str
     slices: list[Slice]
+    #: how the slices were fitted: "svi" (raw SVI per expiry) or "svi+correction" (the SVI prior
+    #: corrected towards the quotes, :mod:`optiond.surface.correction`)
     method: str = "svi"
     stats: dict = field(default_factory=dict)
 
