@@ -111,7 +111,7 @@ from .client_jobs import (JOB_LEASE_S, JOB_POLL_S, JOB_STALL_S, RESULT_POLL_S, E
 from .client_objects import ObjectsMixin
 from .client_replies import (DaemonError, DaemonLost, DaemonUnavailable, DeadlineExceeded, JobCancelled, JobPending,
                              RequestRefused, _DaemonDied, _raise_reply_error, _Unsendable, decode_iv, decode_job_result,
-                             decode_result, lost_work)
+                             decode_result, lost_or_raise)
 from .protocol import (Message, ProtocolError, Session, encode_column, new_id, send_frames, spin_seconds,
                        spin_until_readable)
 
@@ -548,12 +548,7 @@ class Client(JobsMixin, ObjectsMixin):
                 raise
             return e
         except JobCancelled as e:  # the daemon stopped with the request: lost, not refused
-            lost = lost_work(e, fallback)
-            if lost is None:
-                raise
-            if not fallback:
-                raise lost from None
-            return lost
+            return lost_or_raise(e, fallback)
         except KeyboardInterrupt:
             if job_id is not None:
                 self._abandon(job_id)

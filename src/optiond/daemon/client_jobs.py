@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import zmq
 
-from .client_replies import DaemonError, DaemonLost, DaemonUnavailable, JobCancelled, JobPending, _Unsendable, lost_work
+from .client_replies import (DaemonError, DaemonLost, DaemonUnavailable, JobCancelled, JobPending, _Unsendable,
+                             lost_or_raise)
 from .protocol import IOPUB_CURVE, Message, ProtocolError, iopub_curve_keys
 
 if TYPE_CHECKING:
@@ -228,12 +229,7 @@ class JobsMixin:
                 raise e from None
             return e
         except JobCancelled as e:
-            lost = lost_work(e, fallback)
-            if lost is None:
-                raise
-            if not fallback:
-                raise lost from None
-            return lost
+            return lost_or_raise(e, fallback)
 
     def _follow(self, job_id: str, stall_s: float) -> Message:
         """Ask for a submitted job's reply every :data:`JOB_POLL_S` until it ends; cancel it if

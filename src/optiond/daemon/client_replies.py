@@ -48,6 +48,18 @@ def lost_work(e: "DaemonError", fallback: bool) -> DaemonLost | None:
     return None
 
 
+def lost_or_raise(e: "DaemonError", fallback: bool) -> DaemonLost:
+    """The :class:`DaemonLost` a caller that falls back returns for the cancelled reply ``e``
+    (:func:`lost_work`). Raises ``e`` itself where it means no lost work, and the
+    :class:`DaemonLost` where the caller does not fall back."""
+    lost = lost_work(e, fallback)
+    if lost is None:
+        raise e
+    if not fallback:
+        raise lost from None
+    return lost
+
+
 class _Unsendable(TypeError):
     """A value msgpack cannot carry (e.g. a datetime in a column): price it in-process."""
 
