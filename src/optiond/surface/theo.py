@@ -56,17 +56,24 @@ def fitted_vol(out: pd.DataFrame, surface: Surface, deadline: float | None = Non
         KeyError: ``out`` lacks ``strike`` or ``expiry_years``.
         TimeoutError: ``deadline`` passed first.
     """
+    K, T, rows = _rows_on_surface(out, surface)
+    vol = np.full(len(out), np.nan)
+    vol[rows] = surface.vols(K[rows], T[rows], deadline)
+    return vol
+
+
+def _rows_on_surface(out: pd.DataFrame, surface: Surface) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(K, T, rows)``: the strike and ``expiry_years`` columns as float64 and the indices of
+    the rows the surface covers (a strike > 0, ``T`` > 0 inside the slices' range; none when the
+    surface has no slice)."""
     K = pd.to_numeric(out["strike"], errors="coerce").to_numpy(dtype=np.float64)
     T = pd.to_numeric(out["expiry_years"], errors="coerce").to_numpy(dtype=np.float64)
-    vol = np.full(len(out), np.nan)
     if not surface.slices:
-        return vol
+        return K, T, np.empty(0, dtype=np.intp)
     t_lo, t_hi = time_range(surface)
     with np.errstate(invalid="ignore"):
         ok = np.isfinite(K) & (K > 0) & np.isfinite(T) & (T >= t_lo) & (T <= t_hi) & (T > 0)
-    rows = np.flatnonzero(ok)
-    vol[rows] = surface.vols(K[rows], T[rows], deadline)
-    return vol
+    return K, T, np.flatnonzero(ok)
 
 
 def extrapolated_rows(out: pd.DataFrame, surface: Surface) -> np.ndarray:
@@ -77,17 +84,13 @@ def extrapolated_rows(out: pd.DataFrame, surface: Surface) -> np.ndarray:
     Raises:
         KeyError: ``out`` lacks ``strike`` or ``expiry_years``.
     """
-    K = pd.to_numeric(out["strike"], errors="coerce").to_numpy(dtype=np.float64)
-    T = pd.to_numeric(out["expiry_years"], errors="coerce").to_numpy(dtype=np.float64)
+    K, T, rows = _rows_on_surface(out, surface)
     flag = np.zeros(len(out), dtype=bool)
-    if not surface.slices:
-        return flag
-    t_lo, t_hi = time_range(surface)
-    with np.errstate(invalid="ignore"):
-        ok = np.isfinite(K) & (K > 0) & np.isfinite(T) & (T >= t_lo) & (T <= t_hi) & (T > 0)
-    rows = np.flatnonzero(ok)
-    for t in np.unique(T[rows]):
-        r = rows[T[rows] == t]
+    ts, group = np.unique(T[rows], return_inverse=True)
+    order = np.argsort(group, kind="stable")  # the rows of each distinct T together: one pass, not one scan a T
+    bounds = np.searchsorted(group[order], np.arange(len(ts) + 1))
+    for i, t in enumerate(ts):
+        r = rows[order[bounds[i]:bounds[i + 1]]]
         flag[r] = surface.extrapolated(K[r], float(t))
     return flag
 
