@@ -42,6 +42,7 @@ def installed(tmp_path_factory):
     env = dict(os.environ, HOME=str(home), PYTHON=sys.executable, PIP_DISABLE_PIP_VERSION_CHECK="1",
                XDG_RUNTIME_DIR=str(base / "run"), OPTIOND_CONNECTION_FILE=str(base / "run" / "optiond.json"),
                XDG_DATA_HOME=str(dirs["data"]), XDG_CONFIG_HOME=str(dirs["config"]))
+    env.pop("PYTHONPATH", None)  # the installed product runs its own copy, not a checkout on the path
     (base / "run").mkdir()
     # --no-system-packages: a test run as root must not apt-get the X11 libraries; it prints the command
     cmd = ["bash", str(INSTALL), "--prefix", str(dirs["prefix"]), "--bin-dir", str(dirs["bin"]),
