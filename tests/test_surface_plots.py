@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from optiond.surface import SVI, Slice, Surface  # noqa: E402
+from optiond.surface.drawing import Pictures  # noqa: E402
 from optiond.surface.plots import (FIGURES, atm_term_structure, heatmap_figure, otm_quotes, plot_surface,  # noqa: E402
                                    surface_grid)
 
@@ -62,6 +64,24 @@ def test_plot_into_a_file_raises_oserror(surface, chain_out, tmp_path):
     f.write_text("x")
     with pytest.raises(OSError):
         plot_surface(chain_out, surface, f)
+
+
+def test_pictures_drawn_in_a_child_are_the_files_drawn_here(surface, chain_out, tmp_path):
+    child = Pictures(chain_out, surface, tmp_path / "child", ("png",))
+    assert child.background == ("fork" in mp.get_all_start_methods())
+    here = Pictures(chain_out, surface, tmp_path / "here", ("png",), background=False)
+    assert not here.background
+    drawn, expected = child.result(), here.result()
+    assert [p.name for p in drawn] == [p.name for p in expected] == [f"test_{f}.png" for f in FIGURES]
+    for a, b in zip(drawn, expected):
+        assert a.parent == tmp_path / "child" and a.read_bytes() == b.read_bytes()
+
+
+def test_pictures_raise_the_childs_error_here(surface, chain_out, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    with pytest.raises(OSError):
+        Pictures(chain_out, surface, f, ("png",)).result()
 
 
 def test_grid_is_the_surfaces_vol(surface):

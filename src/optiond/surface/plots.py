@@ -151,7 +151,7 @@ def small_multiples(n: int) -> tuple[Figure, np.ndarray]:
     return fig, axes
 
 
-def fixed_ticks(ax, nbins: int = 4) -> None:
+def fixed_ticks(ax, nbins: int = 3) -> None:
     """Fix both axes' ticks at the view's current limits: at most ``nbins + 1`` round values,
     only those inside the view (a tick made and not drawn costs as much as one drawn)."""
     for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
