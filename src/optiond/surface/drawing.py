@@ -16,11 +16,16 @@ an answer, the pictures are drawn in the calling process instead: the same files
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+#: seconds the parent waits for the child's answer before it ends the child and draws the
+#: pictures itself (a safety net: a large chain's SVG pictures take seconds, not minutes)
+CHILD_TIMEOUT_S = 300.0
 
 
 def draw(out: pd.DataFrame, surface: Any, directory: str | Path, formats: tuple[str, ...]) -> list[Path]:
@@ -34,7 +39,9 @@ def draw(out: pd.DataFrame, surface: Any, directory: str | Path, formats: tuple[
 
 
 def _child(conn: Any, parent_end: Any, job: tuple) -> None:
-    """The child: draw ``job``, send back ``("ok", paths)`` or ``("error", exception)``."""
+    """The child: draw ``job``, send back ``("ok", paths)`` or ``("error", exception)``.
+    Ctrl-C is the parent's to handle (it stops waiting; the child ends after drawing)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_end.close()
     try:
         reply: tuple = ("ok", draw(*job))
@@ -86,7 +93,10 @@ class Pictures:
         reply = None
         if self._conn is not None:
             try:
-                reply = self._conn.recv()
+                if self._conn.poll(CHILD_TIMEOUT_S):
+                    reply = self._conn.recv()
+                else:  # no answer in time: the child ended, drawn here
+                    self._proc.terminate()
             except (EOFError, OSError):
                 reply = None  # the child died without an answer: drawn here
         self.close()
@@ -113,4 +123,4 @@ class Pictures:
         self.close()
 
 
-__all__ = ["Pictures", "draw"]
+__all__ = ["CHILD_TIMEOUT_S", "Pictures", "draw"]
