@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing as mp
 import xml.etree.ElementTree as ET
@@ -13,7 +14,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from optiond.surface import SVI, Slice, Surface  # noqa: E402
-from optiond.surface.drawing import Pictures  # noqa: E402
+from optiond.surface.drawing import Pictures, draw  # noqa: E402
 from optiond.surface.plots import (FIGURES, atm_term_structure, heatmap_figure, otm_quotes, plot_surface,  # noqa: E402
                                    surface_grid)
 
@@ -71,7 +72,9 @@ def test_pictures_drawn_in_a_child_are_the_files_drawn_here(surface, chain_out, 
     assert child.background == ("fork" in mp.get_all_start_methods())
     here = Pictures(chain_out, surface, tmp_path / "here", ("png",), background=False)
     assert not here.background
+    assert gc.isenabled()
     drawn, expected = child.result(), here.result()
+    assert gc.isenabled()  # paused while drawing here, on again after
     assert [p.name for p in drawn] == [p.name for p in expected] == [f"test_{f}.png" for f in FIGURES]
     for a, b in zip(drawn, expected):
         assert a.parent == tmp_path / "child" and a.read_bytes() == b.read_bytes()
@@ -82,6 +85,13 @@ def test_pictures_raise_the_childs_error_here(surface, chain_out, tmp_path):
     f.write_text("x")
     with pytest.raises(OSError):
         Pictures(chain_out, surface, f, ("png",)).result()
+    gc.disable()
+    try:  # a collector the caller paused stays paused, on an error too
+        with pytest.raises(OSError):
+            draw(chain_out, surface, f, ("png",))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_grid_is_the_surfaces_vol(surface):

@@ -15,6 +15,7 @@ an answer, the pictures are drawn in the calling process instead: the same files
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import signal
 import sys
@@ -29,13 +30,21 @@ CHILD_TIMEOUT_S = 300.0
 
 
 def draw(out: pd.DataFrame, surface: Any, directory: str | Path, formats: tuple[str, ...]) -> list[Path]:
-    """:func:`optiond.surface.plots.plot_surface` in this process; ImportError with a
+    """:func:`optiond.surface.plots.plot_surface` in this process, with the cyclic garbage
+    collector paused (the figures make many short-lived objects, and each full collection
+    scans the whole heap of a process that loaded pandas, scipy and numba); ImportError with a
     ``--plot needs matplotlib`` message where matplotlib is missing."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        from .plots import plot_surface
-    except ImportError as e:
-        raise ImportError(f"--plot needs matplotlib ({e})") from e
-    return plot_surface(out, surface, directory, formats)
+        try:
+            from .plots import plot_surface
+        except ImportError as e:
+            raise ImportError(f"--plot needs matplotlib ({e})") from e
+        return plot_surface(out, surface, directory, formats)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _child(conn: Any, parent_end: Any, job: tuple) -> None:
