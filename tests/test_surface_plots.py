@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import math
+import multiprocessing as mp
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -12,8 +14,9 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from optiond.surface import SVI, Slice, Surface  # noqa: E402
+from optiond.surface.drawing import Pictures, draw  # noqa: E402
 from optiond.surface.plots import (FIGURES, atm_term_structure, heatmap_figure, otm_quotes, plot_surface,  # noqa: E402
-                                   surface_grid)
+                                   smiles_figure, surface_grid, term_structure_figure)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # PNG specification (ISO/IEC 15948), §5.2
 P1 = SVI(0.01, 0.05, -0.4, 0.0, 0.2)
@@ -62,6 +65,50 @@ def test_plot_into_a_file_raises_oserror(surface, chain_out, tmp_path):
     f.write_text("x")
     with pytest.raises(OSError):
         plot_surface(chain_out, surface, f)
+
+
+def test_pictures_drawn_in_a_child_are_the_files_drawn_here(surface, chain_out, tmp_path):
+    child = Pictures(chain_out, surface, tmp_path / "child", ("png",))
+    assert child.background == ("fork" in mp.get_all_start_methods())
+    here = Pictures(chain_out, surface, tmp_path / "here", ("png",), background=False)
+    assert not here.background
+    assert gc.isenabled()
+    drawn, expected = child.result(), here.result()
+    assert gc.isenabled()  # paused while drawing here, on again after
+    assert [p.name for p in drawn] == [p.name for p in expected] == [f"test_{f}.png" for f in FIGURES]
+    for a, b in zip(drawn, expected):
+        assert a.parent == tmp_path / "child" and a.read_bytes() == b.read_bytes()
+
+
+def test_pictures_raise_the_childs_error_here(surface, chain_out, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    with pytest.raises(OSError):
+        Pictures(chain_out, surface, f, ("png",)).result()
+    gc.disable()
+    try:  # a collector the caller paused stays paused, on an error too
+        with pytest.raises(OSError):
+            draw(chain_out, surface, f, ("png",))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_ticks_inside_the_view_round_and_plain(surface, chain_out):
+    """Every panel's ticks lie inside its view; the log axes' ticks are 1-2-5 values written
+    without mathtext, with no minor ticks."""
+    for ax in smiles_figure(chain_out, surface).axes:
+        for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            locs = axis.get_majorticklocs()
+            assert 2 <= len(locs) <= 4 and np.all((locs >= lo - 1e-12) & (locs <= hi + 1e-12))
+    heat = heatmap_figure(surface, k_lim=(-0.2, 0.2)).axes[0].yaxis
+    for axis in [ax.xaxis for ax in term_structure_figure(surface).axes] + [heat]:
+        lo, hi = sorted(axis.get_view_interval())
+        locs = axis.get_majorticklocs()
+        mant = locs / 10.0 ** np.floor(np.log10(locs))
+        assert len(locs) >= 2 and np.all((locs >= lo) & (locs <= hi))
+        assert np.all(np.isin(np.round(mant, 9), (1, 2, 3, 5, 7))) and len(axis.get_minorticklocs()) == 0
+        assert not any("$" in t for t in axis.major.formatter.format_ticks(locs))
 
 
 def test_grid_is_the_surfaces_vol(surface):

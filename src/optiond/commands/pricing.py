@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -213,7 +214,8 @@ def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path:
     columns (:func:`optiond.surface.theo.apply_surface`, priced on ``pricer`` by the chain's
     ``method`` and ``accuracy``, with the rows' cash ``dividends`` as the chain job priced them:
     its ``summary.dividends``), write the JSON
-    to ``surface_path`` and the pictures into ``plot_dir`` in ``plot_formats`` (each if given).
+    to ``surface_path`` and the pictures into ``plot_dir`` in ``plot_formats`` (each if given;
+    the pictures drawn in a child process beside the theo: :class:`optiond.surface.drawing.Pictures`).
 
     Returns:
         ``(out with the theo columns, the surface, the picture paths)``.
@@ -224,23 +226,21 @@ def surface_outputs(out: pd.DataFrame, pricer: Any, *, steps: int, surface_path:
         OSError: a file cannot be written.
     """
     from ..surface.points import fit_chain
+    from ..surface.drawing import Pictures
     from ..surface.theo import apply_surface
 
     surface = fit_chain(out)
-    if yardstick:
-        from ..surface.report import yardstick as measure
+    # the pictures need the quotes and the fit only: drawn in a child while the theo is priced
+    with (Pictures(out, surface, plot_dir, plot_formats) if plot_dir else contextlib.nullcontext()) as pictures:
+        if yardstick:
+            from ..surface.report import yardstick as measure
 
-        measure(surface, out)
-    out = apply_surface(out, surface, pricer, steps=steps, method=method, accuracy=accuracy, dividends=dividends)
-    if surface_path:
-        surface.to_json(surface_path)
-    plots = []
-    if plot_dir:
-        try:
-            from ..surface.plots import plot_surface
-        except ImportError as e:
-            raise ImportError(f"--plot needs matplotlib ({e})") from e
-        plots = plot_surface(out, surface, plot_dir, plot_formats)
+            measure(surface, out)
+        out = apply_surface(out, surface, pricer, steps=steps, method=method, accuracy=accuracy,
+                            dividends=dividends)
+        if surface_path:
+            surface.to_json(surface_path)
+        plots = pictures.result() if plot_dir else []
     return out, surface, plots
 
 

@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator, StrMethodFormatter
+from matplotlib.transforms import ScaledTranslation
 
 from ..files import write_with
 from .fit import otm_mask
@@ -150,6 +151,33 @@ def small_multiples(n: int) -> tuple[Figure, np.ndarray]:
     return fig, axes
 
 
+def fixed_ticks(ax, nbins: int = 3) -> None:
+    """Fix both axes' ticks at the view's current limits: at most ``nbins + 1`` round values,
+    only those inside the view (a tick made and not drawn costs as much as one drawn)."""
+    for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        locs = MaxNLocator(nbins).tick_values(lo, hi)
+        eps = 1e-9 * (hi - lo)
+        axis.set_major_locator(FixedLocator(locs[(locs >= lo - eps) & (locs <= hi + eps)]))
+
+
+def log_ticks(axis) -> None:
+    """Fix a log axis's ticks at the 1-2-5 values inside its view (1-2-3-5-7 on a short range),
+    written plainly (``0.05``, ``30``), no minor ticks; left as they are where fewer than two
+    such values fall inside (the locator's powers of ten written in mathtext, slower to set)."""
+    lo, hi = sorted(axis.get_view_interval())
+    if not lo > 0:
+        return
+    decades = 10.0 ** np.arange(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    for mantissas in ((1, 2, 5), (1, 2, 3, 5, 7)):
+        locs = np.outer(decades, mantissas).ravel()
+        locs = locs[(locs >= lo) & (locs <= hi)]
+        if locs.size >= 2:
+            axis.set_major_locator(FixedLocator(locs))
+            axis.set_major_formatter(StrMethodFormatter("{x:g}"))
+            axis.set_minor_locator(NullLocator())
+            return
+
+
 def finish_smiles(fig: Figure, axes: np.ndarray, n: int, legend_cols: int) -> None:
     """Label the panels of :func:`small_multiples` in log-moneyness (the lowest of each column)
     and implied volatility (%), and put the first panel's legend above them."""
@@ -160,6 +188,12 @@ def finish_smiles(fig: Figure, axes: np.ndarray, n: int, legend_cols: int) -> No
     for ax in axes[:, 0]:
         if ax is not None:
             ax.set_ylabel("IV (%)", fontsize=7)
+    # the axis labels at a fixed distance in inches from their panels (not placed clear of the
+    # measured tick labels of every panel, which costs a text layout of each)
+    for ax in axes.flat:
+        if ax is not None:
+            ax.xaxis.set_label_coords(0.5, 0.0, ax.transAxes + ScaledTranslation(0.0, -0.3, fig.dpi_scale_trans))
+            ax.yaxis.set_label_coords(0.0, 0.5, ax.transAxes + ScaledTranslation(-0.38, 0.0, fig.dpi_scale_trans))
     handles, lbls = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, lbls, loc="upper right", bbox_to_anchor=(1.0, 1.0 - 0.4 / fig.get_figheight()),
                ncols=legend_cols, fontsize=8, frameon=False)
@@ -203,8 +237,10 @@ def smiles_figure(out: pd.DataFrame, surface: Surface, k_lim: tuple[float, float
             y0, y1 = np.percentile(ys, [2.0, 98.0])
             m = 0.15 * max(y1 - y0, 1.0)
             ax.set_ylim(y0 - m, y1 + m)
+        ax.set_xlim(kk[0], kk[-1])
         ax.set_title(f"{s.expiry}  T={s.T:.3f}", fontsize=8, y=1.0)  # y given: no search for the ticks above
         ax.tick_params(labelsize=7)
+        fixed_ticks(ax)
     finish_smiles(fig, axes, n, 5)
     fig.suptitle(f"{surface.underlying} {surface.quote_time}: smiles, out-of-the-money quotes (shaded: beyond the "
                  f"quotes fitted)", fontsize=10, x=0.01, y=1.0 - 0.08 / fig.get_figheight(), ha="left", va="top")
@@ -220,13 +256,16 @@ def term_structure_figure(surface: Surface) -> Figure:
     a1, a2 = fig.subplots(1, 2)
     days = 365.0 * T
     a1.plot(days, 100 * vol, "o-", markersize=3)
-    a1.set(xlabel="days to expiry", ylabel="ATM IV (%)", title="ATM volatility sqrt(w(0)/T)")
+    a1.set(xlabel="days to expiry", ylabel="ATM IV (%)")
+    a1.set_title("ATM volatility sqrt(w(0)/T)", y=1.0)  # y given: no search for the ticks above
     a2.plot(days, skew, "o-", markersize=3, color="C2")
     a2.axhline(0.0, color="k", linewidth=0.6)
-    a2.set(xlabel="days to expiry", ylabel="d sigma / dk", title="ATM skew at k = 0")
+    a2.set(xlabel="days to expiry", ylabel="d sigma / dk")
+    a2.set_title("ATM skew at k = 0", y=1.0)
     if len(T) > 1 and T.min() > 0:
-        a1.set_xscale("log")
-        a2.set_xscale("log")
+        for ax in (a1, a2):
+            ax.set_xscale("log")
+            log_ticks(ax.xaxis)
     fig.suptitle(f"{surface.underlying} {surface.quote_time}: term structure", fontsize=10)
     return fig
 
@@ -243,8 +282,9 @@ def heatmap_figure(surface: Surface, k_lim: tuple[float, float] = (-DEFAULT_K_HA
     mesh = ax.pcolormesh(k, T, 100 * vol, shading="nearest", cmap="viridis")
     if len(T) > 1:
         ax.set_yscale("log")
-    ax.set(xlabel="k = ln(K / F_T)", ylabel="T (years)",
-           title=f"{surface.underlying} {surface.quote_time}: implied volatility (%)")
+        log_ticks(ax.yaxis)
+    ax.set(xlabel="k = ln(K / F_T)", ylabel="T (years)")
+    ax.set_title(f"{surface.underlying} {surface.quote_time}: implied volatility (%)", y=1.0)
     fig.colorbar(mesh, ax=ax, label="IV (%)")
     return fig
 
@@ -287,7 +327,9 @@ def plot_surface(out: pd.DataFrame, surface: Surface, directory: str | Path,
         for fmt in formats:
             p = d / f"{stem}_{name}.{fmt}"
             write_with(p, lambda f, fig=figs[name], fmt=fmt: fig.savefig(
-                f, format=fmt, dpi=110, metadata={"Date": None} if fmt == "svg" else None), binary=True)
+                f, format=fmt, dpi=110, metadata={"Date": None} if fmt == "svg" else None,
+                # zlib's fastest level: a few per cent larger files, a fraction of the encoding time
+                **({"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {})), binary=True)
             paths.append(p)
     return paths
 
