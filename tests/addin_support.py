@@ -52,6 +52,7 @@ class CountingClient:
 def _fresh_cache(monkeypatch):
     monkeypatch.delenv("OPTIOND_CACHE", raising=False)
     monkeypatch.delenv("OPTIOND_FALLBACK", raising=False)
+    monkeypatch.delenv("OPTIOND_UNITS_CHECK", raising=False)  # the unit guards on
     # every request goes to the client (the daemon, or the counting stand-in): the tests of
     # the local pricing of small requests set OPTIOND_LOCAL_NODES themselves
     monkeypatch.setenv("OPTIOND_LOCAL_NODES", "0")

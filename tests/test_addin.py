@@ -207,7 +207,7 @@ def test_bad_strikes_mark_only_their_cells(client):
     ((100, 100, 1, "five", 0.2, 50), "r must be a number"),
     ((100, 100, 1, 0.05, 0, 50), "sigma must be > 0"),
     ((100, 100, 1, 0.05, -0.2, 50), "sigma must be > 0"),
-    ((100, 100, 1, 0.05, 12, 50), "sigma must be <= 10"),
+    ((100, 100, 1, 0.05, 12, 50), "sigma=12 looks like vol points: enter 0.12"),  # the unit guard
     ((100, 100, 1, 0.05, float("inf"), 50), "sigma must be a finite number"),
     ((100, 100, 1, 0.05, 0.2, 0), "N must be between 1 and"),
     ((100, 100, 1, 0.05, 0.2, -3), "N must be between 1 and"),
@@ -418,7 +418,8 @@ def test_table_drives_the_functions():
                                                  "AMERICAN_PUT", "AMERICAN_CALL", "AMERICAN_IV", "MLMC_CALL", "MLMC_PUT", "MLMC_ASIAN_CALL", "MLMC_DIGITAL_CALL",
                                                  "MLMC_STDERR", "HESTON_CALL", "HESTON_PUT", "PARITY_FORWARD",
                                                  "SURFACE_FIT", "SURFACE_VOL", "SURFACE_PRICE", "OPTIOND_CURVE",
-                                                 "OPTIOND_DIVIDENDS", "OPTIOND_HESTON", "HESTON_FIT", "OPTIOND_OBJECTS"]
+                                                 "OPTIOND_DIVIDENDS", "OPTIOND_HESTON", "HESTON_FIT", "OPTIOND_OBJECTS",
+                                                 "OPTIOND_ERROR"]
     assert set(F.WORKSHEET_FUNCTIONS) == set(F.formulas_functions()) == {f.name for f in table.FUNCTIONS}
     for spec in table.FUNCTIONS:
         f = F.WORKSHEET_FUNCTIONS[spec.name]

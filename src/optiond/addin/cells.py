@@ -31,6 +31,7 @@ from ..greek_units import UNITS
 from ..models import (AMERICAN, DIVIDEND_FIELDS, KIND_CODES, KIND_NAMES, MAX_DIVIDENDS, STYLE_CODES, STYLE_NAMES,
                       InvalidInputError, Method)
 from . import dates, table
+from .cache import _env_on
 from .table import EXCEL_TEXT_LIMIT, NUMERIC_PARSES, Function
 
 
@@ -40,6 +41,13 @@ EXCEL_ERRORS = frozenset({"#DIV/0!", "#N/A", "#NAME?", "#NULL!", "#NUM!", "#REF!
                           "#FIELD!", "#GETTING_DATA", "#BLOCKED!", "#CONNECT!", "#BUSY!", "#UNKNOWN!", "#EMPTY!"})
 #: the most options one call may broadcast to (an Excel sheet's row count)
 MAX_CELLS = 1_048_576
+#: the environment switch of the unit guards (:func:`unit_slips`): ``OPTIOND_UNITS_CHECK=0``
+#: (or false, no, off) turns them off for the Excel session
+UNITS_CHECK_ENV = "OPTIOND_UNITS_CHECK"
+#: the largest |rate| and |dividend yield|, volatility and T (years) the unit guards let through
+MAX_DECIMAL_RATE = 1.0
+MAX_DECIMAL_VOLATILITY = 5.0
+MAX_YEARS = 50.0
 
 
 # ---- messages ------------------------------------------------------------------------------
@@ -100,6 +108,50 @@ def _row_text(spec: Function, message: str) -> str:
             return error_text(f"{name}: {reason}")
         return error_text(f"{name}{':' if m['field'] in DIVIDEND_FIELDS else ''} {reason}, got {value}")
     return error_text(_IV_MESSAGES.get(message, message))
+
+
+# ---- unit guards ---------------------------------------------------------------------------
+
+def units_check_on() -> bool:
+    """Whether the unit guards are on: unless ``OPTIOND_UNITS_CHECK`` is 0, false, no or off."""
+    return _env_on(UNITS_CHECK_ENV)
+
+
+def _slip(field: str, name: str, x: float) -> str | None:
+    """The message of one value that looks typed in the wrong unit, or None."""
+    off = f" (if meant, set {UNITS_CHECK_ENV}=0)"
+    if field in ("rate", "dividend_yield") and abs(x) > MAX_DECIMAL_RATE:
+        return f"{name}={_show(x)} looks like percent: enter {_show(x / 100)}{off}"
+    if field == "volatility" and x > MAX_DECIMAL_VOLATILITY:
+        return f"{name}={_show(x)} looks like vol points: enter {_show(x / 100)}{off}"
+    if field == "expiry" and x > MAX_YEARS:
+        return f"{name}={_show(x)} is over {MAX_YEARS:g} years: T is in years (days/365 = {x / 365:.4g}) or a date{off}"
+    return None
+
+
+def unit_slips(spec: Function, cols: Mapping[str, np.ndarray]) -> dict[int, str]:
+    """The unit guards, the one place every worksheet function's cells pass: the rows whose
+    rate or dividend yield is above 1 in size (percent typed for a decimal: 4.5 for 0.045),
+    whose volatility is above 5 (vol points: 20 for 0.2), or whose T is over 50 years (days
+    typed for years), each with its cell text (``#optiond: r=4.5 looks like percent: enter
+    0.045 ...``); none when ``OPTIOND_UNITS_CHECK=0``. ``cols`` are the call's columns
+    (T in years, after a date T is resolved); columns that are not float (a handle's) are
+    not checked."""
+    out: dict[int, str] = {}
+    if not units_check_on():
+        return out
+    for a in spec.args:
+        v = cols.get(a.field)
+        if a.field not in ("rate", "dividend_yield", "volatility", "expiry") or not isinstance(v, np.ndarray) \
+                or v.dtype != np.float64:
+            continue
+        with np.errstate(invalid="ignore"):
+            bad = np.isfinite(v) & (np.abs(v) > min(MAX_DECIMAL_RATE, MAX_DECIMAL_VOLATILITY, MAX_YEARS))
+        for i in np.flatnonzero(bad).tolist():
+            text = _slip(a.field, a.name, float(v[i]))
+            if text is not None and i not in out:
+                out[i] = error_text(text)
+    return out
 
 
 # ---- reading Excel values ------------------------------------------------------------------
@@ -557,6 +609,10 @@ def _parse_cells(spec: Function, values: Sequence[Any]) -> tuple[dict[str, Any],
     if dates.is_date(cells.get("expiry")):
         cells["expiry"], date_err = dates.years(cells["expiry"], valuation)
         err = err or (None if date_err is None else error_text(date_err))
+    if err is None:
+        slips = unit_slips(spec, {f: np.array([x], dtype=np.float64) for f, x in cells.items()
+                                  if type(x) is float})
+        err = slips.get(0)
     schedule, schedule_err = _schedule(spec, values)
     cells.update(schedule)
     return cells, err or schedule_err
@@ -608,6 +664,8 @@ def _read_ranges(spec: Function, values: Sequence[Any]) -> tuple[tuple, dict[str
         cols["expiry"], date_errs = dates.resolve(cols["expiry"], valuation)
         for i, text in date_errs.items():
             cell_err[i] = cell_err[i] or error_text(text)
+    for i, text in unit_slips(spec, cols).items():
+        cell_err[i] = cell_err[i] or text
     schedule, schedule_err = _schedule(spec, values)
     for f, v in schedule.items():
         cols[f] = np.broadcast_to(v, (n, v.size))

@@ -20,8 +20,8 @@ from .table import Function
 
 
 def _iv_checks(spec: Function, cols: Mapping[str, np.ndarray]) -> dict[int, str]:
-    """What the implied-volatility engine does not check per row: the price (finite, > 0)
-    and N (:func:`optiond.models.validate_steps`; a bad N fails the whole engine call)."""
+    """What the implied-volatility engine does not check per row: the price (finite, > 0),
+    a price with no time value (:func:`_no_time_value`) and N (:func:`optiond.models.validate_steps`; a bad N fails the whole engine call)."""
     out: dict[int, str] = {}
     name = {a.field: a.name for a in spec.args}
     p = cols["price"]
@@ -31,7 +31,44 @@ def _iv_checks(spec: Function, cols: Mapping[str, np.ndarray]) -> dict[int, str]
     if "steps" in cols:
         for e in validate_steps(cols["steps"], p.shape[0])[1]:
             out.setdefault(e.row, _row_text(spec, e.message))
+    _no_time_value(spec, cols, out)
     return out
+
+
+#: how close to its lowest model value a price may come and still be given a volatility (relative)
+NO_TIME_VALUE_REL = 1e-9
+
+
+def _column(spec: Function, cols: Mapping[str, np.ndarray], f: str, n: int) -> np.ndarray | None:
+    v = cols.get(f, spec.fixed.get(f))
+    return None if v is None else np.broadcast_to(np.asarray(v), (n,))
+
+
+def _no_time_value(spec: Function, cols: Mapping[str, np.ndarray], out: dict[int, str]) -> None:
+    """Prices with no time value: at (or within :data:`NO_TIME_VALUE_REL` of) the option's lowest
+    model value, its value at volatility 0 (European: the discounted forward intrinsic value
+    ``max(s(S e^{-qT} - K e^{-rT}), 0)``, s = 1 for a call, -1 for a put; American: the larger of
+    that and the exercise value ``max(s(S - K), 0)``), where every volatility up to some level
+    gives the price and so none is implied: an error, never a floored volatility. Rows with a
+    cash-dividend schedule or a handle in r or q are left to the engine."""
+    p = cols["price"]
+    n = p.shape[0]
+    if any(f in cols for f in ("dividend_times", "dividend_amounts")):
+        return
+    S, K, T, r, q = (_column(spec, cols, f, n) for f in ("spot", "strike", "expiry", "rate", "dividend_yield"))
+    kind, style = _column(spec, cols, "kind", n), _column(spec, cols, "style", n)
+    if any(x is None or x.dtype != np.float64 for x in (S, K, T, r, q)) or kind is None:
+        return
+    name = {a.field: a.name for a in spec.args}
+    sign = np.where(kind == "put", -1.0, 1.0)
+    american = np.zeros(n, dtype=bool) if style is None else (style == "american")
+    with np.errstate(invalid="ignore", over="ignore"):
+        floor = np.maximum(sign * (S * np.exp(-q * T) - K * np.exp(-r * T)), 0.0)
+        floor = np.where(american, np.maximum(floor, np.maximum(sign * (S - K), 0.0)), floor)
+        flat = np.isfinite(floor) & np.isfinite(p) & (p > 0) & (np.abs(p - floor) <= NO_TIME_VALUE_REL * np.maximum(floor, 1e-300))
+    for i in np.flatnonzero(flat).tolist():
+        out.setdefault(i, error_text(f"{name['price']}={_show(p[i])} has no time value over the lowest model value "
+                                     f"{floor[i]:.6g} (volatility 0): no implied volatility"))
 
 
 #: Excel numbers hold whole numbers exactly up to 2^53: the largest seed a cell can carry

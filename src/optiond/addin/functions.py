@@ -109,13 +109,14 @@ from .. import greek_units
 from ..market.forwards import ExpiryPairs, parity_fit
 from . import dates, objects, surfaces, table
 from .cache import _cache, _env_on
-from .cells import _cell_columns, _parse_cells, _Problem, _read_ranges, _scalar, _show, _single, _strip, error_text
+from .cells import (_cell_columns, _parse_cells, _Problem, _read_ranges, _scalar, _show, _single, _strip, error_text,
+                    units_check_on)
 from .pricing import _NO_STDERR, _QUICK_METHODS, _compute, _one_price_cell
 from .table import Function
 
 # importable from here too (the add-in's users and its tests read them from this module)
 from .cache import CACHE_MAX_ENTRIES, CACHE_MAX_ROWS, _Cache, cache_info, clear_cache  # noqa: F401
-from .cells import EXCEL_ERRORS, MAX_CELLS, _read_cells  # noqa: F401
+from .cells import ERROR_PREFIX, EXCEL_ERRORS, MAX_CELLS, UNITS_CHECK_ENV, _read_cells  # noqa: F401
 from .pricing import LOCAL_MAX_NODES  # noqa: F401
 
 
@@ -175,6 +176,28 @@ def parity_forward(spec: Function, values: Sequence[Any]) -> list[list[float]]:
     return [[fit.forward, fit.discount]]
 
 
+def error_message(cell: Any) -> Any:
+    """OPTIOND_ERROR's body: the message of each cell of ``cell`` (a value, or a 2-D list as
+    xlwings reads a range): the text after ``#optiond: `` of an optiond error
+    (:func:`error_text`), an Excel error value's own text (``#N/A``), or ``""`` for a cell
+    that holds no error (a number, a handle, an empty cell). A 1x1 range gives a single
+    value, a larger one a 2-D list of its shape."""
+    def one(v: Any) -> str:
+        if isinstance(v, str):
+            s = v.strip()
+            if s.startswith(ERROR_PREFIX.strip()):
+                return s[len(ERROR_PREFIX.strip()):].strip()
+            if s.upper() in EXCEL_ERRORS:
+                return s.upper()
+        return ""
+
+    if isinstance(cell, (list, tuple, np.ndarray)):
+        rows = [list(r) if isinstance(r, (list, tuple, np.ndarray)) else [r] for r in cell]
+        out = [[one(v) for v in r] for r in rows]
+        return out[0][0] if len(out) == 1 and len(out[0]) == 1 else out
+    return one(cell)
+
+
 def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
     """Evaluate worksheet function ``spec`` on its argument values (in the table's order).
 
@@ -197,6 +220,8 @@ def evaluate(spec: Function | str, values: Sequence[Any]) -> Any:
             return surfaces.evaluate(spec, values)
         if spec.method == "objects":  # making, fitting and listing market objects: objects.py (never cached)
             return objects.evaluate(spec, values)
+        if spec.op == "message":  # OPTIOND_ERROR: the message of an error cell
+            return error_message(values[0])
         if spec.op == "greeks":  # the Greeks in raw units, then in the call's units and with its header
             return _greeks(spec, values)
         return _evaluate(spec, values)
@@ -235,7 +260,7 @@ def _evaluate(spec: Function, values: Sequence[Any]) -> Any:
                 # single cells: the call itself is the key (types included: TRUE is not 1), the
                 # minute when T is a date valued now, and the versions of the objects its handles name
                 key = ("cells", spec.name, tuple((type(v), v) for v in values), _now_stamp(spec, values),
-                       bound and bound.key)
+                       bound and bound.key, units_check_on())
                 hit = _cache.get(key)
                 if hit is not None:
                     return hit[0]
@@ -423,6 +448,11 @@ def OPTIOND_HESTON(name, v0, kappa, theta, xi, rho):
 @_udf
 def HESTON_FIT(name, chain_range, quote_time=None, rate=None, settlement=None, feller=None):
     return evaluate("HESTON_FIT", (name, chain_range, quote_time, rate, settlement, feller))
+
+
+@_udf
+def OPTIOND_ERROR(cell):
+    return evaluate("OPTIOND_ERROR", (cell,))
 
 
 @_udf

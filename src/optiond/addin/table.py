@@ -259,6 +259,10 @@ DIV_AMOUNTS = Arg("div_amounts", "Optional. The cash dividend of each div_times 
                   "Spot model on the CRR tree: S drops by the amount at each ex-date.", "dividend_amounts",
                   parse="schedule", default=None)
 KIND = Arg("kind", 'Optional. "call" (the default) or "put".', "kind", parse="kind", default="call")
+KIND_IV = Arg("kind", 'Optional. "call" or "put": the kind of the option whose price is given. Omitted or empty: '
+              '"call" (give "put" for a put\'s price).', "kind", parse="kind", default="call")
+ERROR_CELL = Arg("cell", 'A cell (or range) a function of optiond returned: its errors read "#optiond: <message>", '
+                 "a short reason; this gives the message.", "cell", parse="values")
 EXTRAPOLATE = Arg("extrapolate", "Optional. TRUE for the converged tree value (BBSR: Broadie-Detemple smoothing of the "
                   "last step, Richardson extrapolation over N and N/2 steps; 1.5 trees' work); FALSE (the default) "
                   "for the plain tree. Not with cash dividends.", "extrapolate", parse="flag", default=False)
@@ -398,7 +402,7 @@ FUNCTIONS: tuple[Function, ...] = (
         "Implied volatility of a European option from its price, on the Black-Scholes-Merton closed form with a "
         "continuous dividend yield (Newton on the normalised price, after Jaeckel's Let's be rational; to the last "
         "bits). Returns an annualised decimal.",
-        (PRICE, S, K, T, R, Q, KIND, VALUATION), op="iv", method="black-scholes", fixed={"style": "european"},
+        (PRICE, S, K, T, R, Q, KIND_IV, VALUATION), op="iv", method="black-scholes", fixed={"style": "european"},
         returns="the implied volatility, an annualised decimal"),
     Function(
         "BS_GREEKS",
@@ -411,7 +415,7 @@ FUNCTIONS: tuple[Function, ...] = (
         "BOPM_IV",
         "Implied volatility of an option from its price, by a bracketed root find on the binomial tree "
         "price (American by default), optional cash dividends. Returns an annualised decimal (0.2 = 20%).",
-        (PRICE, S, K, T, R, Q_CASH, KIND, N_OPT, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION), op="iv", method="binomial",
+        (PRICE, S, K, T, R, Q_CASH, KIND_IV, N_OPT, AMERICAN, DIV_TIMES, DIV_AMOUNTS, EXTRAPOLATE, VALUATION), op="iv", method="binomial",
         returns="the implied volatility, an annualised decimal"),
     Function(
         "BOPM_GREEKS",
@@ -439,7 +443,7 @@ FUNCTIONS: tuple[Function, ...] = (
         "AMERICAN_IV",
         "Implied volatility of an American option from its price, on the spectral price of Andersen, Lake & "
         "Offengenden (2016) (Newton with bisection). Returns an annualised decimal (0.2 = 20%).",
-        (PRICE, S, K, T, R, Q_CASH, KIND, ACCURACY, VALUATION), op="iv", method="spectral", fixed={"style": "american"},
+        (PRICE, S, K, T, R, Q_CASH, KIND_IV, ACCURACY, VALUATION), op="iv", method="spectral", fixed={"style": "american"},
         returns="the implied volatility, an annualised decimal"),
     Function(
         "MLMC_CALL",
@@ -549,6 +553,12 @@ FUNCTIONS: tuple[Function, ...] = (
         "The daemon's first, then this Excel's own (handles ending @local). Recalculate (F9) to refresh.",
         (), op="list", method="objects",
         returns="a table: " + ", ".join(("handle", "kind", "summary", "created"))),
+    Function(
+        "OPTIOND_ERROR",
+        'The message of an optiond error cell (its text after "#optiond: "); an Excel error value\'s own text '
+        '(#N/A...); "" for a cell that holds no error. =OPTIOND_ERROR(A1)="" tests a cell as IFERROR would.',
+        (ERROR_CELL,), op="message", method="cells",
+        returns='the message, or "" (text; a range gives a range)'),
 )
 
 BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
@@ -561,14 +571,14 @@ _FIELDS = {"spot", "strike", "expiry", "rate", "dividend_yield", "volatility", "
            "eps", "seed", "payoff", "scheme", "v0", "kappa", "long_run_variance", "xi", "correlation",
            "call_price", "put_price", "object", "chain", "quote_time", "settlement", "dividend_times",
            "dividend_amounts", "accuracy", "extrapolate", "valuation", "units", "header", "tenors", "zero_rates",
-           "ex_dates", "amounts", "feller"}
+           "ex_dates", "amounts", "feller", "cell"}
 #: the parse rules whose cells are numbers (a float64 column): T (years or a date serial) and a
 #: valuation (a date serial, NaN for now) among them
 NUMERIC_PARSES = ("number", "expiry", "date")
 _PARSES = ("number", "expiry", "date", "units", "kind", "american", "flag", "accuracy", "payoff", "scheme", "text", "time", "settlement", "chain",
            "schedule", "values")
-_OPS = ("price", "greeks", "iv", "stderr", "forward", "fit", "vol", "make", "list")
-_METHODS = ("binomial", "black-scholes", "mlmc", "adi", "spectral", "parity", "surface", "objects")
+_OPS = ("price", "greeks", "iv", "stderr", "forward", "fit", "vol", "make", "list", "message")
+_METHODS = ("binomial", "black-scholes", "mlmc", "adi", "spectral", "parity", "surface", "objects", "cells")
 #: the values a ``payoff`` and a ``scheme`` cell may take
 PAYOFF_NAMES = PAYOFFS
 SCHEME_NAMES = ADI_SCHEMES
@@ -597,7 +607,8 @@ def check(functions: tuple[Function, ...] = FUNCTIONS) -> None:
                 (f.op == "vol" and f.method != "surface") or \
                 (f.op == "fit" and f.method not in ("surface", "objects")) or \
                 (f.method == "objects" and f.op not in ("make", "list", "fit")) or \
-                (f.op in ("make", "list") and f.method != "objects"):
+                (f.op in ("make", "list") and f.method != "objects") or \
+                ((f.op == "message") != (f.method == "cells")):
             raise ValueError(f"{f.name}: unknown op {f.op!r} or method {f.method!r}")
         optional = False
         for a in f.args:

@@ -69,7 +69,7 @@ Public Sub OptiondRegisterFunctions()
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
             "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
-            "Optional. ""call"" (the default) or ""put"".", _
+            "Optional. ""call"" or ""put"": the kind of the option whose price is given. Omitted or empty: ""call"" (give ""put"" for a put's price).", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BS_GREEKS", _
         Description:="Black-Scholes-Merton Greeks of a European option (closed form), one row per option: delta, gamma, theta, vega, rho, dividend rho, in raw (per year, per 1.00; the default) or trader units (per day, vol point, 1%); optional header row.", _
@@ -95,7 +95,7 @@ Public Sub OptiondRegisterFunctions()
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
             "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
-            "Optional. ""call"" (the default) or ""put"".", _
+            "Optional. ""call"" or ""put"": the kind of the option whose price is given. Omitted or empty: ""call"" (give ""put"" for a put's price).", _
             "Optional. Steps of the binomial tree, 1 to 10,000,000; default 1000. Time grows as N squared.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
@@ -155,7 +155,7 @@ Public Sub OptiondRegisterFunctions()
             "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
             "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
-            "Optional. ""call"" (the default) or ""put"".", _
+            "Optional. ""call"" or ""put"": the kind of the option whose price is given. Omitted or empty: ""call"" (give ""put"" for a put's price).", _
             "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 6.9e-06, ""accurate"" 1e-07, ""high-precision"" 2.7e-09; default ""accurate"". Faster settings are coarser.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_CALL", _
@@ -334,4 +334,9 @@ Public Sub OptiondRegisterFunctions()
         Description:="Lists the live market objects: a header row, then one row per object: handle, kind, summary, created (UTC). The daemon's first, then this Excel's own (handles ending @local). Recalculate (F9) to refresh.", _
         Category:="optiond", _
         ArgumentDescriptions:=Array( _
+    Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!OPTIOND_ERROR", _
+        Description:="The message of an optiond error cell (its text after ""#optiond: ""); an Excel error value's own text (#N/A...); """" for a cell that holds no error. =OPTIOND_ERROR(A1)="""" tests a cell as IFERROR would.", _
+        Category:="optiond", _
+        ArgumentDescriptions:=Array( _
+            "A cell (or range) a function of optiond returned: its errors read ""#optiond: <message>"", a short reason; this gives the message.")
 End Sub

@@ -274,6 +274,19 @@ failed:
     OPTIOND_DIVIDENDS = Err.Description
 End Function
 
+Function OPTIOND_ERROR(cell)
+    #If App = "Microsoft Excel" Then
+        If TypeOf Application.Caller Is Range Then On Error GoTo failed
+        OPTIOND_ERROR = XLPy.CallUDF("optiond.addin.functions", "OPTIOND_ERROR", Array(cell), ActiveWorkbook, Application.Caller)
+        Exit Function
+    #Else
+        OPTIOND_ERROR = XLPy.CallUDF("optiond.addin.functions", "OPTIOND_ERROR", Array(cell))
+        Exit Function
+    #End If
+failed:
+    OPTIOND_ERROR = Err.Description
+End Function
+
 Function OPTIOND_HESTON(name, v0, kappa, theta, xi, rho)
     #If App = "Microsoft Excel" Then
         If TypeOf Application.Caller Is Range Then On Error GoTo failed
