@@ -39,7 +39,17 @@ Behaviour, the same for every function:
   that is not a whole number >= 0, ``sigma`` over the MLMC kernels' 5, the work limits); the
   value checks (> 0, finite, N from 1 to 1e7, the CRR probability in [0, 1], Heston
   ``rho`` in [-1, 1]...) are the schema's (:mod:`optiond.models`), made where the request is
-  priced, and come back per row under the argument's Excel name. A problem of the whole call
+  priced, and come back per row under the argument's Excel name. The **unit guards**
+  (:func:`optiond.addin.cells.unit_slips`, for every function's ``r``, ``q``, ``sigma`` and
+  ``T`` cells) refuse what is most likely a slip, saying what was probably meant: |r| or |q|
+  above 1 (percent: ``#optiond: r=5 looks like percent: enter 0.05 ...``), ``sigma`` above 5
+  (vol points), ``T`` over 50 years (days); ``OPTIOND_UNITS_CHECK=0`` in the environment turns
+  them off (xlwings functions take no keyword arguments, and an extra trailing argument on
+  every function would shift the wizard's). An implied volatility of a price with no time
+  value (within 1e-9 of its value at volatility 0) is an error, never a floored volatility.
+  Excel's ``ISERROR``/``IFERROR`` do not see text: ``OPTIOND_ERROR(cell)`` gives an error
+  cell's message and ``""`` for any other cell (``=OPTIOND_ERROR(A1)=""`` is the test), since
+  xlwings' COM worksheet functions cannot return an Excel error value. A problem of the whole call
   (ranges that do not broadcast) returns one message; a request that fails as a whole (daemon
   down with the fall-back off) puts its message in every cell it was to price, and is not
   cached.

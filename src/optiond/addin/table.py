@@ -222,7 +222,8 @@ K = Arg("K", "Strike price (> 0), in the currency of S. A column of strikes retu
 #: how a date T is read (the function wizard's words; the rule is optiond.addin.dates')
 DATE_RULE = ("or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), "
              "T then counting in minutes/525,600 from valuation")
-T = Arg("T", f"Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), {DATE_RULE}.", "expiry",
+T = Arg("T", f"Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), {DATE_RULE}. Over 50 years: "
+        "refused as days.", "expiry",
         parse="expiry")
 VALUATION = Arg("valuation", "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date "
                 "and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a "
@@ -235,17 +236,20 @@ UNITS = Arg("units", 'Optional. "raw" (the default: theta per year, vega per 1.0
             'dividend rho per 1%).', "units", parse="units", default=DEFAULT_UNITS)
 HEADER = Arg("header", "Optional. TRUE for a first row naming each column with its unit; FALSE (the default) for "
              "the Greeks alone.", "header", parse="flag", default=False)
-R = Arg("r", "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle "
-        "(OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", "rate")
-SIGMA = Arg("sigma", f"Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= {MAX_VOLATILITY:g}. Or a surface's "
+R = Arg("r", "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as "
+        "percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", "rate")
+SIGMA = Arg("sigma", f"Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= {MAX_VOLATILITY:g} (above 5 is "
+            "refused as vol points). Or a surface's "
             "handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", "volatility")
 N = Arg("N", f"Steps of the binomial tree, a whole number from 1 to {MAX_STEPS:,}. More steps: more "
         "accurate and slower (time grows as N squared); 200 to 2000 is typical.", "steps")
 N_OPT = Arg("N", f"Optional. Steps of the binomial tree, 1 to {MAX_STEPS:,}; default {DEFAULT_STEPS}. Time "
             "grows as N squared.", "steps", default=DEFAULT_STEPS)
-Q = Arg("q", "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.",
+Q = Arg("q", "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; above 1 is refused as percent); "
+        "default 0.",
         "dividend_yield", default=0.0)
-Q_CASH = Arg("q", "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend "
+Q_CASH = Arg("q", "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; over 1: refused as %); "
+             "default 0. Or a cash-dividend "
              "schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.",
              "dividend_yield", default=0.0)
 AMERICAN = Arg("american", "Optional. TRUE for American exercise (the default), FALSE for European.",

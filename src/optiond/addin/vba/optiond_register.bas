@@ -11,11 +11,11 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10 (above 5 is refused as vol points). Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
             "Steps of the binomial tree, a whole number from 1 to 10,000,000. More steps: more accurate and slower (time grows as N squared); 200 to 2000 is typical.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; over 1: refused as %); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
             "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.", _
@@ -27,11 +27,11 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10 (above 5 is refused as vol points). Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
             "Steps of the binomial tree, a whole number from 1 to 10,000,000. More steps: more accurate and slower (time grows as N squared); 200 to 2000 is typical.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; over 1: refused as %); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
             "Optional. The cash dividend of each div_times ex-date, in the currency of S (>= 0; together below S): a row or column of up to 8 cells in the order of div_times. Spot model on the CRR tree: S drops by the amount at each ex-date.", _
@@ -43,10 +43,10 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10 (above 5 is refused as vol points). Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; above 1 is refused as percent); default 0.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BS_CALL", _
         Description:="Black-Scholes-Merton price of a European call with a continuous dividend yield (closed form). Ranges in any argument return a range of prices.", _
@@ -54,10 +54,10 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10 (above 5 is refused as vol points). Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; above 1 is refused as percent); default 0.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BS_IV", _
         Description:="Implied volatility of a European option from its price, on the Black-Scholes-Merton closed form with a continuous dividend yield (Newton on the normalised price, after Jaeckel's Let's be rational; to the last bits). Returns an annualised decimal.", _
@@ -66,9 +66,9 @@ Public Sub OptiondRegisterFunctions()
             "Market price of the option (> 0), in the currency of S. A cell or a range.", _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; above 1 is refused as percent); default 0.", _
             "Optional. ""call"" or ""put"": the kind of the option whose price is given. Omitted or empty: ""call"" (give ""put"" for a put's price).", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!BS_GREEKS", _
@@ -77,10 +77,10 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10 (above 5 is refused as vol points). Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; above 1 is refused as percent); default 0.", _
             "Optional. ""call"" (the default) or ""put"".", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.", _
             "Optional. ""raw"" (the default: theta per year, vega per 1.00 of volatility, rho and dividend rho per 1.00 of rate or yield) or ""trader"" (theta per calendar day, vega per volatility point, rho and dividend rho per 1%).", _
@@ -92,9 +92,9 @@ Public Sub OptiondRegisterFunctions()
             "Market price of the option (> 0), in the currency of S. A cell or a range.", _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; over 1: refused as %); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. ""call"" or ""put"": the kind of the option whose price is given. Omitted or empty: ""call"" (give ""put"" for a put's price).", _
             "Optional. Steps of the binomial tree, 1 to 10,000,000; default 1000. Time grows as N squared.", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
@@ -108,11 +108,11 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10 (above 5 is refused as vol points). Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
             "Steps of the binomial tree, a whole number from 1 to 10,000,000. More steps: more accurate and slower (time grows as N squared); 200 to 2000 is typical.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; over 1: refused as %); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. ""call"" (the default) or ""put"".", _
             "Optional. TRUE for American exercise (the default), FALSE for European.", _
             "Optional. Cash-dividend ex-dates in years from now (0.25 = in three months), ascending, before T: a row or column of up to 8 cells (blanks pad), one schedule for every option of the call. With div_amounts; spot model on the CRR tree.", _
@@ -127,10 +127,10 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10 (above 5 is refused as vol points). Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; over 1: refused as %); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 6.9e-06, ""accurate"" 1e-07, ""high-precision"" 2.7e-09; default ""accurate"". Faster settings are coarser.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!AMERICAN_CALL", _
@@ -139,10 +139,10 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
-            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10. Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 10 (above 5 is refused as vol points). Or a surface's handle (SURFACE_FIT): each option's volatility is the surface's at its K and T.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; over 1: refused as %); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 6.9e-06, ""accurate"" 1e-07, ""high-precision"" 2.7e-09; default ""accurate"". Faster settings are coarser.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!AMERICAN_IV", _
@@ -152,9 +152,9 @@ Public Sub OptiondRegisterFunctions()
             "Market price of the option (> 0), in the currency of S. A cell or a range.", _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; over 1: refused as %); default 0. Or a cash-dividend schedule's handle (OPTIOND_DIVIDENDS): each option gets its dividends from now to its T, on the CRR tree.", _
             "Optional. ""call"" or ""put"": the kind of the option whose price is given. Omitted or empty: ""call"" (give ""put"" for a put's price).", _
             "Optional. Spectral setting and its worst price error measured against QuantLib's QdFp high precision (strike 100): ""fast"" 6.9e-06, ""accurate"" 1e-07, ""high-precision"" 2.7e-09; default ""accurate"". Faster settings are coarser.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
@@ -164,11 +164,11 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
             "Target accuracy: root-mean-square error of the price, in the currency of S (0.01 = one cent); > 0 and at least 0.0001 x S. Halving eps takes about four times as long.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; above 1 is refused as percent); default 0.", _
             "Optional. Random seed, a whole number >= 0; default 0. The same inputs and seed give the same price at every recalculation; another seed gives an independent estimate.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_PUT", _
@@ -177,11 +177,11 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
             "Target accuracy: root-mean-square error of the price, in the currency of S (0.01 = one cent); > 0 and at least 0.0001 x S. Halving eps takes about four times as long.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; above 1 is refused as percent); default 0.", _
             "Optional. Random seed, a whole number >= 0; default 0. The same inputs and seed give the same price at every recalculation; another seed gives an independent estimate.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_ASIAN_CALL", _
@@ -190,11 +190,11 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
             "Target accuracy: root-mean-square error of the price, in the currency of S (0.01 = one cent); > 0 and at least 0.0001 x S. Halving eps takes about four times as long.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; above 1 is refused as percent); default 0.", _
             "Optional. Random seed, a whole number >= 0; default 0. The same inputs and seed give the same price at every recalculation; another seed gives an independent estimate.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_DIGITAL_CALL", _
@@ -203,11 +203,11 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
             "Target accuracy: root-mean-square error of the price (the digital pays 1), e.g. 0.001; > 0 and at least 0.0001. Halving eps takes about four times as long.", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; above 1 is refused as percent); default 0.", _
             "Optional. Random seed, a whole number >= 0; default 0. The same inputs and seed give the same price at every recalculation; another seed gives an independent estimate.", _
             "Optional. For a date T: when to value, a date (its 16:00 New York close) or a date and time (New York). Empty: now, to the minute. Must come before the expiry. Not used with a year-fraction T.")
     Application.MacroOptions Macro:="'" & ThisWorkbook.Name & "'!MLMC_STDERR", _
@@ -216,11 +216,11 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Volatility, annualised, as a decimal (0.2 = 20%); > 0 and <= 5.", _
             "The eps of the MLMC_ price whose standard error you want: target root-mean-square error, in the currency of S (in units of the payout 1 for the digital); > 0, at least 0.0001 x S (x 1 for the digital).", _
-            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%); default 0.", _
+            "Optional. Continuous dividend yield, annual, as a decimal (0.02 = 2%; above 1 is refused as percent); default 0.", _
             "Optional. Random seed, a whole number >= 0; default 0. The same inputs and seed give the same price at every recalculation; another seed gives an independent estimate.", _
             "Optional. ""call"" (the default) or ""put"": the kind of the MLMC_ price.", _
             "Optional. The payoff of the MLMC_ price: ""vanilla"" (the default: MLMC_CALL, MLMC_PUT), ""asian"" (MLMC_ASIAN_CALL) or ""digital"" (MLMC_DIGITAL_CALL).", _
@@ -231,8 +231,8 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Continuous dividend yield, annual, as a decimal (0.02 = 2%); 0 for none.", _
             "Heston initial variance (>= 0), annualised: today's volatility squared (0.04 = 20% volatility). Or a Heston set's handle (OPTIOND_HESTON), with kappa, theta, xi and rho left out.", _
             "Optional with a Heston handle as v0, else required. Heston mean-reversion speed of the variance, per year (> 0), e.g. 1.5.", _
@@ -248,8 +248,8 @@ Public Sub OptiondRegisterFunctions()
         ArgumentDescriptions:=Array( _
             "Spot price of the underlying (> 0). A cell or a range: ranges broadcast against the other arguments and return a range of the same shape.", _
             "Strike price (> 0), in the currency of S. A column of strikes returns a column of results.", _
-            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation.", _
-            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
+            "Time to expiry in years (> 0), e.g. 0.25 for three months (ACT/365), or the expiry date (a date cell, or a number >= 1000: an Excel date; its 16:00 New York close), T then counting in minutes/525,600 from valuation. Over 50 years: refused as days.", _
+            "Risk-free rate, annual and continuously compounded, as a decimal (0.05 = 5%; above 1 is refused as percent); or a curve's handle (OPTIOND_CURVE): each option's r is the curve's zero rate at its T.", _
             "Continuous dividend yield, annual, as a decimal (0.02 = 2%); 0 for none.", _
             "Heston initial variance (>= 0), annualised: today's volatility squared (0.04 = 20% volatility). Or a Heston set's handle (OPTIOND_HESTON), with kappa, theta, xi and rho left out.", _
             "Optional with a Heston handle as v0, else required. Heston mean-reversion speed of the variance, per year (> 0), e.g. 1.5.", _
