@@ -101,3 +101,26 @@ def test_optiond_error_gives_the_message_of_an_error_cell_and_nothing_for_the_ot
     assert F.OPTIOND_ERROR(good) == "" and F.OPTIOND_ERROR(None) == "" and F.OPTIOND_ERROR("SPY#0001") == ""
     assert F.OPTIOND_ERROR([[good, bad], ["#N/A", None]]) == [["", "K must be > 0, got -5"], ["#N/A", ""]]
     assert "OPTIOND_ERROR" in F.formulas_functions()
+
+
+def test_the_guards_cover_parity_forwards_T_and_rate(client, monkeypatch):
+    K = [90.0, 100.0, 110.0]
+    F0, D = 101.0, math.exp(-0.05 * 0.5)
+    calls = [D * max(F0 - k, 0) + 2.0 for k in K]  # put-call parity: C - P = D (F - K)
+    puts = [c - D * (F0 - k) for c, k in zip(calls, K)]
+    assert "rate=5 looks like percent: enter 0.05" in F.PARITY_FORWARD(K, calls, puts, 0.5, 5)
+    assert "T=182 is over 50 years" in F.PARITY_FORWARD(K, calls, puts, 182, 0.05)
+    got = F.PARITY_FORWARD(K, calls, puts, 0.5, 0.05)
+    assert got[0][0] == pytest.approx(F0, rel=1e-9) and got[0][1] == pytest.approx(D, rel=1e-12)
+    monkeypatch.setenv("OPTIOND_UNITS_CHECK", "no")
+    assert not is_error(F.PARITY_FORWARD(K, calls, puts, 0.5, 5))
+
+
+def test_a_chain_fits_rate_in_percent_is_refused_before_any_request(client):
+    rows = [["underlying", "quote_date", "expiry", "type", "strike", "bid", "ask", "last", "implied_vol",
+             "underlying_price", "style"],
+            ["AAPL", "2026-02-13", "2026-02-18", "call", 210.0, 47.6, 50.7, 68.88, 1.16, 259.475, "american"]]
+    for fn in (F.SURFACE_FIT, F.HESTON_FIT):
+        out = fn("AAPL", rows, None, 4.0)
+        assert is_error(out) and "rate=4 looks like percent: enter 0.04" in out, out
+    assert client.calls == []

@@ -129,6 +129,17 @@ def _slip(field: str, name: str, x: float) -> str | None:
     return None
 
 
+def check_units(field: str, name: str, x: Any) -> None:
+    """The unit guards of :func:`unit_slips` on one value of a whole call (PARITY_FORWARD's T
+    and rate, a chain fit's rate, a curve's zero rates: ``field`` ``expiry`` or ``rate``):
+    raises :class:`_Problem` with the message; nothing for None, a non-finite value or with the
+    guards off."""
+    if isinstance(x, float) and math.isfinite(x) and units_check_on():
+        text = _slip(field, name, x)
+        if text is not None:
+            raise _Problem(text)
+
+
 def unit_slips(spec: Function, cols: Mapping[str, np.ndarray]) -> dict[int, str]:
     """The unit guards, the one place every worksheet function's cells pass: the rows whose
     rate or dividend yield is above 1 in size (percent typed for a decimal: 4.5 for 0.045),
@@ -541,6 +552,7 @@ def _chain_fit(spec: Function, values: Sequence[Any]) -> tuple[Any, Any, dict]:
                       ("quote_date", "expiry"))
     market = {"quote_time": _single(time_arg, values[2]), "rate": _scalar(rate_arg, values[3]),
               "settlement": _single(settlement_arg, values[4])}
+    check_units("rate", rate_arg.name, market["rate"])
     return name, df, {k: v for k, v in market.items() if v is not None}
 
 

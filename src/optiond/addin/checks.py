@@ -65,7 +65,8 @@ def _no_time_value(spec: Function, cols: Mapping[str, np.ndarray], out: dict[int
     with np.errstate(invalid="ignore", over="ignore"):
         floor = np.maximum(sign * (S * np.exp(-q * T) - K * np.exp(-r * T)), 0.0)
         floor = np.where(american, np.maximum(floor, np.maximum(sign * (S - K), 0.0)), floor)
-        flat = np.isfinite(floor) & np.isfinite(p) & (p > 0) & (np.abs(p - floor) <= NO_TIME_VALUE_REL * np.maximum(floor, 1e-300))
+        flat = np.isfinite(floor) & np.isfinite(p) & (p > 0) & \
+            (np.abs(p - floor) <= NO_TIME_VALUE_REL * np.maximum(floor, 1e-300))
     for i in np.flatnonzero(flat).tolist():
         out.setdefault(i, error_text(f"{name['price']}={_show(p[i])} has no time value over the lowest model value "
                                      f"{floor[i]:.6g} (volatility 0): no implied volatility"))

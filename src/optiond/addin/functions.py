@@ -41,7 +41,8 @@ Behaviour, the same for every function:
   ``rho`` in [-1, 1]...) are the schema's (:mod:`optiond.models`), made where the request is
   priced, and come back per row under the argument's Excel name. The **unit guards**
   (:func:`optiond.addin.cells.unit_slips`, for every function's ``r``, ``q``, ``sigma`` and
-  ``T`` cells) refuse what is most likely a slip, saying what was probably meant: |r| or |q|
+  ``T`` cells; :func:`~optiond.addin.cells.check_units` for PARITY_FORWARD's ``T`` and
+  ``rate`` and the chain fits' ``rate``; OPTIOND_CURVE checks its own rates) refuse what is most likely a slip, saying what was probably meant: |r| or |q|
   above 1 (percent: ``#optiond: r=5 looks like percent: enter 0.05 ...``), ``sigma`` above 5
   (vol points), ``T`` over 50 years (days); ``OPTIOND_UNITS_CHECK=0`` in the environment turns
   them off (xlwings functions take no keyword arguments, and an extra trailing argument on
@@ -119,8 +120,8 @@ from .. import greek_units
 from ..market.forwards import ExpiryPairs, parity_fit
 from . import dates, objects, surfaces, table
 from .cache import _cache, _env_on
-from .cells import (_cell_columns, _parse_cells, _Problem, _read_ranges, _scalar, _show, _single, _strip, error_text,
-                    units_check_on)
+from .cells import (_cell_columns, _parse_cells, _Problem, _read_ranges, _scalar, _show, _single, _strip, check_units,
+                    error_text, units_check_on)
 from .pricing import _NO_STDERR, _QUICK_METHODS, _compute, _one_price_cell
 from .table import Function
 
@@ -164,6 +165,8 @@ def parity_forward(spec: Function, values: Sequence[Any]) -> list[list[float]]:
     if T <= 0:
         raise _Problem(f"{t_arg.name} must be > 0, got {_show(T)}")
     rate = _scalar(rate_arg, values[4])
+    check_units("expiry", t_arg.name, float(T))
+    check_units("rate", rate_arg.name, rate)
     keep = np.isfinite(k) & np.isfinite(c) & np.isfinite(p)
     k, c, p = k[keep], c[keep], p[keep]
     for arg, x, low in ((strikes_arg, k, "> 0"), (calls_arg, c, ">= 0"), (puts_arg, p, ">= 0")):
