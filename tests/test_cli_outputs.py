@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
+import pytest
+from scipy.stats import norm
 
 from optiond.cli import main as cli_main
 from optiond.commands.pricing import _JobBar
@@ -53,3 +56,20 @@ def test_job_bar_only_on_a_terminal(monkeypatch):
     monkeypatch.setattr("sys.stderr", quiet)
     _feed(_JobBar(9, "price", False))
     assert quiet.getvalue() == ""
+
+
+def test_bad_volatility_cell_is_reported_as_written(tmp_path, capsys):
+    # a file with the Heston columns whose rows are not Heston rows (blank v0): the volatility
+    # cell 'abc' is named as written, and the next row is priced by the closed form
+    src = tmp_path / "book.csv"
+    src.write_text("kind,style,spot,strike,expiry,rate,volatility,v0,kappa,long_run_variance,xi,correlation\n"
+                   "call,european,100,100,1,0.05,abc,,,,,\n"
+                   "call,european,100,100,1,0.05,0.2,,,,,\n")
+    dst = tmp_path / "out.csv"
+    assert cli_main(["price", str(src), "--no-daemon", "--method", "black-scholes", "-o", str(dst)]) == 1
+    out = pd.read_csv(dst)
+    assert out.status.tolist() == ["error", "ok"]
+    assert "volatility='abc'" in out.error[0] and "nan" not in out.error[0]
+    d1 = (math.log(100 / 100) + (0.05 + 0.02) * 1.0) / 0.2
+    ref = 100 * norm.cdf(d1) - 100 * math.exp(-0.05) * norm.cdf(d1 - 0.2)
+    assert out.price[1] == pytest.approx(ref, rel=1e-12)
