@@ -27,6 +27,7 @@ from optiond.daemon.objects import ObjectStore, StaleHandle, UnknownObject, Wron
 from optiond.daemon.protocol import Session
 from optiond.limits import LimitExceeded, Limits
 from optiond.models import InvalidInputError
+from optiond.surface import Surface
 from optiond.surface.points import fit_chain
 
 from conftest import SPY_EXPIRIES, start_daemon, stop_daemon
@@ -310,17 +311,27 @@ def test_publish_list_and_drop(served, client, local, tmp_path):
         return subprocess.run([sys.executable, "-m", "optiond.cli", "objects", *args], capture_output=True, text=True,
                               env=env, timeout=120)
 
+    # the same document as the live version: its handle stays (no new version, no recalculation)
     proc = cli("publish", str(path), "--name", "PUB")
-    assert proc.returncode == 0 and proc.stdout.startswith("PUB#0002: surface of SPY (3 expiries"), proc.stderr
+    assert proc.returncode == 0 and proc.stdout.startswith("PUB#0001: surface of SPY (3 expiries"), proc.stderr
+    assert [o["handle"] for o in client.objects() if o["name"] == "PUB"] == ["PUB#0001"]
+    # another document (two of the three expiries): the next version
+    doc = json.loads(local.to_json())
+    doc["slices"] = doc["slices"][:2]
+    path.write_text(json.dumps(doc))
+    proc = cli("publish", str(path), "--name", "PUB")
+    assert proc.returncode == 0 and proc.stdout.startswith("PUB#0002: surface of SPY (2 expiries"), proc.stderr
     listed = {o["handle"]: o for o in json.loads(cli("list", "--json").stdout)}
     assert "PUB#0002" in listed and listed["PUB#0002"]["summary"]["underlying"] == "SPY"
     # a surface counts as every kind does: its canonical JSON document
-    assert listed["PUB#0002"]["bytes"] == len(object_kinds.canonical(object_kinds.document("surface", local)))
+    two = Surface.from_json(str(path))
+    assert listed["PUB#0002"]["bytes"] == len(object_kinds.canonical(object_kinds.document("surface", two)))
     proc = cli("drop", "PUB")
     assert proc.returncode == 0 and "dropped PUB#0002" in proc.stderr
     proc = cli("drop", "PUB")
-    assert proc.returncode == 2 and proc.stderr.strip() == "optiond objects: no object named PUB in the daemon " \
-                                                           f"(it holds: {', '.join(o['name'] for o in client.objects())})"
+    held = ", ".join(o["name"] for o in client.objects()) or "none"
+    assert proc.returncode == 2 and proc.stderr.strip() == f"optiond objects: no object named PUB in the daemon " \
+                                                           f"(it holds: {held})"
     assert all(o["name"] != "PUB" for o in client.objects())
     st = client.status()["objects"]
     assert st["objects"] == len(client.objects()) and st["max_objects"] == Limits().max_objects

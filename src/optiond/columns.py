@@ -3,7 +3,7 @@ named columns (:func:`read_csv_table`)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -32,6 +32,14 @@ def kernel_column(a, dtype) -> np.ndarray:
     read-only arguments."""
     out = np.ascontiguousarray(a, dtype=dtype)
     return out if out.flags.writeable else out.copy()
+
+
+def unknown_columns(names: Iterable[str], known: Iterable[str]) -> list[str]:
+    """The names of ``names`` outside ``known``, in their order: the one rule for columns nobody
+    reads, which the file readers list for a warning (:func:`read_csv_table`) and
+    :func:`optiond.engine.price_table` refuses."""
+    known_set = known if isinstance(known, (set, frozenset)) else set(known)
+    return [c for c in names if c not in known_set]
 
 
 class TableFileError(ValueError):
@@ -79,6 +87,5 @@ def read_csv_table(path: str, known: Sequence[str]):
     except (OSError, UnicodeDecodeError, csv.Error, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise TableFileError(f"cannot read {path}: {e}") from None
     df.columns = [str(c).strip() for c in df.columns]
-    known_set = set(known)
-    df.attrs["ignored_columns"] = [c for c in df.columns if c not in known_set]
+    df.attrs["ignored_columns"] = unknown_columns(df.columns, known)
     return df

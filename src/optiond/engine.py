@@ -29,8 +29,10 @@ from . import limits
 from .kernels import black_scholes
 from .kernels import gpu as gpus
 from .kernels.binomial import cpu as binomial_cpu
-from .models import (AMERICAN, AUTO, EUROPEAN, GREEK_FIELDS, Batch, ImpliedVol, InvalidInputError, Method, Result,
-                     RowError, auto_methods, object_full, pd_numeric, scalar_row, validate_columns, validate_steps)
+from .columns import unknown_columns
+from .models import (AMERICAN, AUTO, CONTRACT_FIELDS, DIVIDEND_FIELDS, EUROPEAN, GREEK_FIELDS, HESTON_FIELDS,
+                     HESTON_RENAMED, MARKET_FIELDS, Batch, ImpliedVol, InvalidInputError, Method, Result, RowError,
+                     auto_methods, object_full, pd_numeric, scalar_row, validate_columns, validate_steps)
 
 R = TypeVar("R", Result, ImpliedVol)
 
@@ -101,9 +103,43 @@ def _gpu_or_cpu(run: Callable[[str], R], device: str, what: str) -> R:
         return out
 
 
+#: the columns :func:`price_table` reads; any other is refused (:func:`optiond.columns.unknown_columns`)
+TABLE_COLUMNS = frozenset(CONTRACT_FIELDS + MARKET_FIELDS + ("method", "steps", "eps", "payoff") + HESTON_FIELDS
+                          + tuple(HESTON_RENAMED) + DIVIDEND_FIELDS)
+
+
+def check_table_columns(columns: Mapping[str, Any]) -> None:
+    """Refuse a table with a column :func:`price_table` does not read (it would be dropped
+    without a word: a ``dividends`` text column priced as if there were none).
+
+    Raises:
+        InvalidInputError: naming the first unknown column, listing them all and the columns read.
+    """
+    unknown = unknown_columns(columns, TABLE_COLUMNS)
+    if unknown:
+        hint = ("; cash dividends go as dividend_times and dividend_amounts (optiond.pricer.price_portfolio "
+                "reads a 'dividends' text column)" if "dividends" in unknown else "")
+        raise InvalidInputError(unknown[0], None, None,
+                                f"unknown column{'s' if len(unknown) > 1 else ''} {', '.join(map(str, unknown))}, "
+                                f"not read (the columns read: {', '.join(sorted(TABLE_COLUMNS))}){hint}")
+
+
 #: a row with cash dividends and another method than the tree
 CASH_DIVIDENDS_BINOMIAL = ("dividend_times: cash dividends are priced by the binomial method only "
                            "(the spot model on the CRR tree; method=spectral sends them there)")
+
+
+#: a row with cash dividends priced with ``extrapolate`` (BBSR): refused, as documented
+EXTRAPOLATE_CASH_DIVIDENDS = ("extrapolate=True: the extrapolated tree (BBSR) does not take cash dividends (its "
+                              "smoothing does not cancel their rounding to the tree's levels); price these rows "
+                              "without extrapolate")
+
+
+def _refuse_extrapolated_cash(batch: Batch, method: Method) -> None:
+    """Raise InvalidInputError (field ``extrapolate``) when ``method.extrapolate`` meets a
+    row of ``batch`` with cash dividends."""
+    if method.extrapolate and _cash_rows(batch.columns(), len(batch)).any():
+        raise InvalidInputError("extrapolate", None, True, EXTRAPOLATE_CASH_DIVIDENDS.split(": ", 1)[1])
 
 
 def _cash_rows(arrays: Mapping[str, np.ndarray], n: int) -> np.ndarray:
@@ -193,13 +229,14 @@ def price(batch: Batch, method: Method | None = None) -> Result:
 
     Raises:
         InvalidInputError: ``method.steps`` has the wrong length or an out-of-range value, or
-            cash dividends with another method than ``binomial``.
+            cash dividends with another method than ``binomial`` or with ``method.extrapolate``.
     """
     method = method or Method()
     t0 = time.perf_counter()
     n = len(batch)
     if method.name not in CASH_DIVIDEND_METHODS and _cash_rows(batch.columns(), n).any():
         raise InvalidInputError("dividend_times", None, None, CASH_DIVIDENDS_BINOMIAL.split(": ", 1)[1])
+    _refuse_extrapolated_cash(batch, method)
     if method.name == AUTO and n:
         res = Result.empty(n)
         for rows, m in _auto_groups(batch, method):
@@ -327,14 +364,16 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
         invalid value have ``status="error"`` and a reason naming the field and value; so have
         rows whose own work is over a work limit
         (:func:`optiond.limits.row_limit_errors`: CRR tree nodes, MLMC path steps, ADI
-        grid), the same rows on the daemon and in-process.
+        grid), the same rows on the daemon and in-process, and rows with cash dividends under
+        ``method.extrapolate`` (:data:`EXTRAPOLATE_CASH_DIVIDENDS`).
 
     Raises:
-        InvalidInputError: only for problems of the whole table (a missing column, columns of
-            different lengths).
+        InvalidInputError: only for problems of the whole table (a missing column, a column
+            it does not read (:func:`check_table_columns`), columns of different lengths).
     """
     method = method or Method()
     t0 = time.perf_counter()
+    check_table_columns(columns)
     row = scalar_row(columns)
     if row is not None:  # one contract (an Excel cell, a single request): skip the batch set-up
         m, steps_raw = columns.get("method"), columns.get("steps")
@@ -372,6 +411,9 @@ def price_table(columns: Mapping[str, Any], method: Method | None = None) -> Res
         first.setdefault(i, reason)
     for i in np.flatnonzero(_cash_rows(arrays, n) & ~np.isin(names, CASH_DIVIDEND_METHODS)).tolist():
         first.setdefault(i, CASH_DIVIDENDS_BINOMIAL)
+    if method.extrapolate:
+        for i in np.flatnonzero(_cash_rows(arrays, n)).tolist():
+            first.setdefault(i, EXTRAPOLATE_CASH_DIVIDENDS)
     if first:
         res.mark_error(list(first), list(first.values()))
     # rows priced together share the method (and, for MLMC, the payoff family)
@@ -431,9 +473,13 @@ def implied_vol(prices: Any, batch: Batch, method: Method | None = None,
         a status per row (``ok``, ``below-intrinsic``, ``no-solution``, ``not-converged``,
         ``invalid``, ``american-not-supported``) and the device that solved them. It unpacks
         as the earlier ``(vol, status)`` pair.
+
+    Raises:
+        InvalidInputError: cash dividends with ``method.extrapolate`` (field ``extrapolate``).
     """
     method = method or Method()
     n = len(batch)
+    _refuse_extrapolated_cash(batch, method)
     prices = np.broadcast_to(np.asarray(prices, dtype=np.float64), (n,))
     if method.name == AUTO:  # each row by its own method, on its own rows' prices and bracket
         iv = ImpliedVol.empty(n, status="ok")
@@ -500,6 +546,9 @@ def implied_vol_table(prices: Any, columns: Mapping[str, Any], method: Method | 
     if method.name not in CASH_DIVIDEND_METHODS:
         for i in np.flatnonzero(_cash_rows(arrays, n)).tolist():
             bad.setdefault(i, RowError(i, "dividend_times", float("nan"), CASH_DIVIDENDS_BINOMIAL.split(": ", 1)[1]))
+    if method.extrapolate:
+        for i in np.flatnonzero(_cash_rows(arrays, n)).tolist():
+            bad.setdefault(i, RowError(i, "extrapolate", True, EXTRAPOLATE_CASH_DIVIDENDS.split(": ", 1)[1]))
     steps = method.steps_for(n) if method.name in CASH_DIVIDEND_METHODS else None
     for r, e in bad.items():
         out.error[r] = e.message

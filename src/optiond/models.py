@@ -225,7 +225,12 @@ def validate_columns(columns: Mapping[str, Any]) -> tuple[dict[str, np.ndarray],
             else:
                 vol = pd_numeric(columns["volatility"])
                 if np.ndim(vol) and np.isnan(vol).any():
-                    columns["volatility"] = np.where(np.isnan(vol) & ~np.isnan(ref), ref, vol)
+                    fill = np.isnan(vol) & ~np.isnan(np.broadcast_to(ref, vol.shape))
+                    # the other cells as given: a bad one is reported as written ('abc', not nan)
+                    raw = np.asarray(columns["volatility"])
+                    merged = vol.copy() if raw.dtype.kind in "fiub" else raw.astype(object)
+                    merged[fill] = np.broadcast_to(ref, vol.shape)[fill]
+                    columns["volatility"] = merged
     for name in CONTRACT_FIELDS + MARKET_FIELDS:
         if name not in columns:
             raise InvalidInputError(name, None, None, "missing column")

@@ -2,7 +2,8 @@
 
 * ``optiond objects publish FILE.json --name SPY``: keep a fitted surface (``optiond chain
   --surface FILE.json``'s output) in the daemon as the next version of ``SPY``; prints its
-  handle (``SPY#0003``), which the Excel functions ``SURFACE_VOL`` and ``SURFACE_PRICE`` read;
+  handle (``SPY#0003``), which the Excel functions ``SURFACE_VOL`` and ``SURFACE_PRICE`` read
+  (the same document as the live version keeps its handle);
 * ``optiond objects list``: the live objects, every kind (curves, dividend schedules, Heston sets,
   surfaces: a one-line summary each; ``--json`` for a machine);
 * ``optiond objects drop NAME``: forget one.
@@ -89,7 +90,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     c = commands.add_parser("publish", help="keep a surface JSON (optiond chain --surface) in the daemon under a name",
                             description="Keep a fitted surface (schema optiond.surface, as optiond chain --surface "
-                                        "writes it) in the daemon as the next version of NAME, and print its handle.")
+                                        "writes it) in the daemon as the next version of NAME, and print its handle; "
+                                        "the same document as the live version keeps that version's handle.")
     c.add_argument("file", help="the surface JSON")
     c.add_argument("--name", required=True, help="the name to keep it under, e.g. SPY (1 to 64 of A-Z a-z 0-9 _ . : / -)")
     common(c)

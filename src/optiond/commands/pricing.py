@@ -108,7 +108,7 @@ def say_fallback(command: str, lost: str | None) -> None:
 
 class _JobBar:
     """A tqdm bar (rows, on stderr) fed by a daemon job's progress events; it appears with the
-    first event, so a request answered at once shows none."""
+    first event, so a request answered at once shows none, and only when stderr is a terminal."""
 
     def __init__(self, total: int, desc: str, enabled: bool):
         self.total, self.desc, self.enabled = total, desc, enabled
@@ -120,7 +120,9 @@ class _JobBar:
         if self.bar is None:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.total, desc=self.desc, unit="row", file=sys.stderr, mininterval=0.5)
+            # disable=None: no bar when stderr is not a terminal (a log file, a pipe, a service)
+            self.bar = tqdm(total=self.total, desc=self.desc, unit="row", file=sys.stderr, mininterval=0.5,
+                            disable=None)
         self.bar.update(max(0, round(float(ev.fraction) * self.total) - self.bar.n))
 
     def close(self) -> None:
@@ -336,11 +338,13 @@ def cmd_chain(args: argparse.Namespace) -> int:
             return 2
     out = greek_units.convert_frame(out, args.greeks, prefixes=("", "theo_"))
     fwd_path = forwards_path(args.output, args.forwards)
-    if args.output:  # each file whole or not at all; '-o -' streams the CSV, the summary goes to stderr
-        write_csv(out, args.output)
+    # each file whole or not at all; no -o (or '-o -') streams the CSV, as 'optiond price' does, and
+    # the summary goes to stderr
+    to_stdout = not args.output or args.output == STDOUT
+    write_csv(out, args.output)
     if fwd_path:
         write_csv(summary.forwards, fwd_path)
-    report = sys.stderr if args.output == STDOUT else sys.stdout
+    report = sys.stderr if to_stdout else sys.stdout
     if args.json:
         priced = out["method"].astype(str)
         doc = {"contracts": summary.contracts, "by_status": summary.by_status, "elapsed_s": summary.elapsed_s,
@@ -356,7 +360,7 @@ def cmd_chain(args: argparse.Namespace) -> int:
         print(methods_text(out["method"], args.accuracy), file=report)
         if surface is not None:
             print("\n".join(surface_lines(surface)), file=report)
-        for path in filter(None, [args.output if args.output != STDOUT else None, fwd_path, args.surface,
+        for path in filter(None, [None if to_stdout else args.output, fwd_path, args.surface,
                                   *(plots if surface is not None else [])]):
             print(f"wrote {path}", file=report)
     return 0
@@ -415,8 +419,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "European), the model price at that volatility, the Greeks, a status and the "
                                    "method that priced it.")
     c.add_argument("file", help="chain CSV")
-    c.add_argument("-o", "--output", help="output CSV, written whole or not at all ('-': standard output, the "
-                                          "summary then on standard error)")
+    c.add_argument("-o", "--output", help="output CSV, written whole or not at all (default or '-': standard "
+                                          "output, the summary then on standard error)")
     c.add_argument("--rate", type=options.annual_decimal, default=chain_job.DEFAULT_RATE,
                    help=f"flat continuously compounded rate, annual decimal, when no --rates curve is given "
                         f"(default {chain_job.DEFAULT_RATE})")

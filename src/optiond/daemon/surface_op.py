@@ -189,8 +189,10 @@ def describe(surface: Surface) -> tuple[dict, list[dict]]:
 
 
 def store(objects: ObjectStore, name: str, surface: Surface, claim: Any = None) -> tuple[Entry, list[dict]]:
-    """Keep ``surface`` as the next version of ``name``; its serialised size (canonical JSON)
-    is counted. Returns the entry and the slices' statistics (:func:`describe`).
+    """Keep ``surface`` as the next version of ``name``, unless the live version holds the
+    same document (then that entry, its handle unchanged: the store's digest rule); its
+    serialised size (canonical JSON) is counted. Returns the entry and the slices' statistics
+    (:func:`describe`).
 
     Raises:
         as :meth:`optiond.daemon.objects.ObjectStore.put` (``claim`` as there).
@@ -199,7 +201,8 @@ def store(objects: ObjectStore, name: str, surface: Surface, claim: Any = None) 
 
     summary, slices = describe(surface)
     text = object_kinds.canonical(object_kinds.document(KIND, surface))
-    return objects.put(name, KIND, surface, len(text), summary, claim=claim, document=text), slices
+    return objects.put(name, KIND, surface, len(text), summary, object_kinds.digest(KIND, None, text), claim=claim,
+                       document=text), slices
 
 
 #: the most slices a reply lists (``slices_total`` says how many there are)
