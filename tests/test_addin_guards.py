@@ -124,3 +124,17 @@ def test_a_chain_fits_rate_in_percent_is_refused_before_any_request(client):
         out = fn("AAPL", rows, None, 4.0)
         assert is_error(out) and "rate=4 looks like percent: enter 0.04" in out, out
     assert client.calls == []
+
+
+def test_a_daemon_that_did_not_answer_is_not_reported_as_missing():
+    """A cell says "no daemon is running" only when none runs; a daemon that runs but did not
+    answer in time (a timeout, a silent heartbeat) is reported with the client's own reason."""
+    from optiond.addin import pricing
+    from optiond.daemon.client import DaemonUnavailable
+
+    missing = DaemonUnavailable("no daemon running (no connection file /x/daemon.json); start one with "
+                                "'optiond serve --detach'")
+    busy = DaemonUnavailable("no reply from the daemon at tcp://127.0.0.1:5555 within 5 s and its heartbeat is silent")
+    assert pricing._failure_text(missing) == "#optiond: no optiond daemon is running; start one with: optiond serve"
+    text = pricing._failure_text(busy)
+    assert text.startswith("#optiond: the optiond daemon did not answer: no reply from the daemon") and "5 s" in text

@@ -235,9 +235,9 @@ def _lookup(ref: str) -> Resolved:
         name, version = parse_ref(ref)
         try:
             return _from_daemon(name, version)
-        except DaemonUnavailable:
+        except DaemonUnavailable as e:
             if not _env_on("OPTIOND_FALLBACK"):
-                raise _Problem("no optiond daemon is running; start one with: optiond serve") from None
+                raise _Problem(pricing.daemon_down_reason(e)) from None
             if version is not None:
                 raise _Problem(f"{ref} is kept by the optiond daemon, which is not running: start it (optiond serve) "
                                "or recalculate the cell that makes it (this Excel then keeps it, @local)") from None
@@ -540,9 +540,9 @@ def make(spec: Function, values: Sequence[Any]) -> str:
     doc = object_kinds.document(kind, payload)
     try:
         content = pricing._client().put_object(name, kind, doc)
-    except DaemonUnavailable:
+    except DaemonUnavailable as e:
         if not _env_on("OPTIOND_FALLBACK"):
-            return pricing._daemon_down_text()
+            return pricing._daemon_down_text(None, e)
         try:
             entry = object_kinds.put_document(_local, name, kind, doc)
         except (ObjectError, InvalidInputError, ValueError) as e:
@@ -573,9 +573,9 @@ def fit(spec: Function, values: Sequence[Any]) -> str:
         raise _Problem(f"{spec.args[1].name} {american}")
     try:
         content = pricing._client().fit_heston(name, df, feller=feller, **market)
-    except DaemonUnavailable:
+    except DaemonUnavailable as e:
         if not _env_on("OPTIOND_FALLBACK"):
-            return pricing._daemon_down_text()
+            return pricing._daemon_down_text(None, e)
         try:
             content = heston_op.fit_here(_local, name, df, market, feller)
         except (ObjectError, ValueError) as e:  # InvalidInputError and LimitExceeded among them

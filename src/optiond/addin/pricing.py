@@ -43,17 +43,33 @@ def _client() -> Any:
     return get_client()
 
 
-def _daemon_down_text(spec: Function | None = None) -> str:
+#: what :class:`DaemonUnavailable` says when no daemon runs at all (no connection file, or none
+#: listening at its address); any other reason is a daemon that runs but did not answer
+_NOT_RUNNING = ("no connection file", "cannot connect", "not running")
+
+
+def daemon_down_reason(e: Exception | None) -> str:
+    """Why no daemon answered, for a cell: "no optiond daemon is running; ..." where none runs,
+    else the client's own reason (a reply that did not come in time, a silent heartbeat), so a
+    busy daemon is not reported as a missing one."""
+    text = "" if e is None else str(e)
+    if not text or any(s in text for s in _NOT_RUNNING):
+        return "no optiond daemon is running; start one with: optiond serve"
+    return f"the optiond daemon did not answer: {text}"
+
+
+def _daemon_down_text(spec: Function | None = None, e: Exception | None = None) -> str:
     if spec is not None and spec.method == "surface":  # nothing to fall back on: the surfaces live there
-        return error_text("surfaces live in the optiond daemon and none is running; start it with: optiond serve")
-    return error_text("no optiond daemon is running; start one with: optiond serve")
+        if e is None or any(s in str(e) for s in _NOT_RUNNING):
+            return error_text("surfaces live in the optiond daemon and none is running; start it with: optiond serve")
+    return error_text(daemon_down_reason(e))
 
 
 def _failure_text(e: Exception, spec: Function | None = None) -> str:
     """A failed request (not a failed row) as cell text: for a surface function the daemon's
     answer as it is (an unknown name, a stale handle), or a bad input under its Excel name."""
     if isinstance(e, DaemonUnavailable):
-        return _daemon_down_text(spec)
+        return _daemon_down_text(spec, e)
     if spec is not None and spec.method == "surface":
         return _row_text(spec, str(e)) if isinstance(e, InvalidInputError) else error_text(str(e))
     return error_text(f"pricing failed: {e}")
