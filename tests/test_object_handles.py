@@ -20,11 +20,11 @@ import json
 import threading
 import time
 import types
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_daemon_faults import in_process_daemon as faults_daemon
 
 from optiond.daemon import object_kinds, object_ops, objects, paths
 from optiond.daemon.client import Client, DaemonError, DaemonUnavailable
@@ -154,21 +154,9 @@ def test_a_claim_decides_once_whether_the_object_is_kept():
     assert not taken.cancel("too late")  # its runner then answers with the work's own reply
 
 
-@contextmanager
 def in_process_daemon(tmp_path, **kw):
-    from optiond.daemon.server import Server
-
-    server = Server(tmp_path / "daemon.json", warmup=False, json_log=False, metrics_port=None, ipc=False,
-                    objects_dir=tmp_path / "objects", **kw)
-    server.start()
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        t.join(timeout=30)
-        server.close()
+    """The faults tests' in-process daemon, its objects in ``tmp_path``, no JSON log, TCP only."""
+    return faults_daemon(tmp_path, json_log=False, ipc=False, objects_dir=tmp_path / "objects", **kw)
 
 
 @pytest.mark.parametrize("op", ["surface", "heston"])
